@@ -1,0 +1,3 @@
+"""evotune: an evolutionary autotuner for GPU kernels."""
+
+__version__ = "0.1.0"

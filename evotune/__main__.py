@@ -1,0 +1,3 @@
+from evotune.cli import main
+
+raise SystemExit(main())

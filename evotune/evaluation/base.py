@@ -1,0 +1,29 @@
+"""The evaluator interface: build -> verify -> time, one point at a time."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from evotune.evaluation.result import EvalResult
+from evotune.problem import Problem
+from evotune.space import Point
+
+
+class Evaluator(ABC):
+    """Turns a point into an :class:`EvalResult`. Never raises for a bad candidate:
+    a candidate that fails to compile, crashes, hangs or computes the wrong
+    answer comes back as a failed result with its reason."""
+
+    kind: str = "base"
+
+    @abstractmethod
+    def evaluate(self, point: Point, problem: Problem) -> EvalResult: ...
+
+    def close(self) -> None:
+        """Release workers and devices; a no-op for oracles that hold none."""
+
+    def __enter__(self) -> Evaluator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,40 @@
+"""Strategies: peers behind one call shape (``ask(n)`` / ``tell(results)``), found by name.
+
+Example::
+
+    from evotune.strategies import make_strategy, names
+    names()  # ['cmaes', 'exhaustive', 'ga', 'gp', 'nsga2', 'optuna-gp', 'qmc', 'random', 'tpe']
+    s = make_strategy("tpe", space, space.feasible(ctx), seed=0)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from evotune.space import Context, FeasibleSet, SearchSpace
+from evotune.strategies.base import Exhausted, Strategy, Told
+from evotune.strategies.exhaustive import Exhaustive
+from evotune.strategies.genetic import GeneticAlgorithm
+from evotune.strategies.gp import GaussianProcess
+from evotune.strategies.optuna_samplers import CMAES, NSGA2, QMC, TPE, OptunaGP
+from evotune.strategies.random_search import RandomSearch
+
+STRATEGIES: dict[str, type[Strategy]] = {
+    cls.name: cls
+    for cls in (GeneticAlgorithm, TPE, CMAES, NSGA2, GaussianProcess, OptunaGP, QMC, RandomSearch, Exhaustive)
+}
+
+
+def names() -> list[str]:
+    return sorted(STRATEGIES)
+
+
+def make_strategy(name: str, space: SearchSpace, feasible: FeasibleSet, *, seed: int = 0,
+                  ctx: Context | None = None, budget: int | None = None, **options: Any) -> Strategy:
+    """Build a strategy by name. Raises KeyError for an unknown name, ValueError for a bad option."""
+    if name not in STRATEGIES:
+        raise KeyError(name)
+    return STRATEGIES[name](space, feasible, seed=seed, ctx=ctx, budget=budget, **options)
+
+
+__all__ = ["Exhausted", "STRATEGIES", "Strategy", "Told", "make_strategy", "names"]

@@ -1,0 +1,1 @@
+"""evotune's built-in search spaces. Each module defines ``SPACE``, a SearchSpace."""
