@@ -19,7 +19,7 @@ class Evaluator(ABC):
     @abstractmethod
     def evaluate(self, point: Point, problem: Problem) -> EvalResult: ...
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook
         """Release workers and devices; a no-op for oracles that hold none."""
 
     def __enter__(self) -> Evaluator:

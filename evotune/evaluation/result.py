@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 
-class Status(str, Enum):
+class Status(StrEnum):
     OK = "ok"
     INFEASIBLE = "infeasible"  # pruned, or absent from a recorded landscape: costs nothing
     COMPILE_ERROR = "compile_error"

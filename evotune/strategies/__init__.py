@@ -37,4 +37,4 @@ def make_strategy(name: str, space: SearchSpace, feasible: FeasibleSet, *, seed:
     return STRATEGIES[name](space, feasible, seed=seed, ctx=ctx, budget=budget, **options)
 
 
-__all__ = ["Exhausted", "STRATEGIES", "Strategy", "Told", "make_strategy", "names"]
+__all__ = ["STRATEGIES", "Exhausted", "Strategy", "Told", "make_strategy", "names"]

@@ -44,7 +44,7 @@ class Strategy(ABC):
         unknown = sorted(set(options) - set(self.defaults) - {"seeding"})
         if unknown:
             raise ValueError(f"unknown option(s) {unknown} for strategy {self.name!r}; "
-                             f"accepted: {sorted(self.defaults) + ['seeding']}")
+                             f"accepted: {[*sorted(self.defaults), 'seeding']}")
         self.space = space
         self.feasible = feasible
         self.ctx = ctx or Context()

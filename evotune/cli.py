@@ -1,0 +1,190 @@
+"""Command line: ``python -m evotune run | plot | best | dashboard | spaces``.
+
+Bad input (an experiment file, a path, a name) ends with one line on stderr
+that names the file and the field, and exit code 2. Nothing already finished
+is lost: trials are stored as they finish.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from evotune.experiment import Experiment, ExperimentError, load_experiment
+
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """A mistake the user can fix; shown as one line, exit code 2."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return args.func(args) or 0
+    except (ExperimentError, UsageError) as exc:
+        print(f"evotune: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("evotune: interrupted; finished trials are stored, run the same command again to resume",
+              file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="evotune", description="Evolutionary autotuner for GPU kernels.")
+    sub = p.add_subparsers(metavar="COMMAND")
+
+    run = sub.add_parser("run", help="tune an experiment (resumes if its storage holds trials)")
+    run.add_argument("experiment", help="path to an experiment .toml file")
+    run.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    run.add_argument("--no-plots", action="store_true", help="skip writing PNGs at the end")
+    run.set_defaults(func=cmd_run)
+
+    plot = sub.add_parser("plot", help="write convergence and parameter-effect PNGs")
+    _source_args(plot)
+    plot.add_argument("--out", help="output folder (default: the experiment's outputs.plots, or plots/)")
+    plot.set_defaults(func=cmd_plot)
+
+    best = sub.add_parser("best", help="print the best configurations and export them as JSON")
+    _source_args(best)
+    best.add_argument("--json", help="export path (default: the experiment's outputs.best)")
+    best.set_defaults(func=cmd_best)
+
+    dash = sub.add_parser("dashboard", help="serve optuna-dashboard for the experiment's storage")
+    _source_args(dash)
+    dash.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: this machine only)")
+    dash.add_argument("--port", type=int, default=8080)
+    dash.set_defaults(func=cmd_dashboard)
+
+    spaces = sub.add_parser("spaces", help="list search spaces with their size and feasible count")
+    spaces.add_argument("--hardware", default="H100", help="GPU to prune for: A100, H100, H200, B200 or auto")
+    spaces.add_argument("--problem", default="4096x4096x4096", help="MxNxK of the GEMM to prune for")
+    spaces.add_argument("--dtype", default="bf16")
+    spaces.add_argument("--layout", default="tn")
+    spaces.add_argument("--verbose", "-v", action="store_true", help="also list each parameter's choices")
+    spaces.set_defaults(func=cmd_spaces)
+    return p
+
+
+def _source_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("experiment", nargs="?", help="experiment .toml (its storage and name are used)")
+    p.add_argument("--storage", help="an Optuna storage URL instead of an experiment file")
+    p.add_argument("--name", help="only studies of this experiment name (with --storage)")
+
+
+def _source(args: argparse.Namespace) -> tuple[str, str | None, Experiment | None]:
+    if args.experiment:
+        exp = load_experiment(args.experiment)
+        return exp.storage, exp.name, exp
+    if args.storage:
+        return args.storage, args.name, None
+    raise UsageError("give an experiment file or --storage URL")
+
+
+def _check_storage(url: str, where: str) -> None:
+    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
+        raise UsageError(f"{where}: no study database at {url.removeprefix('sqlite:///')} (run the experiment first)")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from evotune.plots import plot_experiment
+    from evotune.report import best_table, collect_best, export_best
+    from evotune.runner import run_experiment
+
+    exp = load_experiment(args.experiment)
+    console = Console(stderr=True)
+    console.print(f"[bold]evotune[/] {exp.name}: space {exp.space}, oracle {exp.oracle}, "
+                  f"strategies {', '.join(s.name for s in exp.strategies)}, storage {exp.storage}")
+    results = run_experiment(exp, console, progress=not args.no_progress)
+    for r in results:
+        fails = ", ".join(f"{k} {v}" for k, v in sorted(r.failures.items()))
+        console.print(f"  {r.study_name}: {r.trials} trials ({r.new_trials} new), stopped on {r.stopped}"
+                      + (f"; failed: {fails}" if fails else ""))
+    rows = collect_best(exp.storage, exp.name)
+    Console().print(best_table(rows, f"Best configurations: {exp.name}"))
+    console.print(f"best configurations: {export_best(rows, exp.best_path)}")
+    if not args.no_plots:
+        for path in plot_experiment(exp.storage, exp.name, exp.plots_dir):
+            console.print(f"plot: {path}")
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from evotune.plots import plot_experiment
+
+    storage, name, exp = _source(args)
+    _check_storage(storage, args.experiment or "--storage")
+    out = args.out or (exp.plots_dir if exp else "plots")
+    paths = plot_experiment(storage, name, out)
+    if not paths:
+        raise UsageError(f"{args.experiment or storage}: no finished trials to plot")
+    for path in paths:
+        print(path)
+    return 0
+
+
+def cmd_best(args: argparse.Namespace) -> int:
+    from evotune.report import best_table, collect_best, export_best
+
+    storage, name, exp = _source(args)
+    _check_storage(storage, args.experiment or "--storage")
+    rows = collect_best(storage, name)
+    if not rows:
+        raise UsageError(f"{args.experiment or storage}: no finished trials yet")
+    Console().print(best_table(rows, f"Best configurations: {name or storage}"))
+    target = args.json or (exp.best_path if exp else None)
+    if target:
+        print(f"exported: {export_best(rows, target)}")
+    return 0
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from evotune.dashboard import serve
+
+    storage, _, _ = _source(args)
+    _check_storage(storage, args.experiment or "--storage")
+    print(f"optuna-dashboard for {storage} on http://{args.host}:{args.port}/ (Ctrl-C to stop)", flush=True)
+    try:
+        serve(storage, args.host, args.port)
+    except RuntimeError as exc:
+        raise UsageError(str(exc)) from None
+    return 0
+
+
+def cmd_spaces(args: argparse.Namespace) -> int:
+    from evotune import hardware as hw
+    from evotune.plugins import builtin_names, entry_point_names, load_space
+    from evotune.problem import Problem
+    from evotune.space import Context
+
+    try:
+        hardware = hw.get_hardware(args.hardware)
+    except (hw.UnknownHardware, RuntimeError):
+        raise UsageError(f"--hardware: unknown {args.hardware!r}; accepted: auto, {', '.join(hw.names())}") from None
+    try:
+        m, n, k = (int(x) for x in args.problem.lower().split("x"))
+        problem = Problem.gemm(m, n, k, args.dtype, args.layout)
+    except ValueError as exc:
+        raise UsageError(f"--problem/--dtype/--layout: {exc} (expected e.g. 4096x4096x4096, bf16, tn)") from None
+    table = Table(title=f"Search spaces on {hardware.name} for {problem.describe()}")
+    for col in ("space", "size", "feasible", "pruned most by", "parameters"):
+        table.add_column(col, overflow="fold")
+    for name in [*builtin_names(), *entry_point_names()]:
+        space = load_space(name)
+        fs = space.feasible(Context(hardware, problem))
+        pruned = ", ".join(f"{r} ({c})" for r, c in fs.pruned.most_common(2)) or "-"
+        params = ", ".join(
+            f"{p.name}={list(p.choices)}" if args.verbose else p.name for p in space.params)
+        table.add_row(name, str(space.size), str(len(fs)), pruned, params)
+    Console().print(table)
+    return 0

@@ -1,0 +1,269 @@
+"""Experiment files: TOML in, a validated :class:`Experiment` out.
+
+Every mistake becomes one :class:`ExperimentError` whose text names the file,
+the field and what is accepted, e.g.::
+
+    experiments/x.toml: budget.trials: must be a positive integer, got 0
+
+The full reference is in README.md ("Experiment file"). Paths to inputs
+(landscapes, a space's ``.py`` file) are relative to the experiment file;
+outputs (storage, plots, best-config export) to the working directory.
+
+Example::
+
+    exp = load_experiment("experiments/quickstart.toml")
+    exp.strategies[0].name, exp.budget.trials   # ('ga', 200)
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evotune import hardware as hw
+from evotune.problem import DTYPES, LAYOUTS, Problem
+
+ORACLES = ("replay", "gpu")
+
+
+class ExperimentError(ValueError):
+    """A bad experiment file. ``str()`` is the one-line message shown to the user."""
+
+    def __init__(self, path: str | Path, fieldname: str, message: str):
+        self.path, self.field, self.message = str(path), fieldname, message
+        super().__init__(f"{path}: {fieldname}: {message}")
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    name: str
+    seed: int = 0
+    repeats: int = 1
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def seeds(self) -> list[int]:
+        return list(range(self.seed, self.seed + self.repeats))
+
+
+@dataclass(frozen=True)
+class Budget:
+    trials: int | None = None
+    seconds: float | None = None  # on the tuning clock: simulated for replay, wall time on a GPU
+    plateau: int | None = None  # stop after this many evaluations without a new best
+
+
+@dataclass
+class Experiment:
+    path: Path
+    name: str
+    space: str
+    oracle: str
+    landscapes: list[Path]
+    problems: list[Problem]
+    hardware: str | None
+    strategies: list[StrategySpec]
+    budget: Budget
+    storage: str
+    plots_dir: Path
+    best_path: Path
+    description: str = ""
+    oracle_options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def base_dir(self) -> Path:
+        return self.path.parent
+
+
+_TOP = {"name", "description", "space", "hardware", "oracle", "problem", "strategy", "budget", "storage", "outputs"}
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Read and validate an experiment file. Raises ExperimentError on any problem."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ExperimentError(path, "(file)", "no such file") from None
+    except OSError as exc:
+        raise ExperimentError(path, "(file)", f"cannot read: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ExperimentError(path, "(syntax)", f"not valid TOML: {exc}") from None
+    return _Parser(path, raw).parse()
+
+
+class _Parser:
+    def __init__(self, path: Path, raw: dict[str, Any]):
+        self.path, self.raw = path, raw
+
+    def fail(self, fieldname: str, message: str) -> ExperimentError:
+        return ExperimentError(self.path, fieldname, message)
+
+    def table(self, data: dict[str, Any], key: str, allowed: set[str], where: str) -> dict[str, Any]:
+        value = data.get(key, {})
+        if not isinstance(value, dict):
+            raise self.fail(f"{where}{key}", f"must be a table, got {type(value).__name__}")
+        self.no_unknown(value, allowed, f"{where}{key}.")
+        return value
+
+    def no_unknown(self, data: dict[str, Any], allowed: set[str], prefix: str) -> None:
+        for k in data:
+            if k not in allowed:
+                raise self.fail(f"{prefix}{k}", f"unknown field; accepted: {', '.join(sorted(allowed))}")
+
+    def string(self, data: dict[str, Any], key: str, fieldname: str, default: str | None = None) -> str:
+        value = data.get(key, default)
+        if value is None:
+            raise self.fail(fieldname, "missing (required)")
+        if not isinstance(value, str) or not value:
+            raise self.fail(fieldname, f"must be a non-empty string, got {value!r}")
+        return value
+
+    def positive_int(self, data: dict[str, Any], key: str, fieldname: str, default: int | None = None,
+                     minimum: int = 1) -> int | None:
+        value = data.get(key, default)
+        if value is None:
+            return None
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+            raise self.fail(fieldname, f"must be {what}, got {value!r}")
+        return value
+
+    def parse(self) -> Experiment:
+        raw = self.raw
+        self.no_unknown(raw, _TOP, "")
+        name = self.string(raw, "name", "name", default=self.path.stem)
+        description = raw.get("description", "")
+        space = self.string(raw, "space", "space")
+        oracle_t = self.table(raw, "oracle", {"kind", "landscapes", "timeout_s", "workers"}, "")
+        oracle = self.string(oracle_t, "kind", "oracle.kind", default="replay")
+        if oracle not in ORACLES:
+            raise self.fail("oracle.kind", f"unknown oracle {oracle!r}; accepted: {', '.join(ORACLES)}")
+        landscapes = self.landscapes(oracle_t, oracle)
+        hardware = self.hardware(raw, oracle)
+        problems = self.problems(raw.get("problem"), oracle)
+        if space == "landscape" and oracle != "replay":
+            raise self.fail("space", "'landscape' takes its space from recorded landscapes: "
+                                     "needs oracle.kind = 'replay'")
+        self.check_space(space)
+        strategies = self.strategies(raw.get("strategy"))
+        budget = self.budget()
+        storage_t = self.table(raw, "storage", {"url"}, "")
+        storage = self.string(storage_t, "url", "storage.url", default=f"sqlite:///runs/{name}.db")
+        if not (storage.startswith(("sqlite:///", "postgresql", "mysql", "journal:"))):
+            raise self.fail("storage.url", f"unsupported URL {storage!r}; accepted: sqlite:///PATH, "
+                                           "postgresql://..., mysql://..., journal:PATH")
+        outputs = self.table(raw, "outputs", {"plots", "best"}, "")
+        plots_dir = Path(self.string(outputs, "plots", "outputs.plots", default="plots"))
+        best_path = Path(self.string(outputs, "best", "outputs.best", default=f"runs/{name}_best.json"))
+        options = {k: v for k, v in oracle_t.items() if k not in ("kind", "landscapes")}
+        return Experiment(self.path, name, space, oracle, landscapes, problems, hardware, strategies, budget,
+                          storage, plots_dir, best_path, description, options)
+
+    def landscapes(self, oracle_t: dict[str, Any], oracle: str) -> list[Path]:
+        value = oracle_t.get("landscapes")
+        if oracle != "replay":
+            if value is not None:
+                raise self.fail("oracle.landscapes", "only used with oracle.kind = 'replay'")
+            return []
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+            raise self.fail("oracle.landscapes", "missing: a replay oracle needs a list of landscape file paths")
+        out = []
+        for v in value:
+            p = Path(v) if Path(v).is_absolute() else self.path.parent / v
+            if not p.is_file():
+                raise self.fail("oracle.landscapes", f"no such file {v!r} (paths are relative to the experiment file)")
+            out.append(p)
+        return out
+
+    def hardware(self, raw: dict[str, Any], oracle: str) -> str | None:
+        value = raw.get("hardware", None if oracle == "replay" else "auto")
+        if value is None:
+            return None
+        if not isinstance(value, str) or (value != "auto" and value not in hw.names()):
+            raise self.fail("hardware", f"unknown hardware {value!r}; accepted: auto, {', '.join(hw.names())}")
+        return value
+
+    def problems(self, value: Any, oracle: str) -> list[Problem]:
+        if value is None:
+            if oracle == "replay":
+                return []  # each landscape brings its own problem
+            raise self.fail("problem", "missing: give at least one [[problem]] with m, n, k, dtype")
+        items = value if isinstance(value, list) else [value]
+        out = []
+        for i, item in enumerate(items):
+            where = f"problem[{i}]" if isinstance(value, list) else "problem"
+            if not isinstance(item, dict):
+                raise self.fail(where, "must be a table with m, n, k, dtype, layout")
+            self.no_unknown(item, {"m", "n", "k", "dtype", "layout"}, f"{where}.")
+            dims = {}
+            for d in ("m", "n", "k"):
+                if d not in item:
+                    raise self.fail(f"{where}.{d}", "missing (required)")
+                dims[d] = self.positive_int(item, d, f"{where}.{d}")
+            dtype = item.get("dtype", "bf16")
+            if dtype not in DTYPES:
+                raise self.fail(f"{where}.dtype", f"unknown dtype {dtype!r}; accepted: {', '.join(DTYPES)}")
+            layout = item.get("layout", "tn")
+            if layout not in LAYOUTS:
+                raise self.fail(f"{where}.layout", f"unknown layout {layout!r}; accepted: {', '.join(LAYOUTS)}")
+            out.append(Problem.gemm(dims["m"], dims["n"], dims["k"], dtype, layout))
+        if oracle == "replay" and out:
+            raise self.fail("problem", "a replay oracle takes its problems from its landscapes; remove [[problem]]")
+        return out
+
+    def check_space(self, space: str) -> None:
+        if space == "landscape":
+            return
+        from evotune.plugins import SpaceNotFound, builtin_names, entry_point_names, load_space
+
+        try:
+            load_space(space, self.path.parent)
+        except SpaceNotFound:
+            known = ["landscape", *builtin_names(), *entry_point_names()]
+            raise self.fail("space", f"unknown space {space!r}; accepted: {', '.join(known)}, "
+                                     "or a path to a .py file that defines SPACE") from None
+
+    def strategies(self, value: Any) -> list[StrategySpec]:
+        from evotune.strategies import STRATEGIES
+
+        if value is None:
+            raise self.fail("strategy", f"missing: give [strategy] with name = one of {', '.join(sorted(STRATEGIES))}")
+        items = value if isinstance(value, list) else [value]
+        out = []
+        for i, item in enumerate(items):
+            where = f"strategy[{i}]" if isinstance(value, list) else "strategy"
+            if not isinstance(item, dict):
+                raise self.fail(where, "must be a table with name, seed, repeats, options")
+            self.no_unknown(item, {"name", "seed", "repeats", "options"}, f"{where}.")
+            name = self.string(item, "name", f"{where}.name")
+            if name not in STRATEGIES:
+                raise self.fail(f"{where}.name",
+                                f"unknown strategy {name!r}; accepted: {', '.join(sorted(STRATEGIES))}")
+            seed = self.positive_int(item, "seed", f"{where}.seed", default=0, minimum=0)
+            repeats = self.positive_int(item, "repeats", f"{where}.repeats", default=1)
+            options = item.get("options", {})
+            if not isinstance(options, dict):
+                raise self.fail(f"{where}.options", "must be a table")
+            allowed = {*STRATEGIES[name].defaults, "seeding"}
+            self.no_unknown(options, allowed, f"{where}.options.")
+            if options.get("seeding", "random") not in ("random", "hardware"):
+                raise self.fail(f"{where}.options.seeding", "must be 'random' or 'hardware'")
+            out.append(StrategySpec(name, seed, repeats, dict(options)))
+        return out
+
+    def budget(self) -> Budget:
+        b = self.table(self.raw, "budget", {"trials", "seconds", "plateau"}, "")
+        trials = self.positive_int(b, "trials", "budget.trials")
+        seconds = b.get("seconds")
+        if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
+                                    or seconds <= 0):
+            raise self.fail("budget.seconds", f"must be a positive number, got {seconds!r}")
+        plateau = self.positive_int(b, "plateau", "budget.plateau")
+        if trials is None and seconds is None:
+            raise self.fail("budget", "give trials and/or seconds")
+        return Budget(trials, float(seconds) if seconds is not None else None, plateau)

@@ -1,0 +1,179 @@
+"""Figures read from the studies: convergence and parameter effects, as PNG.
+
+* ``<experiment>_<problem>_convergence.png``: best so far against evaluations
+  and against the tuning clock, one curve per strategy, the median over its
+  seeds with the inter-quartile band. When the landscape's optimum is known,
+  the y axis is the fraction of the optimum reached (1.0 = the optimum).
+* ``<experiment>_<problem>_params.png``: for each parameter, how the measured
+  points spread per choice (relative to the best point seen).
+
+Example::
+
+    paths = plot_experiment("sqlite:///runs/quickstart.db", "quickstart", "plots")
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display is needed or wanted
+import matplotlib.pyplot as plt
+import numpy as np
+import optuna
+from optuna.trial import TrialState
+
+from evotune.study import make_storage
+
+
+@dataclass
+class Curve:
+    strategy: str
+    seed: int
+    values: np.ndarray  # best so far after each evaluation (nan before the first success)
+    clock: np.ndarray  # tuning clock after each evaluation, seconds
+
+
+@dataclass
+class ProblemRuns:
+    experiment: str
+    problem_key: str
+    optimum_ms: float | None
+    curves: list[Curve]
+    trials: list[optuna.trial.FrozenTrial]
+
+
+def load_runs(storage: str | optuna.storages.BaseStorage, experiment: str | None = None) -> list[ProblemRuns]:
+    st = make_storage(storage) if isinstance(storage, str) else storage
+    groups: dict[tuple[str, str], ProblemRuns] = {}
+    for s in optuna.get_all_study_summaries(st, include_best_trial=False):
+        a = s.user_attrs
+        exp = a.get("experiment", s.study_name.split("/")[0])
+        if experiment is not None and exp != experiment:
+            continue
+        key = (exp, a.get("problem_key", s.study_name))
+        runs = groups.setdefault(key, ProblemRuns(exp, key[1], a.get("optimum_ms"), [], []))
+        trials = optuna.load_study(study_name=s.study_name, storage=st).get_trials(
+            deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
+        trials.sort(key=lambda t: t.number)
+        values = np.array([t.value if t.state == TrialState.COMPLETE else np.nan for t in trials], dtype=float)
+        best = np.fmin.accumulate(values) if len(values) else values
+        clock = np.array([t.user_attrs.get("clock_s", i) for i, t in enumerate(trials)], dtype=float)
+        runs.curves.append(Curve(a.get("strategy", "?"), int(a.get("seed", 0)), best, clock))
+        runs.trials.extend(trials)
+    return [groups[k] for k in sorted(groups)]
+
+
+def _band(curves: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    n = max(len(c) for c in curves)
+    m = np.full((len(curves), n), np.nan)
+    for i, c in enumerate(curves):
+        m[i, : len(c)] = c
+        if len(c):
+            m[i, len(c):] = c[-1]  # a finished run keeps its best
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-nan columns before a first success
+        return tuple(np.nanpercentile(m, q, axis=0) for q in (25, 50, 75))  # type: ignore[return-value]
+
+
+def plot_convergence(runs: ProblemRuns, path: str | Path) -> Path:
+    by_strategy: dict[str, list[Curve]] = defaultdict(list)
+    for c in runs.curves:
+        by_strategy[c.strategy].append(c)
+    opt = runs.optimum_ms
+
+    def y(values: np.ndarray) -> np.ndarray:
+        return opt / values if opt else values
+
+    fig, (ax_e, ax_t) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for i, (strategy, curves) in enumerate(sorted(by_strategy.items())):
+        color = f"C{i}"
+        lo, med, hi = _band([y(c.values) for c in curves])
+        x = np.arange(1, len(med) + 1)
+        label = f"{strategy} ({len(curves)} seed{'s' if len(curves) > 1 else ''})"
+        ax_e.plot(x, med, color=color, label=label)
+        ax_e.fill_between(x, lo, hi, color=color, alpha=0.2, linewidth=0)
+        tmax = max(float(c.clock[-1]) for c in curves if len(c.clock)) if any(len(c.clock) for c in curves) else 1.0
+        grid = np.linspace(0, tmax, 300)
+        on_grid = []
+        for c in curves:
+            idx = np.searchsorted(c.clock, grid, side="right") - 1
+            vals = np.where(idx >= 0, y(c.values)[np.clip(idx, 0, None)], np.nan) if len(c.values) else grid * np.nan
+            on_grid.append(vals)
+        glo, gmed, ghi = _band(on_grid)
+        ax_t.plot(grid, gmed, color=color, label=label)
+        ax_t.fill_between(grid, glo, ghi, color=color, alpha=0.2, linewidth=0)
+    ylabel = "fraction of optimum reached (1 = best in landscape)" if opt else "best time so far (ms, lower is better)"
+    ax_e.set_ylabel(ylabel)
+    ax_e.set_xlabel("evaluations")
+    ax_t.set_xlabel("tuning clock (s): compile + benchmark time charged per point")
+    if opt:
+        for ax in (ax_e, ax_t):
+            ax.axhline(1.0, color="k", linestyle="--", linewidth=0.8)
+    for ax in (ax_e, ax_t):
+        ax.grid(alpha=0.3)
+    ax_e.legend(loc="lower right" if opt else "upper right")
+    fig.suptitle(f"{runs.experiment}: {runs.problem_key} (median and inter-quartile band over seeds)")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_param_effects(runs: ProblemRuns, path: str | Path, max_params: int = 16) -> Path | None:
+    seen: dict[str, optuna.trial.FrozenTrial] = {}
+    for t in runs.trials:
+        if t.state == TrialState.COMPLETE:
+            seen.setdefault(t.user_attrs.get("key", str(t.params)), t)
+    trials = list(seen.values())
+    if not trials:
+        return None
+    best = min(t.value for t in trials)
+    names = [n for n in trials[0].params if len({str(t.params[n]) for t in trials}) > 1][:max_params]
+    if not names:
+        return None
+    cols = min(4, len(names))
+    rows = (len(names) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.8 * rows), squeeze=False, sharey=True)
+    for ax, name in zip(axes.flat, names, strict=False):
+        choices = sorted({t.params[name] for t in trials}, key=_sort_key)
+        data = [[best / t.value for t in trials if t.params[name] == c] for c in choices]
+        ax.boxplot(data, showfliers=False)
+        ax.set_xticks(range(1, len(choices) + 1), [str(c) for c in choices], rotation=45 if len(choices) > 6 else 0,
+                      fontsize=8)
+        ax.set_title(name, fontsize=10)
+        ax.grid(alpha=0.3, axis="y")
+    for ax in list(axes.flat)[len(names):]:
+        ax.axis("off")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("best / time (1 = best)")
+    fig.suptitle(f"{runs.experiment}: {runs.problem_key}: effect of each parameter ({len(trials)} measured points)")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _sort_key(v: object) -> tuple[int, object]:
+    return (0, v) if isinstance(v, (int, float)) else (1, str(v))
+
+
+def _save(fig: plt.Figure, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_experiment(storage: str | optuna.storages.BaseStorage, experiment: str | None,
+                    out_dir: str | Path) -> list[Path]:
+    """Write the convergence and parameter-effect PNGs of every problem; returns their paths."""
+    out = []
+    for runs in load_runs(storage, experiment):
+        stem = f"{runs.experiment}_{runs.problem_key}"
+        out.append(plot_convergence(runs, Path(out_dir) / f"{stem}_convergence.png"))
+        effects = plot_param_effects(runs, Path(out_dir) / f"{stem}_params.png")
+        if effects:
+            out.append(effects)
+    return out

@@ -1,0 +1,121 @@
+"""The best configurations found, read back from the studies: table and JSON export.
+
+Per problem it says how far the best is from the landscape's optimum (when
+the optimum is known), from the baselines timed beside it (cuBLAS) and from
+the chip's dense peak (GEMMs on known hardware).
+
+Example::
+
+    rows = collect_best("sqlite:///runs/quickstart.db", experiment="quickstart")
+    export_best(rows, "runs/quickstart_best.json")
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from rich.table import Table
+
+from evotune import hardware as hw
+from evotune.problem import Problem
+from evotune.study import make_storage
+
+
+@dataclass
+class Best:
+    experiment: str
+    problem_key: str
+    problem: dict[str, Any]
+    space: str
+    config: dict[str, Any]
+    time_ms: float
+    study: str
+    trial: int
+    strategy: str
+    seed: int
+    trials: int  # finished trials over every study of this problem
+    hardware: str | None = None
+    optimum_ms: float | None = None
+    tflops: float | None = None
+    pct_peak: float | None = None
+    baselines: dict[str, float] = field(default_factory=dict)  # name -> time_ms
+
+    @property
+    def fraction_of_optimum(self) -> float | None:
+        return self.optimum_ms / self.time_ms if self.optimum_ms else None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["fraction_of_optimum"] = self.fraction_of_optimum
+        d["speedup_vs"] = {k: v / self.time_ms for k, v in self.baselines.items()}
+        return d
+
+
+def collect_best(storage: str | optuna.storages.BaseStorage, experiment: str | None = None) -> list[Best]:
+    """The best trial per problem over every study (of ``experiment``, when given) in ``storage``."""
+    st = make_storage(storage) if isinstance(storage, str) else storage
+    by_problem: dict[tuple[str, str], list[optuna.study.StudySummary]] = defaultdict(list)
+    for s in optuna.get_all_study_summaries(st, include_best_trial=True):
+        exp = s.user_attrs.get("experiment", s.study_name.split("/")[0])
+        if experiment is not None and exp != experiment:
+            continue
+        by_problem[(exp, s.user_attrs.get("problem_key", s.study_name))].append(s)
+    out = []
+    for (exp, key), summaries in sorted(by_problem.items()):
+        done = [s for s in summaries if s.best_trial is not None]
+        trials = sum(s.n_trials for s in summaries)
+        if not done:
+            continue
+        s = min(done, key=lambda s: s.best_trial.value)
+        a, t = s.user_attrs, s.best_trial
+        best = Best(exp, key, a.get("problem", {}), a.get("space", "?"), dict(t.params), float(t.value),
+                    s.study_name, t.number, a.get("strategy", "?"), int(a.get("seed", 0)), trials,
+                    a.get("hardware"), a.get("optimum_ms"))
+        best.baselines = {k: float(v["time_ms"] if isinstance(v, dict) else v)
+                          for k, v in (a.get("baselines") or {}).items()}
+        _add_throughput(best)
+        out.append(best)
+    return out
+
+
+def _add_throughput(best: Best) -> None:
+    if best.problem.get("kind") != "gemm":
+        return
+    problem = Problem.from_dict(best.problem)
+    best.tflops = problem.flops / (best.time_ms * 1e-3) / 1e12
+    if best.hardware:
+        try:
+            peak = hw.get_hardware(best.hardware).peak(problem.dtype)
+        except (KeyError, RuntimeError):
+            peak = None
+        if peak:
+            best.pct_peak = 100.0 * best.tflops / peak
+
+
+def best_table(rows: list[Best], title: str = "Best configurations") -> Table:
+    table = Table(title=title)
+    for col in ("problem", "best (ms)", "vs optimum", "vs baseline", "TFLOP/s (% peak)", "trials", "found by",
+                "configuration"):
+        table.add_column(col, overflow="fold")
+    for b in rows:
+        frac = f"{100 * b.fraction_of_optimum:.1f}%" if b.fraction_of_optimum else "-"
+        base = ", ".join(f"{v / b.time_ms:.2f}x {k}" for k, v in b.baselines.items()) or "-"
+        tput = f"{b.tflops:.0f} ({b.pct_peak:.0f}%)" if b.tflops and b.pct_peak else (
+            f"{b.tflops:.0f}" if b.tflops else "-")
+        cfg = " ".join(f"{k}={v}" for k, v in b.config.items())
+        table.add_row(b.problem_key, f"{b.time_ms:.4g}", frac, base, tput, str(b.trials),
+                      f"{b.strategy} s{b.seed}", cfg)
+    return table
+
+
+def export_best(rows: list[Best], path: str | Path) -> Path:
+    """Write the best configurations as JSON, one object per problem."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([b.to_dict() for b in rows], indent=2) + "\n")
+    return path

@@ -1,0 +1,150 @@
+"""Running an experiment: one study per (problem, strategy, seed), with live progress.
+
+Example::
+
+    from evotune.experiment import load_experiment
+    from evotune.runner import run_experiment
+    results = run_experiment(load_experiment("experiments/quickstart.toml"))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from evotune import hardware as hw
+from evotune.evaluation.base import Evaluator
+from evotune.evaluation.landscape import Landscape, LandscapeError, load_landscape
+from evotune.evaluation.replay import ReplayEvaluator
+from evotune.experiment import Experiment, ExperimentError
+from evotune.plugins import load_space
+from evotune.problem import Problem
+from evotune.space import Context, SearchSpace
+from evotune.strategies import make_strategy
+from evotune.study import StudyStore, make_storage
+from evotune.tuner import TuneResult, tune
+
+
+@dataclass
+class Target:
+    """One problem to tune, with its space, context and (for replay) landscape."""
+
+    problem: Problem
+    space: SearchSpace
+    ctx: Context
+    landscape: Landscape | None = None
+
+
+def study_name(exp: Experiment, problem: Problem, strategy: str, seed: int) -> str:
+    return f"{exp.name}/{problem.key}/{strategy}/seed{seed}"
+
+
+def targets(exp: Experiment) -> list[Target]:
+    """Resolve the experiment's problems, spaces and hardware; every error names its field."""
+    hardware = None
+    if exp.hardware is not None:
+        try:
+            hardware = hw.get_hardware(exp.hardware)
+        except RuntimeError as exc:
+            raise ExperimentError(exp.path, "hardware", f"'auto' found no GPU ({exc})") from None
+    out = []
+    if exp.oracle == "replay":
+        for path in exp.landscapes:
+            try:
+                ls = load_landscape(path)
+            except LandscapeError as exc:
+                raise ExperimentError(exp.path, "oracle.landscapes", str(exc)) from None
+            space = ls.space() if exp.space == "landscape" else load_space(exp.space, exp.base_dir)
+            if exp.space != "landscape" and ls.names != space.names:
+                raise ExperimentError(exp.path, "space", f"{exp.space!r} has parameters {space.names}, but "
+                                      f"landscape {path.name} records {ls.names}")
+            out.append(Target(ls.problem, space, Context(hardware, ls.problem), ls))
+    else:
+        space = load_space(exp.space, exp.base_dir)
+        out = [Target(p, space, Context(hardware, p)) for p in exp.problems]
+    for t in out:
+        if len(t.space.feasible(t.ctx)) == 0:
+            pruned = ", ".join(f"{k} ({v})" for k, v in t.space.feasible(t.ctx).pruned.most_common(3))
+            raise ExperimentError(exp.path, "space", f"every point of {t.space.name!r} is infeasible for "
+                                  f"{t.problem.describe()} on {exp.hardware}: pruned by {pruned}")
+    return out
+
+
+def make_evaluator(exp: Experiment, target: Target) -> Evaluator:
+    if exp.oracle == "replay":
+        assert target.landscape is not None
+        return ReplayEvaluator(target.landscape)
+    try:
+        from evotune.evaluation.gpu import GpuEvaluator  # needs the gpu extra and a CUDA GPU
+    except ImportError as exc:
+        raise ExperimentError(exp.path, "oracle.kind", f"'gpu' needs the gpu extra and a CUDA GPU ({exc})") from None
+    return GpuEvaluator(target.space, target.ctx, **exp.oracle_options)
+
+
+def study_attrs(exp: Experiment, target: Target, strategy: str, seed: int) -> dict:
+    attrs = {
+        "experiment": exp.name, "space": target.space.name, "problem": target.problem.to_dict(),
+        "problem_key": target.problem.key, "strategy": strategy, "seed": seed, "oracle": exp.oracle,
+        "hardware": target.ctx.hardware.name if target.ctx.hardware else None,
+        "feasible": len(target.space.feasible(target.ctx)), "space_size": target.space.size,
+    }
+    if target.landscape is not None:
+        ls = target.landscape
+        attrs.update(landscape=str(ls.path), optimum_ms=ls.optimum_ms, device=ls.meta.get("device"),
+                     baselines=ls.baselines)
+    return attrs
+
+
+@contextmanager
+def _progress(console: Console, enabled: bool) -> Iterator[Progress | None]:
+    if not enabled:
+        yield None
+        return
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("best {task.fields[best]}"), TimeElapsedColumn(), TextColumn("ETA"),
+               TimeRemainingColumn()]
+    with Progress(*columns, console=console, transient=False) as progress:
+        yield progress
+
+
+def run_experiment(exp: Experiment, console: Console | None = None, progress: bool = True) -> list[TuneResult]:
+    """Tune every (problem, strategy, seed) of ``exp`` to its budget; resumes what the storage already holds."""
+    console = console or Console(stderr=True)
+    try:
+        storage = make_storage(exp.storage)
+    except Exception as exc:  # any storage driver error: the URL is what the user can fix
+        raise ExperimentError(exp.path, "storage.url", f"cannot open {exp.storage!r}: {exc}") from None
+    results = []
+    with _progress(console, progress) as bar:
+        for target in targets(exp):
+            evaluator = make_evaluator(exp, target)
+            try:
+                for spec in exp.strategies:
+                    for seed in spec.seeds:
+                        results.append(_run_one(exp, target, evaluator, storage, spec.name, seed, spec.options, bar))
+            finally:
+                evaluator.close()
+    return results
+
+
+def _run_one(exp: Experiment, target: Target, evaluator: Evaluator, storage, strategy: str, seed: int,
+             options: dict, bar: Progress | None) -> TuneResult:
+    name = study_name(exp, target.problem, strategy, seed)
+    store = StudyStore.open(storage, name, target.space, study_attrs(exp, target, strategy, seed))
+    feasible = target.space.feasible(target.ctx)
+    strat = make_strategy(strategy, target.space, feasible, seed=seed, ctx=target.ctx,
+                          budget=exp.budget.trials, **options)
+    task = None
+    if bar is not None:
+        total = min(exp.budget.trials, len(feasible)) if exp.budget.trials else None
+        task = bar.add_task(f"{target.problem.key[:28]} {strategy} s{seed}", total=total, best="-")
+
+    def on_trial(n: int, best: float | None) -> None:
+        if bar is not None and task is not None:
+            bar.update(task, completed=n, best=f"{best:.4g} ms" if best is not None else "-")
+
+    return tune(target.space, target.ctx, evaluator, strat, store, exp.budget, on_trial)

@@ -1,0 +1,137 @@
+"""Storage of trials in an Optuna study: the one record of what happened.
+
+Each (problem, strategy, seed) of an experiment is one Optuna study in one
+storage (a sqlite file by default; any Optuna storage URL works). A trial is
+written whole, once its evaluation has finished, with ``study.add_trial``:
+there is never a RUNNING trial to leave behind, and a finished trial is never
+lost to an interruption.
+
+Trial user attributes (see docs/ARCHITECTURE.md):
+``key`` (canonical point text), ``status``, ``samples_ms``, ``compile_s``,
+``bench_s``, ``clock_s`` (the tuning clock after this trial: simulated for
+replay, wall time on a GPU), ``wall_s`` (when it finished), and, only when
+they have a value, ``error`` (verification error) and ``message`` (why it failed).
+The trial's value is the time in ms (COMPLETE); failed points are FAIL.
+
+Example::
+
+    store = StudyStore.open("sqlite:///runs/demo.db", "demo/gemm_bf16_tn_4096x4096x4096/ga/seed0", space)
+    store.record(point, result, clock_s=1.5)
+    [t.value for t in store.history()]
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import TrialState
+
+from evotune.evaluation.result import EvalResult, Status
+from evotune.space import Point, SearchSpace
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def sqlite_url(path: str | Path) -> str:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{path}"
+
+
+def make_storage(url: str) -> optuna.storages.BaseStorage:
+    """An Optuna storage for ``url``: RDB URLs (sqlite, postgresql, ...) or ``journal:PATH``."""
+    if url.startswith("journal:"):
+        from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+        path = Path(url.removeprefix("journal:"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return JournalStorage(JournalFileBackend(str(path)))
+    if url.startswith("sqlite:///"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    # heartbeat-free RDB storage; a trial is added whole, so none can be left RUNNING
+    return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+
+
+@dataclass
+class Record:
+    """One finished trial, as read back from the study."""
+
+    number: int
+    point: Point
+    key: str
+    status: Status
+    value: float | None
+    attrs: dict[str, Any]
+
+    @property
+    def clock_s(self) -> float:
+        return float(self.attrs.get("clock_s", 0.0))
+
+
+class StudyStore:
+    """One Optuna study, seen as a list of evaluated points."""
+
+    def __init__(self, study: optuna.Study, space: SearchSpace):
+        self.study = study
+        self.space = space
+        self.dists = {p.name: CategoricalDistribution(p.storage_choices()) for p in space.params}
+
+    @classmethod
+    def open(cls, storage: str | optuna.storages.BaseStorage, name: str, space: SearchSpace,
+             attrs: Mapping[str, Any] | None = None) -> StudyStore:
+        """Create the study, or load it when it exists (resume)."""
+        st = make_storage(storage) if isinstance(storage, str) else storage
+        study = optuna.create_study(storage=st, study_name=name, direction="minimize", load_if_exists=True)
+        for k, v in (attrs or {}).items():
+            if study.user_attrs.get(k) != _jsonable(v):
+                study.set_user_attr(k, _jsonable(v))
+        return cls(study, space)
+
+    def history(self) -> list[Record]:
+        """Every finished trial, in order."""
+        out = []
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
+            try:
+                point = self.space.from_storage(t.params)
+            except (KeyError, ValueError):
+                continue  # a trial of some other space version; it keeps its place in storage
+            status = Status(t.user_attrs.get("status", "ok" if t.state == TrialState.COMPLETE else "runtime_error"))
+            out.append(Record(t.number, point, t.user_attrs.get("key") or self.space.key(point), status,
+                              t.value if t.state == TrialState.COMPLETE else None, dict(t.user_attrs)))
+        return out
+
+    def record(self, point: Point, result: EvalResult, clock_s: float, extra: Mapping[str, Any] | None = None) -> None:
+        """Write one finished evaluation as one trial (COMPLETE when OK, else FAIL with its reason)."""
+        # Few attributes on purpose: each costs a row (and ~1 ms) in an RDB storage.
+        # The value is the trial's own; problem, strategy and seed are the study's.
+        attrs = {
+            "key": self.space.key(point), "status": result.status.value, "samples_ms": list(result.samples_ms),
+            "compile_s": result.compile_s, "bench_s": result.bench_s, "clock_s": clock_s, "wall_s": time.time(),
+            "error": result.error, "message": result.message[:2000] or None,
+        }
+        attrs.update({k: _jsonable(v) for k, v in result.extra.items()})
+        attrs.update({k: _jsonable(v) for k, v in (extra or {}).items()})
+        ok = result.status is Status.OK
+        trial = optuna.trial.create_trial(
+            params=self.space.to_storage(point), distributions=self.dists,
+            value=result.time_ms if ok else None, state=TrialState.COMPLETE if ok else TrialState.FAIL,
+            user_attrs={k: v for k, v in attrs.items() if v is not None},
+        )
+        self.study.add_trial(trial)
+
+
+def _jsonable(v: Any) -> Any:
+    """Optuna stores user attributes as JSON: turn tuples, numpy scalars and the like into plain values."""
+    return json.loads(json.dumps(v, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
+
+
+def study_names(storage: str | optuna.storages.BaseStorage) -> list[str]:
+    st = make_storage(storage) if isinstance(storage, str) else storage
+    return [s.study_name for s in optuna.get_all_study_summaries(st, include_best_trial=False)]

@@ -1,0 +1,145 @@
+"""A Triton GEMM in the style of the tutorial matmul, with grouped ordering and split-K.
+
+Each program computes a ``BLOCK_M x BLOCK_N`` tile of C over ``K / SPLIT_K`` of the
+reduction, ``BLOCK_K`` at a time through a ``num_stages``-deep software pipeline;
+programs are ordered in bands of ``GROUP_M`` tile rows for L2 reuse.  With
+``SPLIT_K > 1`` the partial tiles are added into C with atomics (fp32 or int32 for
+int8).  ``num_ctas > 1`` asks Triton for a thread-block cluster (sm_90+).
+
+Definitions only for now: ``build``/``run``/``reference`` come with the GPU half.
+The split-K rule below assumes that half masks the K tail only for ``SPLIT_K = 1``.
+
+Example::
+
+    from evotune.hardware import get_hardware
+    from evotune.problem import Problem
+    from evotune.space import Context
+    from search_spaces.triton_matmul import SPACE
+
+    ctx = Context(get_hardware("A100"), Problem.gemm(4096, 4096, 4096, "bf16"))
+    feasible = SPACE.feasible(ctx)
+    len(feasible), feasible.pruned.most_common(3)
+    best = min((feasible.point(r) for r in range(len(feasible))), key=lambda p: SPACE.estimate(p, ctx))
+"""
+
+from __future__ import annotations
+
+from evotune.problem import Problem
+from evotune.space import Context, Point, SearchSpace, constraint, hardware_limit, ordinal, power_of_two
+from search_spaces import _gemm_model as gm
+
+DEFAULT_PROBLEM = Problem.gemm(4096, 4096, 4096, "bf16")
+ACC_BYTES = 4  # fp32 accumulator, int32 for int8
+REG_OVERHEAD = 32  # registers per thread besides the accumulator: pointers, offsets, masks, loop state
+WARP = 32
+
+
+def _problem(ctx: Context) -> Problem:
+    return gm.problem_or(ctx, DEFAULT_PROBLEM)
+
+
+def smem_bytes(point: Point, problem: Problem) -> int:
+    """``num_stages`` buffers of the A (BLOCK_M x BLOCK_K) and B (BLOCK_K x BLOCK_N) tiles."""
+    return point["num_stages"] * (point["BLOCK_M"] + point["BLOCK_N"]) * point["BLOCK_K"] * problem.in_bytes
+
+
+def threads(point: Point) -> int:
+    return point["num_warps"] * WARP
+
+
+def acc_registers(point: Point) -> int:
+    """32-bit registers per thread for the accumulator tile, spread over every thread of the block."""
+    return -(-point["BLOCK_M"] * point["BLOCK_N"] * ACC_BYTES // (threads(point) * 4))
+
+
+def registers(point: Point) -> int:
+    """Estimated registers per thread: accumulator plus a fixed overhead."""
+    return acc_registers(point) + REG_OVERHEAD
+
+
+def _fp8_supported(p: Point, ctx: Context) -> bool:
+    problem = gm.gemm_problem(ctx)
+    return ctx.hardware is None or problem is None or problem.dtype != "fp8" or ctx.hardware.has("fp8")
+
+
+def _clusters_ok(p: Point, ctx: Context) -> bool:
+    hw = ctx.hardware
+    return hw is None or p["num_ctas"] == 1 or (hw.has("clusters") and p["num_ctas"] <= hw.max_cluster_portable)
+
+
+def _regs_per_thread_ok(p: Point, ctx: Context) -> bool:
+    return ctx.hardware is None or registers(p) <= ctx.hardware.regs_per_thread
+
+
+def _block_regs(p: Point) -> int:
+    return -(-registers(p) // 8) * 8 * threads(p)  # allocated in units of 8 per thread
+
+
+def _regs_per_block_ok(p: Point, ctx: Context) -> bool:
+    return ctx.hardware is None or _block_regs(p) <= ctx.hardware.regs_per_sm
+
+
+def _split_k_ok(p: Point, ctx: Context) -> bool:
+    problem = gm.gemm_problem(ctx)
+    if problem is None or p["SPLIT_K"] == 1:
+        return True
+    return problem.k % (p["SPLIT_K"] * p["BLOCK_K"]) == 0
+
+
+def estimate(point: Point, ctx: Context) -> float:
+    """Predicted time in ms from the shared roofline/wave model (default problem and H100 when unknown).
+
+    ``num_ctas > 1`` is modelled as a cluster whose CTAs split BLOCK_M and share the
+    B tile by multicast; shared memory and registers are charged as if unsplit.
+    """
+    problem, hw = _problem(ctx), gm.hardware_or_default(ctx)
+    ctas = point["num_ctas"]
+    async_mma = hw.has("wgmma") or hw.has("tcgen05")
+    tiling = gm.Tiling(
+        tile_m=max(point["BLOCK_M"] // ctas, 1), tile_n=point["BLOCK_N"], tile_k=point["BLOCK_K"],
+        stages=point["num_stages"], smem_bytes=smem_bytes(point, problem), cluster=(ctas, 1),
+        split_k=point["SPLIT_K"], persistent=False, threads=threads(point), regs_per_thread=registers(point),
+        # blocks under 64 rows cannot use a warpgroup MMA and fall back to mma.sync
+        mma_rate=gm.LEGACY_MMA_RATE if async_mma and point["BLOCK_M"] < 64 else 1.0,
+        band=point["GROUP_M"], band_along_m=True, wave_overhead_us=1.0,
+    )
+    return gm.estimate_ms(tiling, problem, hw)
+
+
+SPACE = SearchSpace(
+    name="triton_matmul",
+    params=[
+        power_of_two("BLOCK_M", 16, 256, doc="tile rows per program"),
+        power_of_two("BLOCK_N", 32, 256, doc="tile columns per program"),
+        power_of_two("BLOCK_K", 32, 256, doc="K elements per pipeline step"),
+        ordinal("GROUP_M", [1, 4, 8], doc="tile rows per band of the grouped program order (L2 reuse)"),
+        power_of_two("SPLIT_K", 1, 16, doc="programs sharing one tile's K range, reduced with atomics"),
+        ordinal("num_warps", [4, 8], doc="warps per program"),
+        ordinal("num_stages", [2, 3, 4, 5], doc="software-pipeline depth of the K loop"),
+        ordinal("num_ctas", [1, 2], doc="CTAs per program as a thread-block cluster (sm_90+)"),
+    ],
+    constraints=[
+        # Triton lowers e4m3 dots only on sm_89 and newer
+        hardware_limit("fp8", _fp8_supported, "fp8 inputs need fp8 tensor cores; {ctx.hardware.name} has none"),
+        hardware_limit("clusters", _clusters_ok,
+                       "num_ctas={num_ctas} needs thread-block clusters (sm_90+); {ctx.hardware.name} "
+                       "allows {ctx.hardware.max_cluster_portable} CTA per cluster"),
+        gm.smem_limit("smem", lambda p, ctx: smem_bytes(p, _problem(ctx)),
+                      "{num_stages} stages of ({BLOCK_M}+{BLOCK_N})x{BLOCK_K}"),
+        hardware_limit("regs-per-thread", _regs_per_thread_ok,
+                       gm.Message("needs about {regs} registers per thread ({acc} for the {BLOCK_M}x{BLOCK_N} "
+                                  "accumulator over {num_warps} warps + {overhead}), {ctx.hardware.name} "
+                                  "allows {ctx.hardware.regs_per_thread}",
+                                  lambda p, ctx: {"regs": registers(p), "acc": acc_registers(p),
+                                                  "overhead": REG_OVERHEAD})),
+        hardware_limit("regs-per-block", _regs_per_block_ok,
+                       gm.Message("needs {block_regs} registers per block, {ctx.hardware.name} has "
+                                  "{ctx.hardware.regs_per_sm} per SM",
+                                  lambda p, ctx: {"block_regs": _block_regs(p)})),
+        constraint("split-k", _split_k_ok,
+                   "K={ctx.problem.k} does not split into {SPLIT_K} chunks that are multiples of BLOCK_K={BLOCK_K}"),
+    ],
+    description="Triton tutorial-style GEMM with grouped ordering, split-K and optional clusters",
+    estimate=estimate,
+    default_problem=DEFAULT_PROBLEM,
+)
