@@ -99,13 +99,13 @@ def _check_storage(url: str, where: str) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from evotune.plots import plot_experiment
     from evotune.report import best_table, collect_best, export_best
-    from evotune.runner import run_experiment
+    from evotune.runner import preflight, run_experiment, targets
 
     exp = load_experiment(args.experiment)
+    resolved = targets(exp)
+    preflight(exp, resolved)
     console = Console(stderr=True)
-    console.print(f"[bold]evotune[/] {exp.name}: space {exp.space}, oracle {exp.oracle}, "
-                  f"strategies {', '.join(s.name for s in exp.strategies)}, storage {exp.storage}")
-    results = run_experiment(exp, console, progress=not args.no_progress)
+    results = run_experiment(exp, console, progress=not args.no_progress, resolved=resolved)
     for r in results:
         fails = ", ".join(f"{k} {v}" for k, v in sorted(r.failures.items()))
         console.print(f"  {r.study_name}: {r.trials} trials ({r.new_trials} new), stopped on {r.stopped}"

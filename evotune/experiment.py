@@ -17,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,7 @@ class StrategySpec:
     seed: int = 0
     repeats: int = 1
     options: dict[str, Any] = field(default_factory=dict)
+    where: str = "strategy"  # its place in the file, for error messages: strategy or strategy[i]
 
     @property
     def seeds(self) -> list[int]:
@@ -136,6 +138,8 @@ class _Parser:
         self.no_unknown(raw, _TOP, "")
         name = self.string(raw, "name", "name", default=self.path.stem)
         description = raw.get("description", "")
+        if not isinstance(description, str):
+            raise self.fail("description", f"must be a string, got {description!r}")
         space = self.string(raw, "space", "space")
         oracle_t = self.table(raw, "oracle", {"kind", "landscapes", "timeout_s", "workers"}, "")
         oracle = self.string(oracle_t, "kind", "oracle.kind", default="replay")
@@ -219,10 +223,12 @@ class _Parser:
     def check_space(self, space: str) -> None:
         if space == "landscape":
             return
-        from evotune.plugins import SpaceNotFound, builtin_names, entry_point_names, load_space
+        from evotune.plugins import SpaceLoadError, SpaceNotFound, builtin_names, entry_point_names, load_space
 
         try:
             load_space(space, self.path.parent)
+        except SpaceLoadError as exc:
+            raise self.fail("space", f"cannot load {space!r}: {exc}") from None
         except SpaceNotFound:
             known = ["landscape", *builtin_names(), *entry_point_names()]
             raise self.fail("space", f"unknown space {space!r}; accepted: {', '.join(known)}, "
@@ -230,6 +236,7 @@ class _Parser:
 
     def strategies(self, value: Any) -> list[StrategySpec]:
         from evotune.strategies import STRATEGIES
+        from evotune.strategies.base import OptionError
 
         if value is None:
             raise self.fail("strategy", f"missing: give [strategy] with name = one of {', '.join(sorted(STRATEGIES))}")
@@ -249,11 +256,11 @@ class _Parser:
             options = item.get("options", {})
             if not isinstance(options, dict):
                 raise self.fail(f"{where}.options", "must be a table")
-            allowed = {*STRATEGIES[name].defaults, "seeding"}
-            self.no_unknown(options, allowed, f"{where}.options.")
-            if options.get("seeding", "random") not in ("random", "hardware"):
-                raise self.fail(f"{where}.options.seeding", "must be 'random' or 'hardware'")
-            out.append(StrategySpec(name, seed, repeats, dict(options)))
+            try:
+                STRATEGIES[name].check_options(options)
+            except OptionError as exc:
+                raise self.fail(f"{where}.options.{exc.name}", str(exc).split(": ", 1)[1]) from None
+            out.append(StrategySpec(name, seed, repeats, dict(options), where))
         return out
 
     def budget(self) -> Budget:
@@ -261,7 +268,7 @@ class _Parser:
         trials = self.positive_int(b, "trials", "budget.trials")
         seconds = b.get("seconds")
         if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
-                                    or seconds <= 0):
+                                    or not math.isfinite(seconds) or seconds <= 0):
             raise self.fail("budget.seconds", f"must be a positive number, got {seconds!r}")
         plateau = self.positive_int(b, "plateau", "budget.plateau")
         if trials is None and seconds is None:

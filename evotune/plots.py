@@ -97,8 +97,8 @@ def plot_convergence(runs: ProblemRuns, path: str | Path) -> Path:
         label = f"{strategy} ({len(curves)} seed{'s' if len(curves) > 1 else ''})"
         ax_e.plot(x, med, color=color, label=label)
         ax_e.fill_between(x, lo, hi, color=color, alpha=0.2, linewidth=0)
-        tmax = max(float(c.clock[-1]) for c in curves if len(c.clock)) if any(len(c.clock) for c in curves) else 1.0
-        grid = np.linspace(0, tmax, 300)
+        ends = [(float(c.clock[0]), float(c.clock[-1])) for c in curves if len(c.clock)] or [(0.0, 1.0)]
+        grid = np.linspace(min(e[0] for e in ends), max(e[1] for e in ends), 300)
         on_grid = []
         for c in curves:
             idx = np.searchsorted(c.clock, grid, side="right") - 1

@@ -30,6 +30,10 @@ class SpaceNotFound(LookupError):
     pass
 
 
+class SpaceLoadError(SpaceNotFound):
+    """The space's module was found but raised while loading."""
+
+
 def builtin_names() -> list[str]:
     import search_spaces
 
@@ -65,7 +69,10 @@ def _from_file(name: str, base_dir: Path | None) -> SearchSpace:
             spec = importlib.util.spec_from_file_location(f"evotune_user_space_{path.stem}", path)
             assert spec and spec.loader
             module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
+            try:
+                spec.loader.exec_module(module)
+            except Exception as exc:  # the user's code: any error is theirs to see, in one line
+                raise SpaceLoadError(f"{path}: {type(exc).__name__}: {exc}".replace("\n", " ")) from exc
             return _space_of(module, str(path))
     raise SpaceNotFound(name)
 

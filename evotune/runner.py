@@ -74,15 +74,32 @@ def targets(exp: Experiment) -> list[Target]:
     return out
 
 
-def make_evaluator(exp: Experiment, target: Target) -> Evaluator:
-    if exp.oracle == "replay":
-        assert target.landscape is not None
-        return ReplayEvaluator(target.landscape)
+def preflight(exp: Experiment, resolved: list[Target]) -> None:
+    """Build each strategy once, so that a bad option fails before any storage is touched."""
+    if exp.oracle == "gpu":
+        _gpu_evaluator_class(exp)
+    for target in resolved:
+        for spec in exp.strategies:
+            try:
+                make_strategy(spec.name, target.space, target.space.feasible(target.ctx), seed=spec.seed,
+                              ctx=target.ctx, budget=exp.budget.trials, **spec.options)
+            except ValueError as exc:
+                raise ExperimentError(exp.path, f"{spec.where}.options", str(exc)) from None
+
+
+def _gpu_evaluator_class(exp: Experiment) -> type[Evaluator]:
     try:
         from evotune.evaluation.gpu import GpuEvaluator  # needs the gpu extra and a CUDA GPU
     except ImportError as exc:
         raise ExperimentError(exp.path, "oracle.kind", f"'gpu' needs the gpu extra and a CUDA GPU ({exc})") from None
-    return GpuEvaluator(target.space, target.ctx, **exp.oracle_options)
+    return GpuEvaluator
+
+
+def make_evaluator(exp: Experiment, target: Target) -> Evaluator:
+    if exp.oracle == "replay":
+        assert target.landscape is not None
+        return ReplayEvaluator(target.landscape)
+    return _gpu_evaluator_class(exp)(target.space, target.ctx, **exp.oracle_options)
 
 
 def study_attrs(exp: Experiment, target: Target, strategy: str, seed: int) -> dict:
@@ -111,16 +128,26 @@ def _progress(console: Console, enabled: bool) -> Iterator[Progress | None]:
         yield progress
 
 
-def run_experiment(exp: Experiment, console: Console | None = None, progress: bool = True) -> list[TuneResult]:
-    """Tune every (problem, strategy, seed) of ``exp`` to its budget; resumes what the storage already holds."""
+def run_experiment(exp: Experiment, console: Console | None = None, progress: bool = True,
+                   resolved: list[Target] | None = None) -> list[TuneResult]:
+    """Tune every (problem, strategy, seed) of ``exp`` to its budget; resumes what the storage already holds.
+
+    Everything that can be wrong with the experiment is checked before the
+    storage is opened, so a bad file leaves nothing behind.
+    """
     console = console or Console(stderr=True)
+    if resolved is None:
+        resolved = targets(exp)
+        preflight(exp, resolved)
     try:
         storage = make_storage(exp.storage)
     except Exception as exc:  # any storage driver error: the URL is what the user can fix
         raise ExperimentError(exp.path, "storage.url", f"cannot open {exp.storage!r}: {exc}") from None
+    console.print(f"[bold]evotune[/] {exp.name}: space {exp.space}, oracle {exp.oracle}, "
+                  f"strategies {', '.join(s.name for s in exp.strategies)}, storage {exp.storage}")
     results = []
     with _progress(console, progress) as bar:
-        for target in targets(exp):
+        for target in resolved:
             evaluator = make_evaluator(exp, target)
             try:
                 for spec in exp.strategies:

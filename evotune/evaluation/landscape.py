@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as _dt
 import gzip
 import json
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,7 +117,7 @@ def _read_json(path: Path) -> dict[str, Any]:
         if raw[:2] == b"\x1f\x8b":
             raw = gzip.decompress(raw)
         data = json.loads(raw)
-    except (OSError, ValueError) as exc:
+    except (OSError, EOFError, ValueError, zlib.error) as exc:
         raise LandscapeError(f"{path}: not JSON or gzipped JSON ({exc})") from exc
     if not isinstance(data, dict):
         raise LandscapeError(f"{path}: expected a JSON object at the top level")
@@ -133,6 +134,8 @@ def load_landscape(path: str | Path) -> Landscape:
         ls = _from_kernel_tuner(data, path)
     else:
         raise LandscapeError(f"{path}: neither a Kernel Tuner cache file nor an evotune landscape")
+    if not ls.entries:
+        raise LandscapeError(f"{path}: holds no recorded points")
     ls.path = str(path)
     return ls
 
@@ -143,12 +146,21 @@ def _make_param(name: str, values: list[Any]) -> Param:
 
 
 def _from_kernel_tuner(data: dict[str, Any], path: Path) -> Landscape:
+    try:
+        return _parse_kernel_tuner(data, path)
+    except LandscapeError:
+        raise
+    except (AttributeError, KeyError, TypeError, ValueError, IndexError) as exc:
+        raise LandscapeError(f"{path}: malformed Kernel Tuner cache file ({type(exc).__name__}: {exc})") from exc
+
+
+def _parse_kernel_tuner(data: dict[str, Any], path: Path) -> Landscape:
     keys = data.get("tune_params_keys") or list(data["tune_params"])
     params = [_make_param(k, list(data["tune_params"][k])) for k in keys]
     entries: dict[tuple[Any, ...], EvalResult] = {}
     for cache_key, row in data["cache"].items():
         try:
-            values = tuple(row[k] for k in keys)
+            values = tuple(p.choices[p.index(row[p.name])] for p in params)
         except KeyError as exc:
             raise LandscapeError(f"{path}: cache entry {cache_key!r} lacks parameter {exc}") from exc
         t = row.get("time")

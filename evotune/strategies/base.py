@@ -19,8 +19,10 @@ Example::
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -28,6 +30,45 @@ import numpy as np
 from evotune.space import Context, FeasibleSet, Point, SearchSpace
 
 Told = tuple[Point, float | None]
+SEEDINGS = ("random", "hardware")
+
+
+class OptionError(ValueError):
+    """A bad strategy option; ``name`` is the option's name."""
+
+    def __init__(self, name: str, message: str):
+        self.name = name
+        super().__init__(f"{name}: {message}")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option a strategy accepts from the experiment file: its default, type and range."""
+
+    default: Any
+    kind: type  # int, float or bool
+    low: float | None = None
+    high: float | None = None
+    optional: bool = False  # None is accepted (and means "let the strategy choose")
+
+    def check(self, name: str, value: Any) -> None:
+        if value is None and self.optional:
+            return
+        if self.kind is bool:
+            ok = isinstance(value, bool)
+        elif self.kind is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if ok and self.low is not None and value < self.low:
+            ok = False
+        if ok and self.high is not None and value > self.high:
+            ok = False
+        if not ok:
+            span = f" in [{self.low}, {self.high}]" if self.high is not None else (
+                f" >= {self.low}" if self.low is not None else "")
+            raise OptionError(name, f"must be {'an integer' if self.kind is int else self.kind.__name__}{span}"
+                                    f"{' or omitted' if self.optional else ''}, got {value!r}")
 
 
 class Exhausted(Exception):
@@ -36,24 +77,32 @@ class Exhausted(Exception):
 
 class Strategy(ABC):
     name: ClassVar[str] = "base"
-    #: options accepted from the experiment file, with their defaults
-    defaults: ClassVar[dict[str, Any]] = {}
+    #: options accepted from the experiment file (``seeding`` is accepted by every strategy)
+    schema: ClassVar[dict[str, Option]] = {}
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> None:
+        """Raise OptionError for an unknown option or a value of the wrong type or range."""
+        for name, value in options.items():
+            if name == "seeding":
+                if value not in SEEDINGS:
+                    raise OptionError(name, f"must be one of {', '.join(SEEDINGS)}, got {value!r}")
+            elif name not in cls.schema:
+                raise OptionError(name, f"unknown option for strategy {cls.name!r}; accepted: "
+                                        f"{', '.join([*sorted(cls.schema), 'seeding'])}")
+            else:
+                cls.schema[name].check(name, value)
 
     def __init__(self, space: SearchSpace, feasible: FeasibleSet, *, seed: int = 0,
                  ctx: Context | None = None, budget: int | None = None, **options: Any):
-        unknown = sorted(set(options) - set(self.defaults) - {"seeding"})
-        if unknown:
-            raise ValueError(f"unknown option(s) {unknown} for strategy {self.name!r}; "
-                             f"accepted: {[*sorted(self.defaults), 'seeding']}")
+        self.check_options(options)
         self.space = space
         self.feasible = feasible
         self.ctx = ctx or Context()
         self.seed = seed
         self.budget = budget
-        self.options = {**self.defaults, **options}
+        self.options = {**{k: o.default for k, o in self.schema.items()}, **options}
         self.seeding: str = options.get("seeding", "random")
-        if self.seeding not in ("random", "hardware"):
-            raise ValueError(f"seeding must be 'random' or 'hardware', got {self.seeding!r}")
         self.rng = np.random.default_rng(seed)
         n = len(feasible)
         self.taken = np.zeros(n, dtype=bool)  # measured or handed out

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from deap import base, creator, tools
 
-from evotune.strategies.base import Strategy
+from evotune.strategies.base import Option, Strategy
 
 if not hasattr(creator, "EvotuneFitness"):
     creator.create("EvotuneFitness", base.Fitness, weights=(-1.0,))
@@ -50,14 +50,17 @@ def mutate_choice(ind: list[int], sizes: list[int], ordered: list[bool], indpb: 
 
 class GeneticAlgorithm(Strategy):
     name = "ga"
-    defaults = {"population": 20, "offspring": 20, "cxpb": 0.5, "mutpb": 0.5, "indpb": None, "tournament": 3}
+    schema = {
+        "population": Option(20, int, 2), "offspring": Option(20, int, 1),
+        "cxpb": Option(0.5, float, 0.0, 1.0), "mutpb": Option(0.5, float, 0.0, 1.0),
+        "indpb": Option(None, float, 0.0, 1.0, optional=True),  # default: 1 / number of genes, at least 0.1
+        "tournament": Option(3, int, 1),
+    }
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         o = self.options
         self.mu, self.lam = int(o["population"]), int(o["offspring"])
-        if self.mu < 2 or self.lam < 1:
-            raise ValueError("ga needs population >= 2 and offspring >= 1")
         self.rnd = random.Random(self.seed)  # DEAP's operators draw from `random`; keep ours private
         params = self.space.params
         sizes = [len(p.choices) for p in params]

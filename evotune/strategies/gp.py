@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from scipy.special import ndtr
 
-from evotune.strategies.base import Strategy
+from evotune.strategies.base import Option, Strategy
 
 _SQRT5 = np.sqrt(5.0)
 
@@ -38,7 +38,8 @@ def expected_improvement(mu: np.ndarray, sigma: np.ndarray, best: float) -> np.n
 
 class GaussianProcess(Strategy):
     name = "gp"
-    defaults = {"startup": 10, "candidates": 4000, "noise": 1e-3}
+    schema = {"startup": Option(10, int, 1), "candidates": Option(4000, int, 1),
+              "noise": Option(1e-3, float, 1e-9, 1.0)}
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)

@@ -21,7 +21,7 @@ from typing import Any
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
-from evotune.strategies.base import Strategy
+from evotune.strategies.base import Option, Strategy
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -41,7 +41,7 @@ class OptunaStrategy(Strategy):
             self.study = optuna.create_study(direction="minimize", sampler=self.make_sampler())
         self.pending: dict[int, optuna.trial.Trial] = {}
         if self.seeding == "hardware":
-            for row in self.seed_rows(int(self.options.get("startup", 10))):
+            for row in self.seed_rows(int(self.options.get("startup") or 10)):
                 self.study.enqueue_trial(self._params(row))
 
     def make_sampler(self) -> optuna.samplers.BaseSampler:
@@ -78,7 +78,7 @@ class OptunaStrategy(Strategy):
 
 class TPE(OptunaStrategy):
     name = "tpe"
-    defaults = {"startup": 10, "multivariate": True}
+    schema = {"startup": Option(10, int, 0), "multivariate": Option(True, bool)}
 
     def make_sampler(self) -> optuna.samplers.BaseSampler:
         return optuna.samplers.TPESampler(
@@ -90,7 +90,7 @@ class CMAES(OptunaStrategy):
     """CMA-ES with margin (Hamano et al. 2022), which keeps integer variables from stalling."""
 
     name = "cmaes"
-    defaults = {"startup": 1, "popsize": None}
+    schema = {"startup": Option(1, int, 0), "popsize": Option(None, int, 2, optional=True)}
 
     def make_sampler(self) -> optuna.samplers.BaseSampler:
         return optuna.samplers.CmaEsSampler(
@@ -100,7 +100,7 @@ class CMAES(OptunaStrategy):
 
 class NSGA2(OptunaStrategy):
     name = "nsga2"
-    defaults = {"population": 20, "startup": 20}
+    schema = {"population": Option(20, int, 2)}
 
     def make_sampler(self) -> optuna.samplers.BaseSampler:
         return optuna.samplers.NSGAIISampler(seed=self.seed, population_size=int(self.options["population"]))
@@ -110,7 +110,6 @@ class QMC(OptunaStrategy):
     """Scrambled Sobol' points: a space-filling design, no learning."""
 
     name = "qmc"
-    defaults = {"startup": 10}
 
     def make_sampler(self) -> optuna.samplers.BaseSampler:
         return optuna.samplers.QMCSampler(qmc_type="sobol", scramble=True, seed=self.seed,
@@ -121,7 +120,7 @@ class OptunaGP(OptunaStrategy):
     """Optuna's own GPSampler; needs torch (the ``gpu`` extra). ``gp`` works without it."""
 
     name = "optuna-gp"
-    defaults = {"startup": 10}
+    schema = {"startup": Option(10, int, 1)}
 
     def make_sampler(self) -> optuna.samplers.BaseSampler:
         try:

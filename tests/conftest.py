@@ -1,0 +1,43 @@
+"""Shared fixtures: the landscapes shipped with the repository, and GPU test skipping."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LANDSCAPES = ROOT / "experiments" / "landscapes" / "kerneltuner"
+PNPOLY = LANDSCAPES / "pnpoly_RTX_2080_Ti.json.gz"  # Kernel Tuner format, with failed entries
+GEMM = LANDSCAPES / "gemm_RTX_2080_Ti.evotune.json.gz"  # evotune format
+
+
+def _has_gpu() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _has_gpu():
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU (run pytest -m gpu on a GPU machine)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def pnpoly():
+    from evotune.evaluation.landscape import load_landscape
+
+    return load_landscape(PNPOLY)
+
+
+@pytest.fixture(scope="session")
+def gemm_landscape():
+    from evotune.evaluation.landscape import load_landscape
+
+    return load_landscape(GEMM)

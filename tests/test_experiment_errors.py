@@ -1,0 +1,304 @@
+"""A corpus of broken experiment files: each must end ``evotune run`` with exit code 2 and one line on stderr
+that names the file and the offending field, with no traceback and nothing written (no storage, no outputs).
+
+Each case is the text of an experiment file (placeholders ``@PNPOLY@``, ``@DB@`` and ``@TMP@`` are filled
+in for the test's tmp_path) and the field the error must name, e.g. ``budget.trials``: the line must contain
+``PATH: FIELD:``, the format of :class:`evotune.experiment.ExperimentError`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evotune import cli
+
+ROOT = Path(__file__).parents[1]
+PNPOLY = ROOT / "experiments/landscapes/kerneltuner/pnpoly_RTX_2080_Ti.json.gz"
+
+SPACE = 'space = "landscape"\n'
+REPLAY = '[oracle]\nkind = "replay"\nlandscapes = ["@PNPOLY@"]\n'
+RANDOM = '[[strategy]]\nname = "random"\n'
+BUDGET = "[budget]\ntrials = 5\n"
+STORAGE = '[storage]\nurl = "sqlite:///@DB@"\n'
+OUTPUTS = '[outputs]\nplots = "@TMP@/plots"\nbest = "@TMP@/best.json"\n'
+GPU = '[oracle]\nkind = "gpu"\n'
+PROBLEM = '[[problem]]\nm = 1024\nn = 1024\nk = 1024\ndtype = "bf16"\n'
+_DEFAULT = object()
+
+
+def doc(*, top: str = "", space=_DEFAULT, oracle=_DEFAULT, problem: str = "", strategy=_DEFAULT,
+        budget=_DEFAULT, storage=_DEFAULT) -> str:
+    """A valid replay experiment over the pnpoly landscape, with the given parts replaced (None: left out)."""
+    parts = [top, SPACE if space is _DEFAULT else space, problem,
+             REPLAY if oracle is _DEFAULT else oracle,
+             RANDOM if strategy is _DEFAULT else strategy,
+             BUDGET if budget is _DEFAULT else budget,
+             STORAGE if storage is _DEFAULT else storage, OUTPUTS]
+    return "\n".join(p for p in parts if p)
+
+
+def gpu_doc(*, space: str = 'space = "triton_matmul"\n', problem: str = PROBLEM, top: str = "",
+            oracle: str = GPU) -> str:
+    """A GPU experiment on a built-in space; problems are only accepted with a GPU oracle."""
+    return doc(top=top + 'hardware = "H100"\n', space=space, oracle=oracle, problem=problem)
+
+
+def ga(options: str) -> str:
+    return f'[[strategy]]\nname = "ga"\noptions = {options}\n'
+
+
+KT_DOC = doc(oracle='[oracle]\nkind = "replay"\nlandscapes = ["kt.json"]\n')
+
+
+def kt(landscape: dict | list) -> dict[str, str | bytes]:
+    """``kt.json``, a malformed Kernel Tuner cache file with the given content (KT_DOC replays it)."""
+    return {"kt.json": json.dumps(landscape)}
+
+
+# (case id, experiment text, field the error names, extra files {name relative to tmp_path: content})
+CASES: list[tuple[str, str, str, dict[str, str | bytes]]] = [
+    # -- the file itself
+    ("invalid-toml", doc(top="name = 'unterminated\n"), "(syntax)", {}),
+    ("duplicate-key", doc(budget="[budget]\ntrials = 5\ntrials = 6\n"), "(syntax)", {}),
+    ("unknown-top-level-field", doc(top='colour = "red"\n'), "colour", {}),
+    ("empty-name", doc(top='name = ""\n'), "name", {}),
+    # -- space
+    ("missing-space", doc(space=None), "space", {}),
+    ("unknown-space-name", doc(space='space = "no_such_space"\n'), "space", {}),
+    ("space-py-missing", doc(space='space = "spaces/missing.py"\n'), "space", {}),
+    ("space-py-without-SPACE", doc(space='space = "nospace.py"\n'), "space", {"nospace.py": "X = 1\n"}),
+    ("space-py-raises-on-import", doc(space='space = "broken.py"\n'), "space",
+     {"broken.py": "raise RuntimeError('boom')\n"}),
+    ("space-py-syntax-error", doc(space='space = "syntax.py"\n'), "space", {"syntax.py": "def (:\n"}),
+    ("space-does-not-match-landscape", doc(space='space = "triton_matmul"\n'), "space", {}),
+    ("space-landscape-with-gpu-oracle", gpu_doc(space=SPACE), "space", {}),
+    # -- budget
+    ("budget-misspelled-trails", doc(budget="[budget]\ntrails = 5\n"), "budget.trails", {}),
+    ("budget-trials-zero", doc(budget="[budget]\ntrials = 0\n"), "budget.trials", {}),
+    ("budget-trials-negative", doc(budget="[budget]\ntrials = -3\n"), "budget.trials", {}),
+    ("budget-trials-string", doc(budget='[budget]\ntrials = "10"\n'), "budget.trials", {}),
+    ("budget-trials-float", doc(budget="[budget]\ntrials = 2.5\n"), "budget.trials", {}),
+    ("budget-trials-bool", doc(budget="[budget]\ntrials = true\n"), "budget.trials", {}),
+    ("budget-seconds-negative", doc(budget="[budget]\nseconds = -1.0\n"), "budget.seconds", {}),
+    ("budget-seconds-string", doc(budget='[budget]\nseconds = "fast"\n'), "budget.seconds", {}),
+    # NaN compares false with everything: it would never stop a run (trials keeps this case short if accepted)
+    ("budget-seconds-nan", doc(budget="[budget]\ntrials = 5\nseconds = nan\n"), "budget.seconds", {}),
+    ("budget-plateau-zero", doc(budget="[budget]\ntrials = 5\nplateau = 0\n"), "budget.plateau", {}),
+    ("budget-neither-trials-nor-seconds", doc(budget="[budget]\nplateau = 5\n"), "budget", {}),
+    ("budget-missing", doc(budget=None), "budget", {}),
+    ("budget-not-a-table", doc(top="budget = 5\n", budget=None), "budget", {}),
+    # -- strategy
+    ("strategy-missing", doc(strategy=None), "strategy", {}),
+    ("strategy-not-a-table", doc(top='strategy = "ga"\n', strategy=None), "strategy", {}),
+    ("strategy-unknown-name", doc(strategy='[[strategy]]\nname = "simulated_annealing"\n'), "strategy[0].name", {}),
+    ("strategy-single-table-unknown-name", doc(strategy='[strategy]\nname = "sa"\n'), "strategy.name", {}),
+    ("strategy-name-missing", doc(strategy="[[strategy]]\nseed = 1\n"), "strategy[0].name", {}),
+    ("strategy-unknown-field", doc(strategy='[[strategy]]\nname = "random"\nseeds = 3\n'), "strategy[0].seeds", {}),
+    ("strategy-unknown-option-popsize", doc(strategy=ga("{ popsize = 20 }")), "strategy[0].options.popsize", {}),
+    ("strategy-seed-negative", doc(strategy='[[strategy]]\nname = "random"\nseed = -1\n'), "strategy[0].seed", {}),
+    ("strategy-repeats-zero", doc(strategy='[[strategy]]\nname = "random"\nrepeats = 0\n'),
+     "strategy[0].repeats", {}),
+    ("strategy-seeding-magic", doc(strategy=ga('{ seeding = "magic" }')), "strategy[0].options.seeding", {}),
+    ("strategy-options-not-a-table", doc(strategy=ga("5")), "strategy[0].options", {}),
+    ("strategy-second-entry-bad", doc(strategy=RANDOM + '[[strategy]]\nname = "nope"\n'), "strategy[1].name", {}),
+    # an option the file accepts by name but the strategy rejects by value
+    ("strategy-ga-population-one", doc(strategy=ga("{ population = 1 }")), "strategy[0].options.population", {}),
+    ("strategy-ga-population-list", doc(strategy=ga("{ population = [1] }")), "strategy[0].options.population", {}),
+    # only used once the first generation is measured: must still be refused before anything is written
+    ("strategy-ga-cxpb-string", doc(strategy=ga('{ population = 2, offspring = 1, cxpb = "x" }')),
+     "strategy[0].options.cxpb", {}),
+    ("strategy-cmaes-popsize-string", doc(strategy='[[strategy]]\nname = "cmaes"\noptions = { popsize = "x" }\n'),
+     "strategy[0].options.popsize", {}),
+    # -- oracle and landscapes
+    ("oracle-unknown-kind", doc(oracle='[oracle]\nkind = "cloud"\n'), "oracle.kind", {}),
+    ("oracle-unknown-field", doc(oracle=REPLAY + "workerz = 2\n"), "oracle.workerz", {}),
+    ("oracle-not-a-table", doc(oracle='oracle = "replay"\n'), "oracle", {}),
+    ("replay-without-landscapes", doc(oracle='[oracle]\nkind = "replay"\n'), "oracle.landscapes", {}),
+    ("replay-empty-landscapes", doc(oracle='[oracle]\nkind = "replay"\nlandscapes = []\n'), "oracle.landscapes", {}),
+    ("landscape-file-missing", doc(oracle='[oracle]\nkind = "replay"\nlandscapes = ["nope.json.gz"]\n'),
+     "oracle.landscapes", {}),
+    ("landscape-not-json", doc(oracle='[oracle]\nkind = "replay"\nlandscapes = ["garbage.json"]\n'),
+     "oracle.landscapes", {"garbage.json": b"\x00\x01 this is not json {{{"}),
+    ("landscape-bad-gzip", doc(oracle='[oracle]\nkind = "replay"\nlandscapes = ["bad.json.gz"]\n'),
+     "oracle.landscapes", {"bad.json.gz": b"\x1f\x8b\x08\x00truncated"}),
+    ("landscape-neither-format", doc(oracle='[oracle]\nkind = "replay"\nlandscapes = ["other.json"]\n'),
+     "oracle.landscapes", {"other.json": '{"hello": "world", "values": [1, 2, 3]}'}),
+    ("landscape-kernel-tuner-cache-not-an-object", KT_DOC, "oracle.landscapes",
+     kt({"tune_params": {"x": [1, 2]}, "cache": []})),
+    ("landscape-kernel-tuner-value-not-a-choice", KT_DOC, "oracle.landscapes",
+     kt({"tune_params": {"x": [1, 2]}, "cache": {"3": {"x": 3, "time": 1.0}}})),
+    ("landscape-kernel-tuner-row-not-an-object", KT_DOC, "oracle.landscapes",
+     kt({"tune_params": {"x": [1, 2]}, "cache": {"1": 5}})),
+    ("landscape-kernel-tuner-choices-not-a-list", KT_DOC, "oracle.landscapes",
+     kt({"tune_params": {"x": 5}, "cache": {"5": {"x": 5, "time": 1.0}}})),
+    ("landscape-kernel-tuner-unknown-key", KT_DOC, "oracle.landscapes",
+     kt({"tune_params": {"x": [1, 2]}, "tune_params_keys": ["y"], "cache": {}})),
+    ("landscape-kernel-tuner-compile-time-not-a-number", KT_DOC, "oracle.landscapes",
+     kt({"tune_params": {"x": [1, 2]}, "cache": {"1": {"x": 1, "time": 1.0, "compile_time": "abc"}}})),
+    # a landscape with no recorded point: the file is what is wrong, not the space
+    ("landscape-kernel-tuner-empty-cache", KT_DOC, "oracle.landscapes",
+     kt({"tune_params": {"x": [1, 2]}, "cache": {}})),
+    ("landscape-json-not-an-object", doc(oracle='[oracle]\nkind = "replay"\nlandscapes = ["list.json"]\n'),
+     "oracle.landscapes", {"list.json": "[1, 2, 3]"}),
+    ("landscapes-with-gpu-oracle", gpu_doc(oracle=GPU + 'landscapes = ["@PNPOLY@"]\n'), "oracle.landscapes", {}),
+    # -- hardware
+    ("hardware-unknown", doc(top='hardware = "H900"\n'), "hardware", {}),
+    ("hardware-not-a-string", doc(top="hardware = 100\n"), "hardware", {}),
+    # -- problems
+    ("problem-negative-m", gpu_doc(problem=PROBLEM.replace("m = 1024", "m = -1024")), "problem[0].m", {}),
+    ("problem-zero-n", gpu_doc(problem=PROBLEM.replace("n = 1024", "n = 0")), "problem[0].n", {}),
+    ("problem-missing-k", gpu_doc(problem=PROBLEM.replace("k = 1024\n", "")), "problem[0].k", {}),
+    ("problem-unknown-dtype", gpu_doc(problem=PROBLEM.replace('"bf16"', '"bf17"')), "problem[0].dtype", {}),
+    ("problem-unknown-layout", gpu_doc(problem=PROBLEM + 'layout = "xy"\n'), "problem[0].layout", {}),
+    ("problem-unknown-field", gpu_doc(problem=PROBLEM + "batch = 4\n"), "problem[0].batch", {}),
+    ("problem-second-entry-bad", gpu_doc(problem=PROBLEM + PROBLEM.replace("m = 1024", 'm = "big"')),
+     "problem[1].m", {}),
+    ("problem-missing-with-gpu-oracle", gpu_doc(problem=""), "problem", {}),
+    ("problem-with-replay-oracle", doc(problem=PROBLEM), "problem", {}),
+    # -- storage and outputs
+    ("storage-unsupported-scheme", doc(storage='[storage]\nurl = "redis://x"\n'), "storage.url", {}),
+    ("storage-url-not-a-string", doc(storage="[storage]\nurl = 5\n"), "storage.url", {}),
+    ("storage-not-a-table", doc(top='storage = "sqlite:///x.db"\n', storage=None), "storage", {}),
+    ("storage-unreachable-server", doc(storage='[storage]\nurl = "postgresql://u:p@127.0.0.1:9/db"\n'),
+     "storage.url", {}),
+    ("outputs-plots-not-a-string", doc().replace('plots = "@TMP@/plots"', "plots = 5"), "outputs.plots", {}),
+]
+
+
+def _write_case(tmp_path: Path, text: str, files: dict[str, str | bytes]) -> tuple[Path, Path]:
+    db = tmp_path / "x.db"
+    text = text.replace("@PNPOLY@", PNPOLY.as_posix()).replace("@DB@", db.as_posix())
+    text = text.replace("@TMP@", tmp_path.as_posix())
+    for name, content in files.items():
+        target = tmp_path / name
+        if isinstance(content, bytes):
+            target.write_bytes(content)
+        else:
+            target.write_text(content)
+    path = tmp_path / "exp.toml"
+    path.write_text(text)
+    return path, db
+
+
+def _snapshot(folder: Path) -> dict[str, int]:
+    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*")
+            if "__pycache__" not in p.parts}
+
+
+def _line_problems(stderr: str, path: Path, field: str) -> list[str]:
+    """What is wrong with ``stderr`` as the one-line error for ``field`` of ``path`` (empty: nothing)."""
+    problems = []
+    lines = stderr.splitlines()
+    if len(lines) != 1:
+        problems.append(f"expected one line on stderr, got {len(lines)}")
+    if "Traceback" in stderr:
+        problems.append("a traceback on stderr")
+    errors = [line for line in lines if line.startswith("evotune: error: ")]
+    if not errors:
+        problems.append("no line starting with 'evotune: error: '")
+    elif f"{path}: {field}:" not in errors[-1]:
+        problems.append(f"the error does not name '{path}: {field}:'")
+    return problems
+
+
+def _check_line(stderr: str, path: Path, field: str) -> None:
+    problems = _line_problems(stderr, path, field)
+    assert not problems, "; ".join(problems) + f"\nstderr:\n{stderr}"
+
+
+def _assert_refused(tmp_path: Path, capsys, text: str, field: str, files: dict[str, str | bytes]) -> None:
+    """Run the broken experiment in-process; collect every broken requirement, then fail once with all of them."""
+    path, db = _write_case(tmp_path, text, files)
+    before = _snapshot(tmp_path)
+    problems = []
+    try:
+        code = cli.main(["run", str(path), "--no-progress", "--no-plots"])
+    except BaseException as exc:  # anything but a return is a traceback for the user
+        code = None
+        problems.append(f"main() raised {type(exc).__name__}: {exc}")
+    err = capsys.readouterr().err
+    if code is not None:
+        if code != 2:
+            problems.append(f"exit code {code}")
+        problems += _line_problems(err, path, field)
+    if db.exists():
+        problems.append("the storage file was created")
+    changed = sorted(set(_snapshot(tmp_path).items()) ^ set(before.items()))
+    if changed:
+        problems.append(f"files written or changed: {sorted({name for name, _ in changed})}")
+    assert not problems, "; ".join(problems) + f"\nstderr:\n{err}"
+
+
+@pytest.mark.parametrize(("text", "field", "files"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_broken_experiment_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch, capsys, text, field, files):
+    monkeypatch.chdir(tmp_path)  # default outputs (runs/, plots/) would land here
+    _assert_refused(tmp_path, capsys, text, field, files)
+
+
+def test_hardware_auto_without_a_gpu(tmp_path, monkeypatch, capsys):
+    """'auto' is only resolved when the run starts; finding no GPU is still a one-line error about hardware."""
+    from evotune import hardware
+
+    def no_gpu(device: int = 0):
+        raise RuntimeError("no CUDA GPU found")
+
+    monkeypatch.setattr(hardware, "detect", no_gpu)
+    monkeypatch.chdir(tmp_path)
+    _assert_refused(tmp_path, capsys, doc(top='hardware = "auto"\n'), "hardware", {})
+
+
+@pytest.mark.skipif(importlib.util.find_spec("evotune.evaluation.gpu") is not None,
+                    reason="the GPU evaluator is installed here")
+def test_gpu_oracle_without_the_gpu_evaluator(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    _assert_refused(tmp_path, capsys, gpu_doc(), "oracle.kind", {})
+
+def test_file_does_not_exist(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "missing.toml"
+    assert cli.main(["run", str(path), "--no-progress", "--no-plots"]) == 2
+    _check_line(capsys.readouterr().err, path, "(file)")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_path_is_a_directory(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "exp.toml"
+    folder.mkdir()
+    assert cli.main(["run", str(folder), "--no-progress", "--no-plots"]) == 2
+    _check_line(capsys.readouterr().err, folder, "(file)")
+
+
+def test_the_base_document_is_valid(tmp_path):
+    """The corpus is only meaningful if the document each case breaks is itself accepted."""
+    from evotune.experiment import load_experiment
+
+    path, _ = _write_case(tmp_path, doc(), {})
+    exp = load_experiment(path)
+    assert (exp.space, exp.oracle, exp.budget.trials) == ("landscape", "replay", 5)
+    path, _ = _write_case(tmp_path, gpu_doc(), {})
+    exp = load_experiment(path)
+    assert (exp.space, exp.oracle, exp.problems[0].key) == ("triton_matmul", "gpu", "gemm_bf16_tn_1024x1024x1024")
+
+
+SUBPROCESS_CASES = {c[0]: c for c in CASES if c[0] in ("budget-trials-zero", "landscape-not-json")}
+
+
+@pytest.mark.parametrize("case", sorted(SUBPROCESS_CASES))
+def test_real_process_exit_code_and_stderr(tmp_path, case):
+    _, text, field, files = SUBPROCESS_CASES[case]
+    path, db = _write_case(tmp_path, text, files)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-m", "evotune", "run", str(path), "--no-progress", "--no-plots"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    _check_line(proc.stderr, path, field)
+    assert proc.stdout == ""
+    assert not db.exists()

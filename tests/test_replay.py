@@ -1,0 +1,70 @@
+"""The replay oracle agrees with the files it reads, in both formats."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from conftest import PNPOLY
+
+from evotune.evaluation.landscape import LandscapeError, convert, load_landscape
+from evotune.evaluation.replay import ReplayEvaluator
+from evotune.evaluation.result import Status
+from evotune.space import Context
+
+
+def test_replay_agrees_with_every_entry_of_a_kernel_tuner_file(pnpoly):
+    raw = json.loads(gzip.decompress(PNPOLY.read_bytes()))
+    keys = raw["tune_params_keys"]
+    oracle = ReplayEvaluator(pnpoly)
+    failed = 0
+    assert len(raw["cache"]) == len(pnpoly) == 4092
+    for entry in raw["cache"].values():
+        point = {k: entry[k] for k in keys}
+        r = oracle.evaluate(point, pnpoly.problem)
+        assert r.compile_s == pytest.approx(entry["compile_time"] / 1e3)
+        assert r.bench_s == pytest.approx((entry["benchmark_time"] + entry["verification_time"]) / 1e3)
+        if isinstance(entry["time"], str):
+            failed += 1
+            assert r.status is Status.RUNTIME_ERROR and entry["time"] in r.message and r.value is None
+        else:
+            assert r.status is Status.OK
+            assert r.time_ms == entry["time"] and r.samples_ms == entry["times"]
+    assert failed == 358
+    assert pnpoly.optimum_ms == min(e["time"] for e in raw["cache"].values() if not isinstance(e["time"], str))
+
+
+def test_points_absent_from_the_landscape_are_infeasible_and_free(gemm_landscape):
+    space = gemm_landscape.space()
+    missing = next(p for p in space.points() if gemm_landscape.lookup(p) is None)
+    r = ReplayEvaluator(gemm_landscape).evaluate(missing, gemm_landscape.problem)
+    assert r.status is Status.INFEASIBLE and r.cost_s == 0
+    assert space.check(missing, Context()) == "recorded: not in the recorded landscape"
+    assert len(space.feasible(Context())) == len(gemm_landscape) == 17956
+
+
+def test_evotune_format_round_trip_keeps_every_point(tmp_path, pnpoly):
+    out = convert(PNPOLY, tmp_path / "pnpoly.json.gz", max_samples=4)
+    again = load_landscape(out)
+    assert again.names == pnpoly.names and len(again) == len(pnpoly)
+    for key, r in pnpoly.entries.items():
+        s = again.entries[key]
+        assert s.status is r.status
+        if r.status is Status.OK:
+            assert s.time_ms == pytest.approx(r.time_ms, rel=1e-5)
+            assert len(s.samples_ms) == min(4, len(r.samples_ms))
+            assert min(s.samples_ms) == pytest.approx(min(r.samples_ms), rel=1e-5)
+        assert s.compile_s == pytest.approx(r.compile_s, rel=1e-3, abs=1e-4)
+    assert again.meta["device"] == "NVIDIA GeForce RTX 2080 Ti"
+
+
+def test_unreadable_landscapes_name_the_file(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(LandscapeError, match=r"bad\.json"):
+        load_landscape(bad)
+    other = tmp_path / "other.json"
+    other.write_text('{"hello": 1}')
+    with pytest.raises(LandscapeError, match="neither a Kernel Tuner cache file nor an evotune landscape"):
+        load_landscape(other)

@@ -1,0 +1,127 @@
+"""Strategies: every one runs to its budget, never repeats a point, never proposes an infeasible one."""
+
+from __future__ import annotations
+
+import pytest
+
+from evotune.evaluation.replay import ReplayEvaluator
+from evotune.hardware import get_hardware
+from evotune.space import Context, SearchSpace, constraint, ordinal
+from evotune.strategies import STRATEGIES, make_strategy
+from evotune.strategies.genetic import GeneticAlgorithm
+
+CPU_STRATEGIES = sorted(n for n in STRATEGIES if n != "optuna-gp")  # optuna-gp needs torch
+
+
+def drive(strategy, space, ctx, objective, budget, batch=1):
+    """Ask/tell to the budget; return the points in the order they were handed out."""
+    asked = []
+    while len(asked) < budget:
+        points = strategy.ask(batch)
+        if not points:
+            break
+        asked.extend(points)
+        strategy.tell([(p, objective(p)) for p in points])
+    return asked
+
+
+@pytest.mark.parametrize("name", CPU_STRATEGIES)
+def test_every_strategy_runs_to_its_budget_on_a_real_landscape(name, gemm_landscape):
+    space = gemm_landscape.space()
+    ctx = Context(problem=gemm_landscape.problem)
+    fs = space.feasible(ctx)
+    oracle = ReplayEvaluator(gemm_landscape)
+    strategy = make_strategy(name, space, fs, seed=7, ctx=ctx)
+    asked = drive(strategy, space, ctx, lambda p: oracle.evaluate(p, ctx.problem).value, 60, batch=3)
+    assert len(asked) == 60
+    keys = [space.key(p) for p in asked]
+    assert len(set(keys)) == len(keys), "a point was handed out twice"
+    assert all(space.check(p, ctx) is None for p in asked), "an infeasible point was handed out"
+
+
+def constrained_space() -> tuple[SearchSpace, Context]:
+    """A space where most of the product is infeasible, so children often need repair."""
+    space = SearchSpace(
+        "tight",
+        [ordinal(f"x{i}", range(6)) for i in range(4)],
+        constraints=[
+            constraint("sum", lambda p, ctx: sum(p.values()) % 3 == 0, "sum must be a multiple of 3"),
+            constraint("order", lambda p, ctx: p["x0"] <= p["x1"], "x0 must not exceed x1"),
+        ],
+    )
+    return space, Context(get_hardware("H100"))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ga_never_asks_for_an_infeasible_or_repeated_point(seed):
+    space, ctx = constrained_space()
+    fs = space.feasible(ctx)
+    assert 0 < len(fs) < space.size / 4
+    ga = make_strategy("ga", space, fs, seed=seed, ctx=ctx, population=8, offspring=8)
+
+    def objective(p):
+        if p["x2"] == 5:
+            return None  # a failing kernel: the GA must survive failures too
+        return 1.0 + (p["x0"] - 3) ** 2 + (p["x1"] - 4) ** 2 + p["x2"] + abs(p["x3"] - 2)
+
+    asked = drive(ga, space, ctx, objective, len(fs))
+    keys = [space.key(p) for p in asked]
+    assert len(keys) == len(set(keys)) == len(fs), "the GA must cover the space exactly once, then stop"
+    assert all(space.check(p, ctx) is None for p in asked)
+    assert ga.ask(1) == []
+    assert ga.generation > 3
+
+
+def test_ga_operators_respect_each_genes_choices():
+    import random
+
+    from evotune.strategies.genetic import mutate_choice
+
+    rnd = random.Random(0)
+    sizes, ordered = [2, 5, 3], [True, True, False]
+    for _ in range(500):
+        ind = [rnd.randrange(k) for k in sizes]
+        (child,) = mutate_choice(list(ind), sizes, ordered, indpb=1.0, rnd=rnd)
+        assert all(0 <= g < k for g, k in zip(child, sizes, strict=True))
+        assert child != ind
+
+
+@pytest.mark.parametrize("name", ["ga", "tpe", "cmaes", "gp", "random"])
+def test_strategies_are_reproducible_for_a_seed(name, pnpoly):
+    space = pnpoly.space()
+    ctx = Context(problem=pnpoly.problem)
+    oracle = ReplayEvaluator(pnpoly)
+
+    def run(seed):
+        s = make_strategy(name, space, space.feasible(ctx), seed=seed, ctx=ctx)
+        return [space.key(p) for p in drive(s, space, ctx, lambda p: oracle.evaluate(p, ctx.problem).value, 30)]
+
+    assert run(3) == run(3)
+    assert run(3) != run(4)
+
+
+def test_hardware_seeding_starts_from_the_best_estimates():
+    space, ctx = constrained_space()
+    space.estimate = lambda p, ctx: (p["x0"] - 3) ** 2 + (p["x1"] - 4) ** 2 + p["x2"] + abs(p["x3"] - 2)
+    fs = space.feasible(ctx)
+    ga = make_strategy("ga", space, fs, seed=0, ctx=ctx, population=10, offspring=10, seeding="hardware")
+    first = ga.ask(10)
+    best = min(space.estimate(fs.point(r), ctx) for r in range(len(fs)))
+    assert space.estimate(first[0], ctx) == best
+
+
+def test_resumed_strategy_skips_what_the_study_holds(gemm_landscape):
+    space = gemm_landscape.space()
+    fs = space.feasible(Context())
+    first = make_strategy("ga", space, fs, seed=0)
+    done = drive(first, space, Context(), lambda p: gemm_landscape.lookup(p).value, 50)
+    again = GeneticAlgorithm(space, fs, seed=0)
+    again.warm_start([(p, gemm_landscape.lookup(p).value) for p in done])
+    more = drive(again, space, Context(), lambda p: gemm_landscape.lookup(p).value, 50)
+    assert not {space.key(p) for p in done} & {space.key(p) for p in more}
+
+
+def test_unknown_option_is_refused():
+    space, ctx = constrained_space()
+    with pytest.raises(ValueError, match="unknown option"):
+        make_strategy("ga", space, space.feasible(ctx), popsize=3)
