@@ -19,6 +19,12 @@ from evotune.experiment import Experiment, ExperimentError, load_experiment
 EXIT_USAGE = 2
 
 
+def _console(stderr: bool = False) -> Console:
+    # Rich falls back to 80 columns when output is not a terminal (CI logs, pipes): too narrow for tables.
+    out = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if out.isatty() else 130)
+
+
 class UsageError(Exception):
     """A mistake the user can fix; shown as one line, exit code 2."""
 
@@ -104,14 +110,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     exp = load_experiment(args.experiment)
     resolved = targets(exp)
     preflight(exp, resolved)
-    console = Console(stderr=True)
+    console = _console(stderr=True)
     results = run_experiment(exp, console, progress=not args.no_progress, resolved=resolved)
     for r in results:
         fails = ", ".join(f"{k} {v}" for k, v in sorted(r.failures.items()))
         console.print(f"  {r.study_name}: {r.trials} trials ({r.new_trials} new), stopped on {r.stopped}"
                       + (f"; failed: {fails}" if fails else ""))
     rows = collect_best(exp.storage, exp.name)
-    Console().print(best_table(rows, f"Best configurations: {exp.name}"))
+    _console().print(best_table(rows, f"Best configurations: {exp.name}"))
     console.print(f"best configurations: {export_best(rows, exp.best_path)}")
     if not args.no_plots:
         for path in plot_experiment(exp.storage, exp.name, exp.plots_dir):
@@ -141,7 +147,7 @@ def cmd_best(args: argparse.Namespace) -> int:
     rows = collect_best(storage, name)
     if not rows:
         raise UsageError(f"{args.experiment or storage}: no finished trials yet")
-    Console().print(best_table(rows, f"Best configurations: {name or storage}"))
+    _console().print(best_table(rows, f"Best configurations: {name or storage}"))
     target = args.json or (exp.best_path if exp else None)
     if target:
         print(f"exported: {export_best(rows, target)}")
@@ -177,14 +183,14 @@ def cmd_spaces(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(f"--problem/--dtype/--layout: {exc} (expected e.g. 4096x4096x4096, bf16, tn)") from None
     table = Table(title=f"Search spaces on {hardware.name} for {problem.describe()}")
-    for col in ("space", "size", "feasible", "pruned most by", "parameters"):
+    for col in ("space", "size", "feasible", "pruned most by (count x first reason)", "parameters"):
         table.add_column(col, overflow="fold")
     for name in [*builtin_names(), *entry_point_names()]:
         space = load_space(name)
         fs = space.feasible(Context(hardware, problem))
-        pruned = ", ".join(f"{r} ({c})" for r, c in fs.pruned.most_common(2)) or "-"
+        pruned = "; ".join(f"{c} x {fs.reasons[r]}" for r, c in fs.pruned.most_common(2)) or "-"
         params = ", ".join(
             f"{p.name}={list(p.choices)}" if args.verbose else p.name for p in space.params)
         table.add_row(name, str(space.size), str(len(fs)), pruned, params)
-    Console().print(table)
+    _console().print(table)
     return 0

@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from evotune import hardware as hw
 from evotune.problem import Problem
@@ -97,20 +99,20 @@ def _add_throughput(best: Best) -> None:
             best.pct_peak = 100.0 * best.tflops / peak
 
 
-def best_table(rows: list[Best], title: str = "Best configurations") -> Table:
+def best_table(rows: list[Best], title: str = "Best configurations") -> Group:
+    """A table of the best per problem, then each best configuration on a line of its own."""
     table = Table(title=title)
-    for col in ("problem", "best (ms)", "vs optimum", "vs baseline", "TFLOP/s (% peak)", "trials", "found by",
-                "configuration"):
+    for col in ("problem", "best (ms)", "vs optimum", "vs baseline", "TFLOP/s (% peak)", "trials", "found by"):
         table.add_column(col, overflow="fold")
+    configs = []
     for b in rows:
         frac = f"{100 * b.fraction_of_optimum:.1f}%" if b.fraction_of_optimum else "-"
         base = ", ".join(f"{v / b.time_ms:.2f}x {k}" for k, v in b.baselines.items()) or "-"
         tput = f"{b.tflops:.0f} ({b.pct_peak:.0f}%)" if b.tflops and b.pct_peak else (
             f"{b.tflops:.0f}" if b.tflops else "-")
-        cfg = " ".join(f"{k}={v}" for k, v in b.config.items())
-        table.add_row(b.problem_key, f"{b.time_ms:.4g}", frac, base, tput, str(b.trials),
-                      f"{b.strategy} s{b.seed}", cfg)
-    return table
+        table.add_row(b.problem_key, f"{b.time_ms:.4g}", frac, base, tput, str(b.trials), f"{b.strategy} s{b.seed}")
+        configs.append(Text.assemble((b.problem_key, "bold"), ": ", " ".join(f"{k}={v}" for k, v in b.config.items())))
+    return Group(table, *configs)
 
 
 def export_best(rows: list[Best], path: str | Path) -> Path:

@@ -271,10 +271,12 @@ class FeasibleSet:
     or 0/1 (unordered ones).
     """
 
-    def __init__(self, space: SearchSpace, codes: np.ndarray, pruned: Counter[str]):
+    def __init__(self, space: SearchSpace, codes: np.ndarray, pruned: Counter[str],
+                 reasons: dict[str, str] | None = None):
         self.space = space
         self.codes = codes
-        self.pruned = pruned
+        self.pruned = pruned  # constraint name -> points it pruned
+        self.reasons = reasons or {}  # constraint name -> the full reason for one pruned point
         self._row = {tuple(int(v) for v in c): i for i, c in enumerate(codes)}
         sizes = np.array([max(len(p.choices) - 1, 1) for p in space.params], dtype=float)
         self._scale = 1.0 / sizes
@@ -284,14 +286,17 @@ class FeasibleSet:
     def build(cls, space: SearchSpace, ctx: Context) -> FeasibleSet:
         codes: list[tuple[int, ...]] = []
         pruned: Counter[str] = Counter()
+        reasons: dict[str, str] = {}
         for point in space.points():
             reason = space.check(point, ctx)
             if reason is None:
                 codes.append(space.encode(point))
             else:
-                pruned[reason.split(":", 1)[0]] += 1
+                name = reason.split(":", 1)[0]
+                pruned[name] += 1
+                reasons.setdefault(name, reason)
         arr = np.array(codes, dtype=np.int32).reshape(len(codes), len(space.params))
-        return cls(space, arr, pruned)
+        return cls(space, arr, pruned, reasons)
 
     @classmethod
     def from_codes(cls, space: SearchSpace, codes: Iterable[Sequence[int]]) -> FeasibleSet:
