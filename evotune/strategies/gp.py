@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from scipy.linalg import solve_triangular
 from scipy.special import ndtr
 
 from evotune.strategies.base import Option, Strategy
@@ -24,7 +25,8 @@ _SQRT5 = np.sqrt(5.0)
 
 
 def matern52(a: np.ndarray, b: np.ndarray, lengthscale: float) -> np.ndarray:
-    d2 = np.maximum(((a[:, None, :] - b[None, :, :]) ** 2).sum(-1), 0.0)
+    # |a|^2 + |b|^2 - 2 a.b: no (n, m, d) temporary, which would be hundreds of MB for big candidate sets
+    d2 = np.maximum((a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * a @ b.T, 0.0)
     r = np.sqrt(d2) / lengthscale
     return (1.0 + _SQRT5 * r + 5.0 / 3.0 * r * r) * np.exp(-_SQRT5 * r)
 
@@ -38,7 +40,7 @@ def expected_improvement(mu: np.ndarray, sigma: np.ndarray, best: float) -> np.n
 
 class GaussianProcess(Strategy):
     name = "gp"
-    schema = {"startup": Option(10, int, 1), "candidates": Option(4000, int, 1),
+    schema = {"startup": Option(10, int, 1), "candidates": Option(2000, int, 1),
               "noise": Option(1e-3, float, 1e-9, 1.0)}
 
     def __init__(self, *args: Any, **kwargs: Any):
@@ -52,6 +54,8 @@ class GaussianProcess(Strategy):
                 cols.append(np.eye(len(p.choices))[codes.astype(int)] / np.sqrt(2.0))
         self.features = np.hstack(cols) if cols else np.zeros((len(self.feasible), 0))
         self._startup: list[int] = []
+        self._lengthscale: float | None = None
+        self._fitted_at = 0
 
     def _propose(self) -> int | None:
         told = [r for r in self.values]
@@ -81,22 +85,27 @@ class GaussianProcess(Strategy):
         x = self.features[rows]
         noise = float(self.options["noise"])
         best_ll, best_fit = -np.inf, None
-        for ls in (0.1, 0.2, 0.4, 0.8, 1.6):
+        # the length-scale is re-chosen by marginal likelihood every 10 observations, not on every ask
+        refit = self._lengthscale is None or len(told) >= self._fitted_at + 10
+        grid = (0.1, 0.2, 0.4, 0.8, 1.6) if refit else (self._lengthscale,)
+        for ls in grid:
             k = matern52(x, x, ls) + noise * np.eye(len(x))
             try:
                 chol = np.linalg.cholesky(k)
             except np.linalg.LinAlgError:
                 continue
-            alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, ys))
+            alpha = solve_triangular(chol.T, solve_triangular(chol, ys, lower=True), lower=False)
             ll = -0.5 * ys @ alpha - np.log(np.diag(chol)).sum()
             if ll > best_ll:
                 best_ll, best_fit = ll, (ls, chol, alpha)
         if best_fit is None:
             return self.random_fresh()
         ls, chol, alpha = best_fit
+        if refit:
+            self._lengthscale, self._fitted_at = ls, len(told)
         ks = matern52(self.features[cand], x, ls)
         mu = ks @ alpha
-        v = np.linalg.solve(chol, ks.T)
+        v = solve_triangular(chol, ks.T, lower=True)
         sigma = np.sqrt(np.maximum(1.0 - (v * v).sum(0), 1e-12))
         ei = expected_improvement(mu, sigma, ys.min())
         return int(cand[int(np.argmax(ei))])
