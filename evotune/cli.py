@@ -103,7 +103,6 @@ def _check_storage(url: str, where: str) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from evotune.plots import plot_experiment
     from evotune.report import best_table, collect_best, export_best
     from evotune.runner import preflight, run_experiment, targets
 
@@ -120,6 +119,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     _console().print(best_table(rows, f"Best configurations: {exp.name}"))
     console.print(f"best configurations: {export_best(rows, exp.best_path)}")
     if not args.no_plots:
+        from evotune.plots import plot_experiment  # matplotlib only when plotting
+
         for path in plot_experiment(exp.storage, exp.name, exp.plots_dir):
             console.print(f"plot: {path}")
     return 0

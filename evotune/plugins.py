@@ -57,7 +57,10 @@ def load_space(name: str, base_dir: Path | None = None) -> SearchSpace:
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name == name:
             obj = ep.load()
-            return obj if isinstance(obj, SearchSpace) else _space_of(obj, name)
+            if isinstance(obj, SearchSpace):
+                obj.source = obj.source or name
+                return obj
+            return _space_of(obj, name)
     raise SpaceNotFound(name)
 
 
@@ -81,4 +84,5 @@ def _space_of(module: object, name: str) -> SearchSpace:
     space = getattr(module, "SPACE", None)
     if not isinstance(space, SearchSpace):
         raise SpaceNotFound(f"{name} (its module defines no SPACE = SearchSpace(...))")
+    space.source = space.source or name
     return space

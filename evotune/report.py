@@ -45,6 +45,7 @@ class Best:
     optimum_ms: float | None = None
     tflops: float | None = None
     pct_peak: float | None = None
+    pct_hbm_roofline: float | None = None  # minimum bytes at the measured copy bandwidth / time
     baselines: dict[str, float] = field(default_factory=dict)  # name -> time_ms
 
     @property
@@ -79,17 +80,20 @@ def collect_best(storage: str | optuna.storages.BaseStorage, experiment: str | N
                     s.study_name, t.number, a.get("strategy", "?"), int(a.get("seed", 0)), trials,
                     a.get("hardware"), a.get("optimum_ms"))
         best.baselines = {k: float(v["time_ms"] if isinstance(v, dict) else v)
-                          for k, v in (a.get("baselines") or {}).items()}
-        _add_throughput(best)
+                          for k, v in (a.get("baselines") or {}).items()
+                          if not isinstance(v, dict) or v.get("time_ms") is not None}
+        _add_throughput(best, (a.get("device_info") or {}).get("copy_gbps"))
         out.append(best)
     return out
 
 
-def _add_throughput(best: Best) -> None:
+def _add_throughput(best: Best, copy_gbps: float | None) -> None:
     if best.problem.get("kind") != "gemm":
         return
     problem = Problem.from_dict(best.problem)
     best.tflops = problem.flops / (best.time_ms * 1e-3) / 1e12
+    if copy_gbps:
+        best.pct_hbm_roofline = 100.0 * (problem.min_bytes / (copy_gbps * 1e9)) / (best.time_ms * 1e-3)
     if best.hardware:
         try:
             peak = hw.get_hardware(best.hardware).peak(problem.dtype)
@@ -102,7 +106,8 @@ def _add_throughput(best: Best) -> None:
 def best_table(rows: list[Best], title: str = "Best configurations") -> Group:
     """A table of the best per problem, then each best configuration on a line of its own."""
     table = Table(title=title)
-    for col in ("problem", "best (ms)", "vs optimum", "vs baseline", "TFLOP/s (% peak)", "trials", "found by"):
+    for col in ("problem", "best (ms)", "vs optimum", "vs baseline", "TFLOP/s (% peak)", "% HBM roofline", "trials",
+                "found by"):
         table.add_column(col, overflow="fold")
     configs = []
     for b in rows:
@@ -110,7 +115,9 @@ def best_table(rows: list[Best], title: str = "Best configurations") -> Group:
         base = ", ".join(f"{v / b.time_ms:.2f}x {k}" for k, v in b.baselines.items()) or "-"
         tput = f"{b.tflops:.0f} ({b.pct_peak:.0f}%)" if b.tflops and b.pct_peak else (
             f"{b.tflops:.0f}" if b.tflops else "-")
-        table.add_row(b.problem_key, f"{b.time_ms:.4g}", frac, base, tput, str(b.trials), f"{b.strategy} s{b.seed}")
+        roof = f"{b.pct_hbm_roofline:.0f}%" if b.pct_hbm_roofline else "-"
+        table.add_row(b.problem_key, f"{b.time_ms:.4g}", frac, base, tput, roof, str(b.trials),
+                      f"{b.strategy} s{b.seed}")
         configs.append(Text.assemble((b.problem_key, "bold"), ": ", " ".join(f"{k}={v}" for k, v in b.config.items())))
     return Group(table, *configs)
 

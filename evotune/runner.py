@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -37,6 +37,8 @@ class Target:
     space: SearchSpace
     ctx: Context
     landscape: Landscape | None = None
+    baselines: dict = field(default_factory=dict)  # name -> timing, measured beside the candidates
+    device: dict = field(default_factory=dict)  # what the numbers depend on: device, clocks, versions
 
 
 def study_name(exp: Experiment, problem: Problem, strategy: str, seed: int) -> str:
@@ -113,6 +115,10 @@ def study_attrs(exp: Experiment, target: Target, strategy: str, seed: int) -> di
         ls = target.landscape
         attrs.update(landscape=str(ls.path), optimum_ms=ls.optimum_ms, device=ls.meta.get("device"),
                      baselines=ls.baselines)
+    if target.device:
+        attrs.update(device=target.device.get("device"), device_info=target.device)
+    if target.baselines:
+        attrs["baselines"] = target.baselines
     return attrs
 
 
@@ -149,6 +155,9 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
     with _progress(console, progress) as bar:
         for target in resolved:
             evaluator = make_evaluator(exp, target)
+            if exp.oracle == "gpu":  # the baselines are timed by the same oracle, in the same worker, first
+                target.device = evaluator.device_info()
+                target.baselines = evaluator.baselines(target.problem)
             try:
                 for spec in exp.strategies:
                     for seed in spec.seeds:

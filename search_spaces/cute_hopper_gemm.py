@@ -6,7 +6,9 @@ runs WGMMA with the fp32/int32 accumulator in registers, then stores C through a
 shared-memory staging buffer with TMA.  One CTA per SM walks the tiles in the
 order set by ``raster`` and ``swizzle``.
 
-Definitions only for now: ``build``/``run``/``reference`` come with the GPU half.
+``build`` (the adapter in ``_cute_sm90.py``, imported only for GPU runs)
+compiles a configuration; verification and timing are the GEMM defaults of
+``evotune.evaluation.gemm``.
 
 Example::
 
@@ -105,8 +107,16 @@ def estimate(point: Point, ctx: Context) -> float:
     return gm.estimate_ms(tiling, problem, hw)
 
 
+def build(point: Point, problem: Problem) -> object:
+    """Compile one configuration through cutlass.operators; returns ``fn(a, b, c)``. Needs the gpu extra."""
+    from search_spaces._cute_sm90 import build as build_kernel
+
+    return build_kernel(point, problem)
+
+
 SPACE = SearchSpace(
     name="cute_hopper_gemm",
+    build=build,
     params=[
         ordinal("tile_m", [64, 128], doc="CTA tile rows (one 64-row WGMMA per warpgroup step)"),
         ordinal("tile_n", [64, 128, 256], doc="CTA tile columns"),

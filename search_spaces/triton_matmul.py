@@ -6,8 +6,10 @@ programs are ordered in bands of ``GROUP_M`` tile rows for L2 reuse.  With
 ``SPLIT_K > 1`` the partial tiles are added into C with atomics (fp32 or int32 for
 int8).  ``num_ctas > 1`` asks Triton for a thread-block cluster (sm_90+).
 
-Definitions only for now: ``build``/``run``/``reference`` come with the GPU half.
-The split-K rule below assumes that half masks the K tail only for ``SPLIT_K = 1``.
+``build`` (in ``_triton_kernel.py``, imported only when a GPU run needs it)
+compiles a configuration; verification and timing are the GEMM defaults of
+``evotune.evaluation.gemm``. The kernel masks the K tail, so ``SPLIT_K = 1``
+takes any K.
 
 Example::
 
@@ -106,8 +108,16 @@ def estimate(point: Point, ctx: Context) -> float:
     return gm.estimate_ms(tiling, problem, hw)
 
 
+def build(point: Point, problem: Problem) -> object:
+    """Compile one configuration; returns ``fn(a, b, c)``. Needs triton and a CUDA GPU."""
+    from search_spaces._triton_kernel import build as build_kernel
+
+    return build_kernel(point, problem)
+
+
 SPACE = SearchSpace(
     name="triton_matmul",
+    build=build,
     params=[
         power_of_two("BLOCK_M", 16, 256, doc="tile rows per program"),
         power_of_two("BLOCK_N", 32, 256, doc="tile columns per program"),

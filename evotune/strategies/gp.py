@@ -16,8 +16,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from scipy.linalg import solve_triangular
-from scipy.special import ndtr
 
 from evotune.strategies.base import Option, Strategy
 
@@ -32,6 +30,8 @@ def matern52(a: np.ndarray, b: np.ndarray, lengthscale: float) -> np.ndarray:
 
 
 def expected_improvement(mu: np.ndarray, sigma: np.ndarray, best: float) -> np.ndarray:
+    from scipy.special import ndtr
+
     sigma = np.maximum(sigma, 1e-12)
     z = (best - mu) / sigma
     pdf = np.exp(-0.5 * z * z) / np.sqrt(2 * np.pi)
@@ -70,6 +70,8 @@ class GaussianProcess(Strategy):
         return self._maximise_ei(told)
 
     def _maximise_ei(self, told: list[int]) -> int | None:
+        from scipy.linalg import solve_triangular
+
         free = np.flatnonzero(~self.taken)
         if not len(free):
             return None

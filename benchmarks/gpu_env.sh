@@ -1,0 +1,9 @@
+# Source this first in every device call (from the project root, with .gpu and .whl carried):
+# it unpacks the GPU bundle (CuTe DSL, cutlass.operators, Optuna, DEAP) and the extra wheels
+# (rich, cmaes, networkx) that the GPU machine lacks, and puts the working tree on PYTHONPATH.
+set -e
+mkdir -p /tmp/site && tar xJf .gpu/bundle.tar.xz -C /tmp/site
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD
+export PYTHONUNBUFFERED=1 TVM_FFI_DISABLE_TORCH_C_DLPACK=1
+set +e

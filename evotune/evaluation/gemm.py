@@ -1,0 +1,119 @@
+"""GEMM inputs, the reference, verification and the cuBLAS baselines (torch, on the GPU).
+
+Operands follow the problem's layout (BLAS letters: ``t`` row-major, ``n``
+column-major): ``a`` is an (m, k) view and ``b`` a (k, n) view whose strides
+say which dimension is contiguous; ``c`` is (m, n) row-major. Inputs are
+fresh random numbers, never zeros, and the output is poisoned (NaN, or a
+sentinel for int32) before each checked launch, so an unwritten element fails.
+
+Example::
+
+    a, b, c = make_inputs(problem, seed=1)
+    kernel(a, b, c)
+    ok, err, why = verify(problem, a, b, c)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from evotune.problem import Problem
+
+# relative Frobenius-norm error allowed per input dtype (fp32 accumulate); int8 must be exact
+TOLERANCE = {"bf16": 2e-2, "fp16": 5e-3, "fp8": 6e-2, "fp32": 1e-4, "int8": 0.0}
+INT_SENTINEL = 0x7F7F7F7F
+
+
+def torch_dtypes(problem: Problem) -> tuple[Any, Any]:
+    import torch
+
+    table = {"bf16": (torch.bfloat16, torch.bfloat16), "fp16": (torch.float16, torch.float16),
+             "fp8": (torch.float8_e4m3fn, torch.bfloat16), "int8": (torch.int8, torch.int32),
+             "fp32": (torch.float32, torch.float32)}
+    return table[problem.dtype]
+
+
+def _operand(rows: int, cols: int, contiguous_cols: bool, dtype: Any, gen: Any) -> Any:
+    """A (rows, cols) view; ``contiguous_cols`` means the column index is the fast one (row-major)."""
+    import torch
+
+    shape = (rows, cols) if contiguous_cols else (cols, rows)
+    if dtype in (torch.int8,):
+        x = torch.randint(-8, 8, shape, generator=gen, device="cuda", dtype=torch.int8)
+    else:
+        x = (torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32) * 0.5).to(dtype)
+    return x if contiguous_cols else x.t()
+
+
+def make_inputs(problem: Problem, seed: int = 0) -> tuple[Any, Any, Any]:
+    """Random ``a`` (m, k), ``b`` (k, n) in the problem's layout, and a poisoned ``c`` (m, n)."""
+    import torch
+
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(seed)
+    in_dt, out_dt = torch_dtypes(problem)
+    a = _operand(problem.m, problem.k, problem.k_major("a"), in_dt, gen)
+    b_kn_rowmajor = not problem.k_major("b")  # B is (k, n); K-major means column-major
+    b = _operand(problem.k, problem.n, b_kn_rowmajor, in_dt, gen)
+    c = torch.empty((problem.m, problem.n), dtype=out_dt, device="cuda")
+    poison(c)
+    return a, b, c
+
+
+def poison(c: Any) -> None:
+    if c.dtype.is_floating_point:
+        c.fill_(float("nan"))
+    else:
+        c.fill_(INT_SENTINEL)
+
+
+def reference(problem: Problem, a: Any, b: Any) -> Any:
+    """The exact-enough product: float64 for int8 (exact below 2**53), float32 without TF32 for floats."""
+    import torch
+
+    if problem.dtype == "int8":
+        return a.to(torch.float64) @ b.to(torch.float64)
+    prev = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        return a.to(torch.float32) @ b.to(torch.float32)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev
+
+
+def verify(problem: Problem, a: Any, b: Any, c: Any) -> tuple[bool, float, str]:
+    """Compare ``c`` with the reference: (passed, relative error, reason when it failed)."""
+    import torch
+
+    ref = reference(problem, a, b)
+    out = c.to(ref.dtype)
+    if not torch.isfinite(out).all():
+        bad = int((~torch.isfinite(out)).sum())
+        return False, float("inf"), f"{bad} output elements are NaN/inf (unwritten or overflowed)"
+    err = float(torch.linalg.vector_norm(out - ref) / torch.linalg.vector_norm(ref).clamp_min(1e-30))
+    tol = TOLERANCE[problem.dtype]
+    if problem.dtype == "int8":
+        wrong = int((out != ref).sum())
+        if wrong:
+            return False, err, f"{wrong} of {out.numel()} int32 outputs differ from the exact product"
+        return True, 0.0, ""
+    if err > tol:
+        return False, err, f"relative error {err:.3g} exceeds {tol:g} for {problem.dtype}"
+    return True, err, ""
+
+
+def baselines(problem: Problem) -> dict[str, Callable[[Any, Any, Any], object]]:
+    """The vendor kernels to beat, called as ``fn(a, b, c)``: cuBLAS through torch."""
+    import torch
+
+    if problem.dtype in ("bf16", "fp16", "fp32"):
+        return {"torch.matmul": lambda a, b, c: torch.matmul(a, b, out=c)}
+    if problem.dtype == "int8":
+        # cuBLASLt's int8 path: a row-major (m, k), b column-major (k, n), int32 out
+        return {"torch._int_mm": lambda a, b, c: torch._int_mm(a, b, out=c)}
+    if problem.dtype == "fp8":
+        one = torch.ones((), device="cuda", dtype=torch.float32)
+        return {"torch._scaled_mm": lambda a, b, c: c.copy_(
+            torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=c.dtype))}
+    return {}

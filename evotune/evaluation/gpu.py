@@ -1,0 +1,266 @@
+"""The GPU evaluator: build -> verify -> time, in a worker process that may die.
+
+A candidate that fails to compile, computes the wrong answer, crashes the CUDA
+context (an illegal address), or hangs, fails only its own trial:
+
+* the worker process owns the GPU; the tuner process never initialises CUDA;
+* a compile error or a wrong result comes back as a failed result, and the
+  worker carries on;
+* an error that poisons the CUDA context makes the worker report ``crash``
+  and exit; a worker that dies without a word (segfault, abort) is a
+  ``crash`` too; one that does not answer within ``timeout_s`` is killed and
+  the point is a ``timeout``. Either way a fresh worker takes over.
+
+Spaces are loaded in the worker by name (``SearchSpace.source``), so nothing
+of the user's is pickled.
+
+Example::
+
+    with GpuEvaluator(space, Context(get_hardware("auto"), problem)) as ev:
+        ev.evaluate(point, problem).time_ms
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+import traceback
+from typing import Any
+
+from evotune.evaluation.base import Evaluator
+from evotune.evaluation.result import EvalResult, Status
+from evotune.problem import Problem
+from evotune.space import Context, Point, SearchSpace
+
+
+class GpuEvaluator(Evaluator):
+    kind = "gpu"
+
+    def __init__(self, space: SearchSpace, ctx: Context, timeout_s: float = 300.0, workers: int = 1,
+                 oracle: dict[str, Any] | None = None):
+        if not space.source or space.build is None:
+            raise ValueError(f"space {space.name!r} cannot run on a GPU: it has no build function")
+        self.space, self.ctx, self.timeout_s = space, ctx, float(timeout_s)
+        self.oracle_options = dict(oracle or {})
+        self._mp = mp.get_context("spawn")  # never fork a process that may hold a CUDA context
+        self._proc: Any = None
+        self._conn: Any = None
+        self._seed = 0
+        self.restarts = 0
+
+    # -- the worker's lifecycle ----------------------------------------------
+    def _ensure_worker(self) -> None:
+        if self._proc is not None and self._proc.is_alive():
+            return
+        parent, child = self._mp.Pipe()
+        self._proc = self._mp.Process(target=_worker_main, args=(child, self.space.source, self.oracle_options),
+                                      daemon=True)
+        self._proc.start()
+        child.close()
+        self._conn = parent
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.join(10)
+            self.restarts += 1
+        self._proc = self._conn = None
+
+    def close(self) -> None:
+        if self._proc is not None and self._proc.is_alive():
+            try:
+                self._conn.send(("stop",))
+                self._proc.join(10)
+            except (BrokenPipeError, OSError):
+                pass
+            if self._proc.is_alive():
+                self._proc.kill()
+        self._proc = self._conn = None
+
+    def _call(self, message: tuple) -> dict[str, Any]:
+        self._ensure_worker()
+        started = time.perf_counter()
+        try:
+            self._conn.send(message)
+        except (BrokenPipeError, OSError):
+            self._kill()
+            return {"status": "crash", "message": "the GPU worker was gone before the request"}
+        if not self._conn.poll(self.timeout_s):
+            self._kill()
+            return {"status": "timeout", "message": f"no answer within {self.timeout_s:.0f} s; worker killed",
+                    "bench_s": time.perf_counter() - started}
+        try:
+            reply = self._conn.recv()
+        except (EOFError, OSError):
+            self._proc.join(10)
+            code = self._proc.exitcode
+            self._kill()
+            why = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+            return {"status": "crash", "message": f"the GPU worker died ({why})",
+                    "bench_s": time.perf_counter() - started}
+        if reply.get("fatal"):  # the worker reported a poisoned CUDA context and is exiting
+            self._kill()
+        return reply
+
+    # -- the interface -------------------------------------------------------
+    def evaluate(self, point: Point, problem: Problem) -> EvalResult:
+        self._seed += 1
+        reply = self._call(("eval", point, problem.to_dict(), self._seed))
+        return EvalResult(Status(reply["status"]), time_ms=reply.get("time_ms"),
+                          samples_ms=reply.get("samples_ms", []), compile_s=reply.get("compile_s", 0.0),
+                          bench_s=reply.get("bench_s", 0.0), error=reply.get("error"),
+                          message=reply.get("message", ""), extra=reply.get("extra", {}))
+
+    def baselines(self, problem: Problem) -> dict[str, dict[str, Any]]:
+        """cuBLAS (through torch) timed by the same oracle in the same worker: name -> timing."""
+        reply = self._call(("baselines", problem.to_dict()))
+        return reply.get("baselines", {})
+
+    def device_info(self) -> dict[str, Any]:
+        return self._call(("info",)).get("info", {})
+
+
+# -- inside the worker process ----------------------------------------------
+def _worker_main(conn: Any, space_source: str, oracle_options: dict[str, Any]) -> None:
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    worker = _Worker(space_source, oracle_options)
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message[0] == "stop":
+            return
+        reply = worker.handle(message)
+        conn.send(reply)
+        if reply.get("fatal"):
+            os._exit(3)  # the CUDA context is unusable; the parent starts a fresh worker
+
+
+class _Worker:
+    def __init__(self, space_source: str, oracle_options: dict[str, Any]):
+        from evotune.evaluation.oracle import Oracle
+        from evotune.plugins import load_space
+
+        self.space = load_space(space_source)
+        self.oracle = Oracle(**oracle_options)
+        self.kernels: dict[tuple[str, str], Any] = {}  # (problem key, point key) -> built kernel
+        self.inputs: dict[str, Any] = {}
+
+    def handle(self, message: tuple) -> dict[str, Any]:
+        kind = message[0]
+        if kind == "eval":
+            return self.evaluate(message[1], Problem.from_dict(message[2]), message[3])
+        if kind == "baselines":
+            return {"status": "ok", "baselines": self.baselines(Problem.from_dict(message[1]))}
+        if kind == "info":
+            info = device_info()
+            info["copy_gbps"] = self.oracle.copy_bandwidth_gbps()
+            return {"status": "ok", "info": info}
+        return {"status": "runtime_error", "message": f"unknown request {kind!r}"}
+
+    def _inputs(self, problem: Problem) -> tuple[Any, Any, Any]:
+        from evotune.evaluation.gemm import make_inputs
+
+        if problem.key not in self.inputs:
+            self.inputs = {problem.key: make_inputs(problem, seed=12345)}  # one problem's buffers at a time
+        return self.inputs[problem.key]
+
+    def evaluate(self, point: Point, problem: Problem, seed: int) -> dict[str, Any]:
+        import torch
+
+        from evotune.evaluation.gemm import make_inputs, poison, verify
+
+        key = (problem.key, self.space.key(point))
+        compile_s = 0.0
+        kernel = self.kernels.get(key)
+        if kernel is None:
+            started = time.perf_counter()
+            try:
+                kernel = self.space.build(point, problem)
+            except Exception as exc:
+                return self._failure("compile_error", exc, time.perf_counter() - started)
+            compile_s = time.perf_counter() - started
+            self.kernels[key] = kernel
+        stage = "verify"
+        try:
+            a, b, c = make_inputs(problem, seed=seed)  # fresh data for every check
+            kernel(a, b, c)
+            torch.cuda.synchronize()
+            ok, err, why = verify(problem, a, b, c)
+            del a, b, c
+            if not ok:
+                return {"status": "wrong_result", "error": err, "message": why, "compile_s": compile_s}
+            stage = "time"
+            a, b, c = self._inputs(problem)
+            poison(c)
+            timing = self.oracle.time(lambda: kernel(a, b, c))
+        except Exception as exc:
+            return self._failure("runtime_error", exc, 0.0, compile_s, stage)
+        return {"status": "ok", "time_ms": timing.median_ms, "samples_ms": timing.samples_ms,
+                "compile_s": compile_s, "bench_s": timing.bench_s, "error": err,
+                "extra": {"ci95_ms": list(timing.ci95_ms), "graph": timing.graph, "trimmed": timing.trimmed,
+                          **({"notes": timing.notes} if timing.notes else {})}}
+
+    def _failure(self, status: str, exc: Exception, seconds: float, compile_s: float = 0.0,
+                 stage: str = "compile") -> dict[str, Any]:
+        text = f"{stage}: {type(exc).__name__}: {exc}".strip()
+        reply = {"status": status, "message": text[:2000], "compile_s": compile_s or seconds,
+                 "extra": {"traceback": traceback.format_exc(limit=4)[-2000:]}}
+        if _context_poisoned():
+            reply.update(status="crash", fatal=True)
+        return reply
+
+    def baselines(self, problem: Problem) -> dict[str, dict[str, Any]]:
+        from evotune.evaluation.gemm import baselines, make_inputs, verify
+
+        out = {}
+        for name, fn in baselines(problem).items():
+            a, b, c = make_inputs(problem, seed=777)
+            try:
+                fn(a, b, c)
+                ok, err, _ = verify(problem, a, b, c)
+                t = self.oracle.time(lambda fn=fn, a=a, b=b, c=c: fn(a, b, c))
+            except Exception as exc:  # a baseline the library does not support for this shape
+                out[name] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+                continue
+            out[name] = {"time_ms": t.median_ms, "samples_ms": t.samples_ms, "ci95_ms": list(t.ci95_ms),
+                         "verified": ok, "error_value": err}
+        return out
+
+
+def _context_poisoned() -> bool:
+    """True when the CUDA context is broken (sticky error): only a new process can use the GPU again."""
+    try:
+        import torch
+
+        torch.cuda.synchronize()
+        torch.empty(1, device="cuda").fill_(1.0).item()
+        return False
+    except Exception:
+        return True
+
+
+def device_info() -> dict[str, Any]:
+    """What a recorded number depends on: device, clocks, driver and package versions."""
+    import platform
+    import subprocess
+
+    import torch
+
+    info: dict[str, Any] = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+                            "cuda": torch.version.cuda, "python": platform.python_version()}
+    for mod in ("triton", "cutlass", "cuda"):
+        try:
+            info[mod] = __import__(mod).__version__
+        except Exception:  # not installed, or no version attribute
+            pass
+    try:
+        q = "driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit,temperature.gpu"
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20).stdout.strip().splitlines()[0]
+        info.update(dict(zip(q.split(","), (s.strip() for s in out.split(",")), strict=False)))
+    except Exception:  # nvidia-smi missing or slow: the record says less, nothing fails
+        pass
+    return info

@@ -1,0 +1,142 @@
+"""The timing oracle: CUDA events around single launches, a cold L2 before each, adaptive repeats.
+
+Method (see benchmarks/RESULTS.md for what it measured):
+
+1. warm up (module load, JIT, handle creation stay out of the numbers);
+2. capture the launch in a CUDA graph when it can be captured, so launch
+   overhead on the host cannot show in the samples; otherwise launch directly;
+3. before every sample, overwrite a buffer twice the size of L2, so each
+   sample reads its inputs from HBM as a real layer would;
+4. one sample = CUDA events recorded right before and after one launch;
+5. take samples in batches until the 95% confidence interval of the median
+   (distribution-free, from order statistics) is within ``ci_target`` of it,
+   or ``max_samples`` / ``max_seconds`` is reached;
+6. drop outliers outside Tukey's fences (1.5 IQR) for the summary; keep every
+   sample in the record.
+
+The same oracle times candidates and baselines (cuBLAS through torch), in the same process.
+
+Example::
+
+    oracle = Oracle()
+    t = oracle.time(lambda: torch.matmul(a, b, out=c))
+    t.median_ms, t.ci95_rel, len(t.samples_ms)
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Timing:
+    samples_ms: list[float]  # every sample, in the order taken
+    median_ms: float  # median of the samples inside Tukey's fences
+    ci95_ms: tuple[float, float]  # 95% confidence interval of that median
+    trimmed: int  # samples outside the fences
+    graph: bool  # whether the launch was replayed from a CUDA graph
+    bench_s: float  # wall time spent measuring, warm-up included
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ci95_rel(self) -> float:
+        lo, hi = self.ci95_ms
+        return (hi - lo) / 2.0 / self.median_ms
+
+
+def summarize(samples: list[float]) -> tuple[float, tuple[float, float], int]:
+    """Median inside Tukey's fences, its 95% CI from order statistics, and how many were trimmed."""
+    x = np.sort(np.asarray(samples, dtype=float))
+    q1, q3 = np.percentile(x, [25, 75])
+    iqr = q3 - q1
+    kept = x[(x >= q1 - 1.5 * iqr) & (x <= q3 + 1.5 * iqr)]
+    n = len(kept)
+    med = float(np.median(kept))
+    half = 1.96 * math.sqrt(n) / 2.0
+    lo = kept[max(math.floor(n / 2.0 - half) - 1, 0)]
+    hi = kept[min(math.ceil(n / 2.0 + half), n - 1)]
+    return med, (float(lo), float(hi)), len(x) - n
+
+
+class Oracle:
+    """Times a zero-argument callable that launches GPU work on the current torch stream."""
+
+    def __init__(self, *, warmup: int = 3, min_samples: int = 20, max_samples: int = 300, batch: int = 20,
+                 ci_target: float = 0.01, max_seconds: float = 15.0, use_graph: bool = True, flush_l2: bool = True):
+        import torch
+
+        self.torch = torch
+        self.warmup, self.min_samples, self.max_samples, self.batch = warmup, min_samples, max_samples, batch
+        self.ci_target, self.max_seconds, self.use_graph = ci_target, max_seconds, use_graph
+        self._flush = None
+        if flush_l2:
+            l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 * 2**20)
+            self._flush = torch.empty(2 * l2 // 4, dtype=torch.int32, device="cuda")
+
+    def _graph(self, fn: Callable[[], object]) -> Callable[[], object] | None:
+        torch = self.torch
+        try:
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                fn()  # one eager launch on the side stream before capture, as torch recommends
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                fn()
+            torch.cuda.synchronize()
+            return graph.replay
+        except Exception:  # not capturable (host sync, allocation, a launcher that pins a stream)
+            torch.cuda.synchronize()
+            return None
+
+    def time(self, fn: Callable[[], object]) -> Timing:
+        torch = self.torch
+        started = time.perf_counter()
+        for _ in range(self.warmup):
+            fn()
+        torch.cuda.synchronize()
+        launch = self._graph(fn) if self.use_graph else None
+        graph = launch is not None
+        launch = launch or fn
+        launch()
+        torch.cuda.synchronize()
+        samples: list[float] = []
+        notes = []
+        while True:
+            starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.batch)]
+            ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.batch)]
+            for s, e in zip(starts, ends, strict=True):
+                if self._flush is not None:
+                    self._flush.zero_()
+                s.record()
+                launch()
+                e.record()
+            torch.cuda.synchronize()
+            samples += [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+            if len(samples) < self.min_samples:
+                continue
+            med, ci, _ = summarize(samples)
+            if (ci[1] - ci[0]) / 2.0 / med <= self.ci_target:
+                break
+            if len(samples) >= self.max_samples:
+                notes.append(f"stopped at {len(samples)} samples before the CI reached {self.ci_target:.0%}")
+                break
+            if time.perf_counter() - started > self.max_seconds:
+                notes.append(f"stopped after {self.max_seconds:.0f} s before the CI reached {self.ci_target:.0%}")
+                break
+        med, ci, trimmed = summarize(samples)
+        return Timing(samples, med, ci, trimmed, graph, time.perf_counter() - started, notes)
+
+    def copy_bandwidth_gbps(self, nbytes: int = 2 * 2**30) -> float:
+        """Measured device-to-device copy bandwidth, counting bytes read plus bytes written."""
+        torch = self.torch
+        src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
+        dst = torch.empty_like(src)
+        t = self.time(lambda: dst.copy_(src))
+        return nbytes / (t.median_ms * 1e-3) / 1e9

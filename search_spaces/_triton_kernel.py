@@ -1,0 +1,95 @@
+"""The Triton kernel behind ``triton_matmul``: grouped program order, split-K, int8 with int32 output.
+
+``build(point, problem)`` compiles the kernel for one configuration and returns
+a launcher ``fn(a, b, c)`` that writes ``c = a @ b``. With ``SPLIT_K > 1`` the
+partial products are added with atomics: straight into ``c`` for int32, into an
+fp32 workspace (then cast into ``c``) for float outputs, whose own atomics
+would round at every add. Both steps are plain launches, so the oracle can
+capture them in one CUDA graph.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from evotune.problem import Problem
+from evotune.space import Point
+
+
+@triton.jit
+def _matmul(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn,
+            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+            SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr, INT_ACC: tl.constexpr):
+    pid = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    num_m = tl.cdiv(M, BLOCK_M)
+    num_n = tl.cdiv(N, BLOCK_N)
+    # bands of GROUP_M tile rows, so that consecutive programs share B tiles in L2
+    in_band = GROUP_M * num_n
+    first_m = (pid // in_band) * GROUP_M
+    band_m = min(num_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % in_band) % band_m
+    pid_n = (pid % in_band) // band_m
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+    # wrap the edge rows and columns instead of masking the loads; the store is masked
+    am = tl.max_contiguous(tl.multiple_of(rm % M, BLOCK_M), BLOCK_M)
+    bn = tl.max_contiguous(tl.multiple_of(rn % N, BLOCK_N), BLOCK_N)
+    a_ptrs = a_ptr + am[:, None] * s_am + rk[None, :] * s_ak
+    b_ptrs = b_ptr + rk[:, None] * s_bk + bn[None, :] * s_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32 if INT_ACC else tl.float32)
+    step = BLOCK_K * SPLIT_K
+    for k in range(0, tl.cdiv(K, step)):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            left = K - k * step
+            a = tl.load(a_ptrs, mask=rk[None, :] < left, other=0)
+            b = tl.load(b_ptrs, mask=rk[:, None] < left, other=0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += step * s_ak
+        b_ptrs += step * s_bk
+    mask = (rm < M)[:, None] & (rn < N)[None, :]
+    c_ptrs = c_ptr + rm[:, None] * s_cm + rn[None, :] * s_cn
+    if SPLIT_K == 1:
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+    else:
+        tl.atomic_add(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+def build(point: Point, problem: Problem) -> Any:
+    """Compile ``point`` for ``problem`` (by launching once on scratch data) and return ``fn(a, b, c)``."""
+    from evotune.evaluation.gemm import make_inputs
+
+    split = point["SPLIT_K"]
+    int_acc = problem.dtype == "int8"
+    even_k = problem.k % (point["BLOCK_K"] * split) == 0
+    grid = (triton.cdiv(problem.m, point["BLOCK_M"]) * triton.cdiv(problem.n, point["BLOCK_N"]), split)
+    meta = dict(BLOCK_M=point["BLOCK_M"], BLOCK_N=point["BLOCK_N"], BLOCK_K=point["BLOCK_K"],
+                GROUP_M=point["GROUP_M"], SPLIT_K=split, EVEN_K=even_k, INT_ACC=int_acc,
+                num_warps=point["num_warps"], num_stages=point["num_stages"], num_ctas=point["num_ctas"])
+    workspace: dict[str, torch.Tensor] = {}
+
+    def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
+        target = c
+        if split > 1:
+            if c.dtype.is_floating_point:
+                if "acc" not in workspace:
+                    workspace["acc"] = torch.empty(c.shape, dtype=torch.float32, device=c.device)
+                target = workspace["acc"]
+            target.zero_()
+        _matmul[grid](a, b, target, problem.m, problem.n, problem.k, a.stride(0), a.stride(1), b.stride(0),
+                      b.stride(1), target.stride(0), target.stride(1), **meta)
+        if target is not c:
+            c.copy_(target)
+
+    a, b, c = make_inputs(problem, seed=0)
+    launch(a, b, c)  # the first launch compiles; Triton keeps the binary in its on-disk cache
+    torch.cuda.synchronize()
+    return launch
