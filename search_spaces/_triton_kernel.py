@@ -52,7 +52,7 @@ def _matmul(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn,
             left = K - k * step
             a = tl.load(a_ptrs, mask=rk[None, :] < left, other=0)
             b = tl.load(b_ptrs, mask=rk[:, None] < left, other=0)
-        acc = tl.dot(a, b, acc)
+        acc = tl.dot(a, b, acc, out_dtype=tl.int32 if INT_ACC else tl.float32)
         a_ptrs += step * s_ak
         b_ptrs += step * s_bk
     mask = (rm < M)[:, None] & (rn < N)[None, :]

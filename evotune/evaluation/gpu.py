@@ -205,7 +205,12 @@ class _Worker:
 
     def _failure(self, status: str, exc: Exception, seconds: float, compile_s: float = 0.0,
                  stage: str = "compile") -> dict[str, Any]:
-        text = f"{stage}: {type(exc).__name__}: {exc}".strip()
+        # compilers wrap the real error (Triton's CompilationError shows source, its cause says why)
+        causes, e = [], exc
+        while e is not None and len(causes) < 4:
+            causes.append(f"{type(e).__name__}: {e}".strip())
+            e = e.__cause__ or e.__context__
+        text = f"{stage}: " + " <- ".join(reversed(causes)) if len(causes) > 1 else f"{stage}: {causes[0]}"
         reply = {"status": status, "message": text[:2000], "compile_s": compile_s or seconds,
                  "extra": {"traceback": traceback.format_exc(limit=4)[-2000:]}}
         if _context_poisoned():
