@@ -56,6 +56,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-plots", action="store_true", help="skip writing PNGs at the end")
     run.set_defaults(func=cmd_run)
 
+    record = sub.add_parser("record", help="measure every feasible point of the space; write landscape files")
+    record.add_argument("experiment", help="path to an experiment .toml file (its strategies are ignored)")
+    record.add_argument("--out", default="experiments/landscapes", help="folder for the landscape files")
+    record.add_argument("--seconds", type=float, help="stop each problem after this much tuning time; "
+                                                      "run again to go on where it stopped")
+    record.set_defaults(func=cmd_record)
+
     plot = sub.add_parser("plot", help="write convergence and parameter-effect PNGs")
     _source_args(plot)
     plot.add_argument("--out", help="output folder (default: the experiment's outputs.plots, or plots/)")
@@ -118,11 +125,32 @@ def cmd_run(args: argparse.Namespace) -> int:
     rows = collect_best(exp.storage, exp.name)
     _console().print(best_table(rows, f"Best configurations: {exp.name}"))
     console.print(f"best configurations: {export_best(rows, exp.best_path)}")
+    _remember(rows, exp.storage, console)
     if not args.no_plots:
         from evotune.plots import plot_experiment  # matplotlib only when plotting
 
         for path in plot_experiment(exp.storage, exp.name, exp.plots_dir):
             console.print(f"plot: {path}")
+    return 0
+
+
+def _remember(rows: list, storage: str, console: Console) -> None:
+    """Measured (not replayed) results go into the tuning-result cache that evotune.lookup() reads."""
+    from evotune.lookup import remember
+
+    measured = [b for b in rows if b.oracle == "gpu"]
+    if measured:
+        console.print(f"tuning-result cache: {remember(measured, storage)}")
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    from evotune.record import record_experiment
+
+    exp = load_experiment(args.experiment)
+    if args.seconds is not None and args.seconds <= 0:
+        raise UsageError(f"--seconds: must be positive, got {args.seconds}")
+    for path in record_experiment(exp, Path(args.out), args.seconds, _console(stderr=True)):
+        print(path)
     return 0
 
 
@@ -152,6 +180,7 @@ def cmd_best(args: argparse.Namespace) -> int:
     target = args.json or (exp.best_path if exp else None)
     if target:
         print(f"exported: {export_best(rows, target)}")
+    _remember(rows, storage, _console(stderr=True))
     return 0
 
 

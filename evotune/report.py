@@ -42,6 +42,7 @@ class Best:
     seed: int
     trials: int  # finished trials over every study of this problem
     hardware: str | None = None
+    oracle: str = "replay"
     optimum_ms: float | None = None
     tflops: float | None = None
     pct_peak: float | None = None
@@ -78,7 +79,7 @@ def collect_best(storage: str | optuna.storages.BaseStorage, experiment: str | N
         a, t = s.user_attrs, s.best_trial
         best = Best(exp, key, a.get("problem", {}), a.get("space", "?"), dict(t.params), float(t.value),
                     s.study_name, t.number, a.get("strategy", "?"), int(a.get("seed", 0)), trials,
-                    a.get("hardware"), a.get("optimum_ms"))
+                    a.get("hardware"), a.get("oracle", "replay"), a.get("optimum_ms"))
         best.baselines = {k: float(v["time_ms"] if isinstance(v, dict) else v)
                           for k, v in (a.get("baselines") or {}).items()
                           if not isinstance(v, dict) or v.get("time_ms") is not None}

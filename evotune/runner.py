@@ -164,6 +164,10 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
                         results.append(_run_one(exp, target, evaluator, storage, spec.name, seed, spec.options, bar))
             finally:
                 evaluator.close()
+            stats = getattr(evaluator, "cache_stats", None)
+            if stats:
+                console.print(f"  compiled-kernel cache for {target.problem.key}: {stats.get('hit', 0)} hits, "
+                              f"{stats.get('miss', 0)} misses, {stats.get('memory', 0)} in memory")
     return results
 
 

@@ -185,6 +185,7 @@ class SearchSpace:
     estimate: Callable[[Point, Context], float] | None = None
     default_problem: Problem | None = None
     build: Callable[..., Any] | None = None
+    precompile: Callable[..., Any] | None = None  # fills an on-disk cache without launching (compile pool)
     run: Callable[..., Any] | None = None
     reference: Callable[..., Any] | None = None
     make_inputs: Callable[..., Any] | None = None

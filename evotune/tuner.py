@@ -60,15 +60,21 @@ def tune(space: SearchSpace, ctx: Context, evaluator: Evaluator, strategy: Strat
     if on_trial:
         on_trial(trials, best_ms)
 
+    # Evaluators that compile ahead (a pool) get a batch of proposals to start on; the rest get one.
+    depth = evaluator.prefetch_depth
+    queue: list[Point] = []
     while True:
         stopped = _stop_reason(budget, trials, clock, since_best)
         if stopped:
             break
-        proposals = strategy.ask(1)
-        if not proposals:
-            stopped = "exhausted"
-            break
-        point = proposals[0]
+        if not queue:
+            queue = strategy.ask(depth)
+            if not queue:
+                stopped = "exhausted"
+                break
+            if depth > 1:
+                evaluator.prefetch(queue, ctx.problem)
+        point = queue.pop(0)
         key = space.key(point)
         reason = space.check(point, ctx)
         if key in done or reason is not None:

@@ -12,6 +12,7 @@ and sources: docs/notes/cutlass_operators_api.md.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from evotune.problem import Problem
@@ -38,18 +39,30 @@ def _kernel_class(stages: int) -> Any:
     return StagedKernel
 
 
-def build(point: Point, problem: Problem) -> Any:
-    """Compile ``point`` for ``problem``; returns ``fn(a, b, c)`` launching on the current torch stream."""
+def _compiled(point: Point, problem: Problem, a: Any, b: Any, c: Any) -> tuple[Any, bool]:
+    """The compiled kernel for ``point``, from the on-disk cache when it is there: (kernel, hit)."""
     import cutlass
+    import cutlass.cute as cute
     import cutlass.operators as ops
-    import cutlass.torch as cutlass_torch
     import torch
     from cutlass.operators.providers.cutedsl.gemm.sm90_static_persistent import Sm90StaticPersistentGemmOperator
 
-    from evotune.evaluation.gemm import make_inputs
+    from evotune.evaluation.kernel_cache import KernelCache
 
-    a, b, c = make_inputs(problem, seed=0)  # also creates the CUDA context the compiler queries
     int8 = problem.dtype == "int8"
+    # Shapes are symbolic in the compiled kernel, so M, N and K stay out of the key: one binary
+    # serves every problem of the same dtypes and layout. The persistent grid size is baked in,
+    # hence the device and its SM count.
+    props = torch.cuda.get_device_properties(0)
+    cache = KernelCache()
+    key = cache.key("cute_sm90", cutlass.__version__, props.name, props.multi_processor_count, problem.dtype,
+                    problem.layout, sorted(point.items()))
+    path = cache.path("cute", key, ".o")
+    if cache.has(key) and path.is_file():
+        try:
+            return cute.runtime.load_module(str(path), enable_tvm_ffi=True).__getattr__(f"k{key}"), True
+        except Exception:  # an unreadable or stale object file: compile again and overwrite it
+            pass
     args = ops.GemmArguments(a, b, c, accumulator_type=torch.int32 if int8 else torch.float32)
     tile, cluster = (point["tile_m"], point["tile_n"]), tuple(point["cluster"])
 
@@ -57,7 +70,7 @@ def build(point: Point, problem: Problem) -> Any:
         return (md.operator_class is Sm90StaticPersistentGemmOperator
                 and tuple(md.design.tile_shape[:2]) == tile and tuple(md.design.cluster_shape[:2]) == cluster)
 
-    found = ops.get_operators(args, target_sm="90a", metadata_filter=wanted)
+    found = ops.get_operators(args, target_sm="90a", metadata_filter=wanted)  # checks the arguments too
     if not found:
         raise RuntimeError(f"cutlass.operators has no sm90 persistent GEMM with tile {tile} and cluster {cluster} "
                            f"for {problem.describe()}")
@@ -65,11 +78,34 @@ def build(point: Point, problem: Problem) -> Any:
     op.impl = _kernel_class(point["stages"])(
         cutlass.Int32 if int8 else cutlass.Float32, tile, cluster,
         swizzle_size=point["swizzle"], raster_along_m=point["raster"] == "m")
+    started = time.perf_counter()
     compiled = op.compile(args, target_sm="90a").compiled_obj
+    compiled.export_to_c(str(path), function_name=f"k{key}")
+    cache.add(key, f"cute_sm90 {problem.dtype} {problem.layout} {point}", time.perf_counter() - started)
+    return compiled, False
+
+
+def precompile(point: Point, problem: Problem) -> None:
+    """Compile into the on-disk cache without launching anything (for the compile pool)."""
+    from evotune.evaluation.gemm import make_inputs
+
+    _compiled(point, problem, *make_inputs(problem, seed=0, fill=False))
+
+
+def build(point: Point, problem: Problem) -> Any:
+    """Compile (or load) ``point`` for ``problem``; returns ``fn(a, b, c)`` launching on the current torch stream."""
+    import cutlass.torch as cutlass_torch
+    import torch
+
+    from evotune.evaluation.gemm import make_inputs
+
+    a, b, c = make_inputs(problem, seed=0)  # also creates the CUDA context the compiler queries
+    compiled, hit = _compiled(point, problem, a, b, c)
 
     def launch(a: Any, b: Any, c: Any) -> None:
         compiled(a, b, c, cutlass_torch.current_stream())
 
     launch(a, b, c)
     torch.cuda.synchronize()
+    launch.cache_hit = hit  # type: ignore[attr-defined]
     return launch

@@ -10,6 +10,7 @@ capture them in one CUDA graph.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
@@ -63,10 +64,8 @@ def _matmul(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn,
         tl.atomic_add(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
-def build(point: Point, problem: Problem) -> Any:
-    """Compile ``point`` for ``problem`` (by launching once on scratch data) and return ``fn(a, b, c)``."""
-    from evotune.evaluation.gemm import make_inputs
-
+def _launcher(point: Point, problem: Problem) -> tuple[Any, Any]:
+    """``(launch, warmup)``: ``launch(a, b, c)`` runs; ``warmup(a, b, c)`` only compiles."""
     split = point["SPLIT_K"]
     int_acc = problem.dtype == "int8"
     even_k = problem.k % (point["BLOCK_K"] * split) == 0
@@ -76,20 +75,66 @@ def build(point: Point, problem: Problem) -> Any:
                 num_warps=point["num_warps"], num_stages=point["num_stages"], num_ctas=point["num_ctas"])
     workspace: dict[str, torch.Tensor] = {}
 
+    def target_of(c: torch.Tensor) -> torch.Tensor:
+        if split > 1 and c.dtype.is_floating_point:
+            if "acc" not in workspace:
+                workspace["acc"] = torch.empty(c.shape, dtype=torch.float32, device=c.device)
+            return workspace["acc"]
+        return c
+
+    def args(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor) -> tuple:
+        return (a, b, t, problem.m, problem.n, problem.k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                t.stride(0), t.stride(1))
+
     def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
-        target = c
+        target = target_of(c)
         if split > 1:
-            if c.dtype.is_floating_point:
-                if "acc" not in workspace:
-                    workspace["acc"] = torch.empty(c.shape, dtype=torch.float32, device=c.device)
-                target = workspace["acc"]
             target.zero_()
-        _matmul[grid](a, b, target, problem.m, problem.n, problem.k, a.stride(0), a.stride(1), b.stride(0),
-                      b.stride(1), target.stride(0), target.stride(1), **meta)
+        _matmul[grid](*args(a, b, target), **meta)
         if target is not c:
             c.copy_(target)
 
+    def warmup(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
+        _matmul.warmup(*args(a, b, target_of(c)), grid=grid, **meta)
+
+    return launch, warmup
+
+
+def _key(point: Point, problem: Problem) -> str:
+    from evotune.evaluation.kernel_cache import KernelCache
+
+    return KernelCache.key("triton", triton.__version__, torch.cuda.get_device_name(0), problem.dtype,
+                           problem.layout, problem.m, problem.n, problem.k, sorted(point.items()))
+
+
+def precompile(point: Point, problem: Problem) -> None:
+    """Compile into Triton's on-disk cache without launching anything (for the compile pool)."""
+    from evotune.evaluation.gemm import make_inputs
+    from evotune.evaluation.kernel_cache import KernelCache
+
+    cache, key = KernelCache(), _key(point, problem)
+    if cache.has(key):
+        return
+    started = time.perf_counter()
+    _launcher(point, problem)[1](*make_inputs(problem, seed=0, fill=False))
+    cache.add(key, f"triton {problem.key} {point}", time.perf_counter() - started)
+
+
+def build(point: Point, problem: Problem) -> Any:
+    """Compile ``point`` for ``problem`` (launching once on scratch data) and return ``fn(a, b, c)``."""
+    from evotune.evaluation.gemm import make_inputs
+    from evotune.evaluation.kernel_cache import KernelCache
+
+    # Triton keeps binaries in its own cache (TRITON_CACHE_DIR, set by the GPU worker inside
+    # evotune's kernel cache); the index only records what was built, to count hits.
+    cache, key = KernelCache(), _key(point, problem)
+    hit = cache.has(key)
+    started = time.perf_counter()
+    launch, _ = _launcher(point, problem)
     a, b, c = make_inputs(problem, seed=0)
-    launch(a, b, c)  # the first launch compiles; Triton keeps the binary in its on-disk cache
+    launch(a, b, c)  # the first launch compiles, or loads the binary from Triton's cache
     torch.cuda.synchronize()
+    if not hit:
+        cache.add(key, f"triton {problem.key} {point}", time.perf_counter() - started)
+    launch.cache_hit = hit  # type: ignore[attr-defined]
     return launch

@@ -114,9 +114,17 @@ def build(point: Point, problem: Problem) -> object:
     return build_kernel(point, problem)
 
 
+
+def precompile(point: Point, problem: Problem) -> None:
+    """Fill the on-disk kernel cache for one configuration without launching it (the compile pool's job)."""
+    from search_spaces._cute_sm90 import precompile as precompile_kernel
+
+    precompile_kernel(point, problem)
+
 SPACE = SearchSpace(
     name="cute_hopper_gemm",
     build=build,
+    precompile=precompile,
     params=[
         ordinal("tile_m", [64, 128], doc="CTA tile rows (one 64-row WGMMA per warpgroup step)"),
         ordinal("tile_n", [64, 128, 256], doc="CTA tile columns"),

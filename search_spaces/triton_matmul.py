@@ -115,9 +115,17 @@ def build(point: Point, problem: Problem) -> object:
     return build_kernel(point, problem)
 
 
+
+def precompile(point: Point, problem: Problem) -> None:
+    """Fill the on-disk kernel cache for one configuration without launching it (the compile pool's job)."""
+    from search_spaces._triton_kernel import precompile as precompile_kernel
+
+    precompile_kernel(point, problem)
+
 SPACE = SearchSpace(
     name="triton_matmul",
     build=build,
+    precompile=precompile,
     params=[
         power_of_two("BLOCK_M", 16, 256, doc="tile rows per program"),
         power_of_two("BLOCK_N", 32, 256, doc="tile columns per program"),

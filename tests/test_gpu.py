@@ -106,3 +106,39 @@ def test_cute_hopper_points_verify_against_the_reference(dtype, point):
         r = ev.evaluate(point, problem)
         assert r.status is Status.OK, r.message
         assert r.compile_s > 0 and r.time_ms > 0
+
+
+def test_second_run_compiles_nothing_and_lookup_returns_a_correct_kernel(tmp_path, monkeypatch):
+    """A fresh evaluator finds the kernels of the first on disk; compile_best rebuilds the best one."""
+    import torch
+
+    from evotune.evaluation.gemm import make_inputs, verify
+    from evotune.evaluation.gpu import GpuEvaluator
+    from evotune.lookup import compile_best, remember
+    from evotune.report import Best
+
+    monkeypatch.setenv("EVOTUNE_KERNEL_CACHE", str(tmp_path / "kernels"))
+    space = load_space("triton_matmul")
+    problem = Problem.gemm(512, 1024, 2048, "bf16")
+    ctx = Context(detect(), problem)
+    fs = space.feasible(ctx)
+    points = [fs.point(r) for r in range(0, len(fs), max(1, len(fs) // 3))][:3]
+    runs = []
+    for _ in range(2):
+        with GpuEvaluator(space, ctx, workers=2) as ev:
+            ev.prefetch(points, problem)
+            results = [ev.evaluate(p, problem) for p in points]
+            runs.append((dict(ev.cache_stats), results))
+    (first, res1), (second, res2) = runs
+    assert second.get("hit", 0) == sum(r.status is Status.OK for r in res2) > 0, (first, second)
+    assert second.get("miss", 0) == 0
+    best = min((r.time_ms, p) for r, p in zip(res1, points, strict=True) if r.time_ms)
+    row = Best("gpu-test", problem.key, problem.to_dict(), "triton_matmul", space.to_storage(best[1]), best[0],
+               "s", 0, "ga", 0, 3, torch.cuda.get_device_name(0), "gpu")
+    db = tmp_path / "tuned.json"
+    remember([row], "memory", db)
+    fn = compile_best(problem, path=db)
+    a, b, c = make_inputs(problem, seed=99)
+    fn(a, b, c)
+    torch.cuda.synchronize()
+    assert verify(problem, a, b, c)[0]

@@ -15,9 +15,14 @@ class Evaluator(ABC):
     answer comes back as a failed result with its reason."""
 
     kind: str = "base"
+    #: how many upcoming points the tuner should hand to :meth:`prefetch` at once
+    prefetch_depth: int = 1
 
     @abstractmethod
     def evaluate(self, point: Point, problem: Problem) -> EvalResult: ...
+
+    def prefetch(self, points: list[Point], problem: Problem) -> None:  # noqa: B027 - optional hook
+        """Start preparing (compiling) points that will be evaluated next; a no-op by default."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release workers and devices; a no-op for oracles that hold none."""

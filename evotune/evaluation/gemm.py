@@ -34,30 +34,36 @@ def torch_dtypes(problem: Problem) -> tuple[Any, Any]:
     return table[problem.dtype]
 
 
-def _operand(rows: int, cols: int, contiguous_cols: bool, dtype: Any, gen: Any) -> Any:
+def _operand(rows: int, cols: int, contiguous_cols: bool, dtype: Any, gen: Any, fill: bool = True) -> Any:
     """A (rows, cols) view; ``contiguous_cols`` means the column index is the fast one (row-major)."""
     import torch
 
     shape = (rows, cols) if contiguous_cols else (cols, rows)
-    if dtype in (torch.int8,):
+    if not fill:
+        x = torch.empty(shape, device="cuda", dtype=dtype)
+    elif dtype in (torch.int8,):
         x = torch.randint(-8, 8, shape, generator=gen, device="cuda", dtype=torch.int8)
     else:
         x = (torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32) * 0.5).to(dtype)
     return x if contiguous_cols else x.t()
 
 
-def make_inputs(problem: Problem, seed: int = 0) -> tuple[Any, Any, Any]:
-    """Random ``a`` (m, k), ``b`` (k, n) in the problem's layout, and a poisoned ``c`` (m, n)."""
+def make_inputs(problem: Problem, seed: int = 0, fill: bool = True) -> tuple[Any, Any, Any]:
+    """Random ``a`` (m, k), ``b`` (k, n) in the problem's layout, and a poisoned ``c`` (m, n).
+
+    ``fill=False`` only allocates them (no kernel runs): enough to compile against.
+    """
     import torch
 
     gen = torch.Generator(device="cuda")
     gen.manual_seed(seed)
     in_dt, out_dt = torch_dtypes(problem)
-    a = _operand(problem.m, problem.k, problem.k_major("a"), in_dt, gen)
+    a = _operand(problem.m, problem.k, problem.k_major("a"), in_dt, gen, fill)
     b_kn_rowmajor = not problem.k_major("b")  # B is (k, n); K-major means column-major
-    b = _operand(problem.k, problem.n, b_kn_rowmajor, in_dt, gen)
+    b = _operand(problem.k, problem.n, b_kn_rowmajor, in_dt, gen, fill)
     c = torch.empty((problem.m, problem.n), dtype=out_dt, device="cuda")
-    poison(c)
+    if fill:
+        poison(c)
     return a, b, c
 
 

@@ -11,8 +11,15 @@ context (an illegal address), or hangs, fails only its own trial:
   ``crash`` too; one that does not answer within ``timeout_s`` is killed and
   the point is a ``timeout``. Either way a fresh worker takes over.
 
-Spaces are loaded in the worker by name (``SearchSpace.source``), so nothing
-of the user's is pickled.
+Compiling overlaps timing: when the space can ``precompile`` (fill its
+on-disk kernel cache without launching), a pool of compile processes, sized
+by CPU cores and memory (a CuTe DSL compile takes about 1 GB), builds the
+points the tuner will ask for next while the GPU worker times the current one;
+the GPU worker then loads them from the cache. A compile process that dies
+fails only the point it was compiling.
+
+Spaces are loaded in each process by name (``SearchSpace.source``), so
+nothing of the user's is pickled.
 
 Example::
 
@@ -37,7 +44,7 @@ from evotune.space import Context, Point, SearchSpace
 class GpuEvaluator(Evaluator):
     kind = "gpu"
 
-    def __init__(self, space: SearchSpace, ctx: Context, timeout_s: float = 300.0, workers: int = 1,
+    def __init__(self, space: SearchSpace, ctx: Context, timeout_s: float = 300.0, workers: int | None = None,
                  oracle: dict[str, Any] | None = None):
         if not space.source or space.build is None:
             raise ValueError(f"space {space.name!r} cannot run on a GPU: it has no build function")
@@ -48,6 +55,11 @@ class GpuEvaluator(Evaluator):
         self._conn: Any = None
         self._seed = 0
         self.restarts = 0
+        self.cache_stats: dict[str, int] = {}  # compiled-kernel cache: hit / miss / memory -> count
+        self.workers = (default_workers() if workers is None else int(workers)) if space.precompile else 0
+        self.prefetch_depth = max(1, self.workers)
+        self._pool: Any = None
+        self._compiling: dict[str, Any] = {}  # point key -> future of its precompile
 
     # -- the worker's lifecycle ----------------------------------------------
     def _ensure_worker(self) -> None:
@@ -67,7 +79,36 @@ class GpuEvaluator(Evaluator):
             self.restarts += 1
         self._proc = self._conn = None
 
+    def prefetch(self, points: list[Point], problem: Problem) -> None:
+        """Start compiling ``points`` in the pool; ``evaluate`` picks them up from the kernel cache."""
+        if not self.workers:
+            return
+        from concurrent.futures import ProcessPoolExecutor
+
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=self._mp, initializer=_pool_init)
+        for p in points:
+            key = self.space.key(p)
+            if key not in self._compiling:
+                self._compiling[key] = self._pool.submit(_precompile, self.space.source, p, problem.to_dict())
+
+    def _precompiled(self, point: Point) -> tuple[float, str | None]:
+        """(compile seconds, error message) of a prefetched point; (0, None) when it was not prefetched."""
+        future = self._compiling.pop(self.space.key(point), None)
+        if future is None:
+            return 0.0, None
+        try:
+            return future.result(timeout=self.timeout_s)
+        except Exception as exc:  # the compile process died or hung: the GPU worker compiles it itself
+            if self._pool is not None:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool, self._compiling = None, {}
+            return 0.0, f"pool: {type(exc).__name__}: {exc}"
+
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
         if self._proc is not None and self._proc.is_alive():
             try:
                 self._conn.send(("stop",))
@@ -106,7 +147,18 @@ class GpuEvaluator(Evaluator):
     # -- the interface -------------------------------------------------------
     def evaluate(self, point: Point, problem: Problem) -> EvalResult:
         self._seed += 1
+        pool_s, pool_error = self._precompiled(point)
+        # The GPU worker builds the point whatever happened in the pool: a kernel cache hit when the
+        # pool compiled it; otherwise it compiles itself, so an error is reported as the GPU sees it.
         reply = self._call(("eval", point, problem.to_dict(), self._seed))
+        if pool_error:
+            reply.setdefault("extra", {})["pool_error"] = pool_error
+        elif pool_s:  # compiled in the pool, overlapped with timing: the worker only loaded it
+            reply["compile_s"] = pool_s + reply.get("compile_s", 0.0)
+            reply.setdefault("extra", {})["compiled_in"] = "pool"
+        cached = reply.get("extra", {}).get("kernel_cache")
+        if cached:
+            self.cache_stats[cached] = self.cache_stats.get(cached, 0) + 1
         return EvalResult(Status(reply["status"]), time_ms=reply.get("time_ms"),
                           samples_ms=reply.get("samples_ms", []), compile_s=reply.get("compile_s", 0.0),
                           bench_s=reply.get("bench_s", 0.0), error=reply.get("error"),
@@ -121,9 +173,40 @@ class GpuEvaluator(Evaluator):
         return self._call(("info",)).get("info", {})
 
 
+def default_workers() -> int:
+    """Compile processes for this machine: cores less two (the tuner and the GPU worker), about 1.5 GB each."""
+    try:
+        mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES") / 2**30
+    except (ValueError, OSError):
+        mem_gb = 8.0
+    return max(0, min((os.cpu_count() or 2) - 2, int(mem_gb / 1.5), 8))
+
+
+def _pool_init() -> None:
+    from evotune.evaluation.kernel_cache import cache_root
+
+    os.environ.setdefault("TRITON_CACHE_DIR", str(cache_root() / "triton"))
+    os.environ.setdefault("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")
+
+
+def _precompile(space_source: str, point: Point, problem: dict[str, Any]) -> tuple[float, str | None]:
+    """In a compile process: fill the kernel cache for one point. Returns (seconds, error or None)."""
+    from evotune.plugins import load_space
+
+    started = time.perf_counter()
+    try:
+        load_space(space_source).precompile(point, Problem.from_dict(problem))
+    except Exception as exc:
+        return time.perf_counter() - started, f"{type(exc).__name__}: {exc}"[:2000]
+    return time.perf_counter() - started, None
+
+
 # -- inside the worker process ----------------------------------------------
 def _worker_main(conn: Any, space_source: str, oracle_options: dict[str, Any]) -> None:
+    from evotune.evaluation.kernel_cache import cache_root
+
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    os.environ.setdefault("TRITON_CACHE_DIR", str(cache_root() / "triton"))  # before triton is imported
     worker = _Worker(space_source, oracle_options)
     while True:
         try:
@@ -198,10 +281,16 @@ class _Worker:
             timing = self.oracle.time(lambda: kernel(a, b, c))
         except Exception as exc:
             return self._failure("runtime_error", exc, 0.0, compile_s, stage)
+        extra: dict[str, Any] = {"ci95_ms": list(timing.ci95_ms), "graph": timing.graph, "trimmed": timing.trimmed}
+        if timing.notes:
+            extra["notes"] = timing.notes
+        hit = getattr(kernel, "cache_hit", None)  # set by builds that use the on-disk kernel cache
+        if compile_s == 0.0:
+            extra["kernel_cache"] = "memory"
+        elif hit is not None:
+            extra["kernel_cache"] = "hit" if hit else "miss"
         return {"status": "ok", "time_ms": timing.median_ms, "samples_ms": timing.samples_ms,
-                "compile_s": compile_s, "bench_s": timing.bench_s, "error": err,
-                "extra": {"ci95_ms": list(timing.ci95_ms), "graph": timing.graph, "trimmed": timing.trimmed,
-                          **({"notes": timing.notes} if timing.notes else {})}}
+                "compile_s": compile_s, "bench_s": timing.bench_s, "error": err, "extra": extra}
 
     def _failure(self, status: str, exc: Exception, seconds: float, compile_s: float = 0.0,
                  stage: str = "compile") -> dict[str, Any]:

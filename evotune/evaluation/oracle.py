@@ -134,9 +134,13 @@ class Oracle:
         return Timing(samples, med, ci, trimmed, graph, time.perf_counter() - started, notes)
 
     def copy_bandwidth_gbps(self, nbytes: int = 2 * 2**30) -> float:
-        """Measured device-to-device copy bandwidth, counting bytes read plus bytes written."""
+        """Measured device-to-device bandwidth, counting bytes read plus bytes written.
+
+        An elementwise kernel, not ``copy_``: captured in a graph, a plain copy becomes a
+        memcpy node that may run on a copy engine, slower than the SMs' own loads and stores.
+        """
         torch = self.torch
-        src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
+        src = torch.ones(nbytes // 8, dtype=torch.float32, device="cuda")
         dst = torch.empty_like(src)
-        t = self.time(lambda: dst.copy_(src))
+        t = self.time(lambda: torch.neg(src, out=dst))
         return nbytes / (t.median_ms * 1e-3) / 1e9

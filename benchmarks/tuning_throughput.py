@@ -1,0 +1,120 @@
+"""Tuning throughput on the CuTe DSL sm90 space: configurations evaluated per minute.
+
+Three ways through the same configurations, in one process tree, on one GPU:
+
+* ``serial``: the CuTe DSL autotuning guide's loop (``autotune_gemm``): for each
+  configuration compile it, then time it with CUDA events (3 warm-ups, 10
+  launches); no verification, no cold L2, no isolation;
+* ``evotune cold``: evotune's GPU evaluator with an empty kernel cache: a pool of
+  compile processes works ahead while one GPU worker verifies each kernel
+  against the reference and times it with the full oracle;
+* ``evotune warm``: the same again: every kernel comes from the on-disk cache.
+
+Usage (on the GPU machine)::
+
+    python3 benchmarks/tuning_throughput.py --configs 24 --problem 4096x4096x4096 --dtype bf16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def serial_loop(points, problem) -> float:
+    """The guide's shape of loop: compile, then time, one configuration after another."""
+    import cutlass
+    import cutlass.operators as ops
+    import cutlass.torch as cutlass_torch
+    import torch
+    from cutlass.operators.providers.cutedsl.gemm.sm90_static_persistent import Sm90StaticPersistentGemmOperator
+
+    from evotune.evaluation.gemm import make_inputs
+    from search_spaces._cute_sm90 import _kernel_class
+
+    a, b, c = make_inputs(problem, seed=0)
+    started = time.perf_counter()
+    for p in points:
+        args = ops.GemmArguments(a, b, c, accumulator_type=torch.float32)
+        tile, cluster = (p["tile_m"], p["tile_n"]), tuple(p["cluster"])
+        (op,) = ops.get_operators(args, target_sm="90a", metadata_filter=lambda md, t=tile, cl=cluster: (
+            md.operator_class is Sm90StaticPersistentGemmOperator and tuple(md.design.tile_shape[:2]) == t
+            and tuple(md.design.cluster_shape[:2]) == cl))
+        op.impl = _kernel_class(p["stages"])(cutlass.Float32, tile, cluster, swizzle_size=p["swizzle"],
+                                             raster_along_m=p["raster"] == "m")
+        fn = op.compile(args, target_sm="90a").compiled_obj
+        stream = cutlass_torch.current_stream()
+        for _ in range(3):
+            fn(a, b, c, stream)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(10):
+            fn(a, b, c, stream)
+        end.record()
+        torch.cuda.synchronize()
+    return time.perf_counter() - started
+
+
+def evotune_loop(points, problem, space, ctx, workers) -> tuple[float, dict]:
+    from evotune.evaluation.gpu import GpuEvaluator
+
+    started = time.perf_counter()
+    with GpuEvaluator(space, ctx, workers=workers) as ev:
+        depth = max(1, ev.prefetch_depth)
+        for i in range(0, len(points), depth):
+            batch = points[i:i + depth]
+            ev.prefetch(batch, problem)
+            for p in batch:
+                r = ev.evaluate(p, problem)
+                assert r.status.value == "ok", r.message
+        stats = dict(ev.cache_stats)
+    return time.perf_counter() - started, stats
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--configs", type=int, default=24)
+    ap.add_argument("--problem", default="4096x4096x4096")
+    ap.add_argument("--dtype", default="bf16")
+    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--json", help="write the figures here")
+    args = ap.parse_args()
+
+    from evotune.evaluation.gpu import default_workers
+    from evotune.hardware import detect
+    from evotune.plugins import load_space
+    from evotune.problem import Problem
+    from evotune.space import Context
+
+    m, n, k = (int(x) for x in args.problem.split("x"))
+    problem = Problem.gemm(m, n, k, args.dtype)
+    space = load_space("cute_hopper_gemm")
+    ctx = Context(detect(), problem)
+    fs = space.feasible(ctx)
+    rows = random.Random(0).sample(range(len(fs)), args.configs)
+    points = [fs.point(r) for r in rows]
+    workers = default_workers() if args.workers is None else args.workers
+    os.environ["EVOTUNE_KERNEL_CACHE"] = tempfile.mkdtemp(prefix="evotune-kernels-")
+    cold, cold_stats = evotune_loop(points, problem, space, ctx, workers)
+    warm, warm_stats = evotune_loop(points, problem, space, ctx, workers)
+    serial = serial_loop(points, problem)
+    per_min = {name: 60.0 * len(points) / s for name, s in (("serial", serial), ("cold", cold), ("warm", warm))}
+    out = {"device": ctx.hardware.name, "problem": problem.key, "configs": len(points), "workers": workers,
+           "seconds": {"serial": serial, "evotune_cold": cold, "evotune_warm": warm},
+           "configs_per_minute": per_min, "cache": {"cold": cold_stats, "warm": warm_stats},
+           "speedup_vs_serial": {"cold": serial / cold, "warm": serial / warm}}
+    print(json.dumps(out, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""``record`` (exhaustive, resumable, written as a landscape) and the runtime lookup API."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import PNPOLY
+
+from evotune.cli import main
+from evotune.evaluation.landscape import load_landscape
+from evotune.lookup import lookup, remember
+from evotune.problem import Problem
+from evotune.report import Best
+
+
+def test_record_in_pieces_resumes_and_writes_a_replayable_landscape(tmp_path, pnpoly):
+    exp = tmp_path / "rec.toml"
+    exp.write_text(f"""
+name = "rec"
+space = "landscape"
+[oracle]
+kind = "replay"
+landscapes = ["{PNPOLY}"]
+[strategy]
+name = "random"
+[budget]
+trials = 10
+[storage]
+url = "journal:{tmp_path / 'rec.journal'}"
+""")
+    out = tmp_path / "landscapes"
+    # replay charges recorded costs to the clock: about 40 s of recorded time stops the first piece early
+    assert main(["record", str(exp), "--out", str(out), "--seconds", "40"]) == 0
+    (path,) = out.glob("*.json.gz")
+    part = load_landscape(path)
+    assert 0 < len(part) < len(pnpoly) and part.meta["complete"] is False
+    assert main(["record", str(exp), "--out", str(out)]) == 0  # the rest, resumed
+    full = load_landscape(path)
+    assert full.meta["complete"] is True and len(full) == len(pnpoly)
+    for key, r in pnpoly.entries.items():
+        s = full.entries[key]
+        assert s.status is r.status
+        if r.time_ms is not None:
+            assert s.time_ms == pytest.approx(r.time_ms, rel=1e-5)
+            assert len(s.samples_ms) <= 16
+    assert full.optimum_ms == pytest.approx(pnpoly.optimum_ms, rel=1e-5)
+
+
+def best_row(m, n, k, time_ms, study="s"):
+    p = Problem.gemm(m, n, k, "bf16")
+    return Best("exp", p.key, p.to_dict(), "triton_matmul", {"BLOCK_M": 64}, time_ms, study, 0, "ga", 0, 10,
+                "NVIDIA H200", "gpu")
+
+
+def test_lookup_exact_then_nearest_bucket(tmp_path):
+    db = tmp_path / "tuned.json"
+    remember([best_row(4096, 4096, 4096, 0.2), best_row(64, 4096, 11008, 0.05)], "sqlite:///x.db", db)
+    hit = lookup(Problem.gemm(4096, 4096, 4096, "bf16"), path=db)
+    assert hit.exact and hit.config == {"BLOCK_M": 64} and hit.time_ms == 0.2
+    with pytest.warns(UserWarning, match="never tuned"):
+        near = lookup(Problem.gemm(4000, 4100, 4096, "bf16"), path=db)
+    assert not near.exact and near.problem.key == "gemm_bf16_tn_4096x4096x4096"
+    assert "nearest power-of-two bucket" in near.note
+    with pytest.raises(LookupError):
+        lookup(Problem.gemm(4096, 4096, 4096, "int8"), path=db)
+
+
+def test_remember_keeps_the_fastest_per_problem(tmp_path):
+    db = tmp_path / "tuned.json"
+    remember([best_row(1024, 1024, 1024, 0.5, study="a")], "s", db)
+    remember([best_row(1024, 1024, 1024, 0.7, study="b")], "s", db)  # slower, from another study: ignored
+    assert lookup(Problem.gemm(1024, 1024, 1024, "bf16"), path=db).time_ms == 0.5
+    remember([best_row(1024, 1024, 1024, 0.4, study="b")], "s", db)
+    assert lookup(Problem.gemm(1024, 1024, 1024, "bf16"), path=db).time_ms == 0.4
