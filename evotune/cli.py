@@ -86,6 +86,18 @@ def _parser() -> argparse.ArgumentParser:
     spaces.add_argument("--layout", default="tn")
     spaces.add_argument("--verbose", "-v", action="store_true", help="also list each parameter's choices")
     spaces.set_defaults(func=cmd_spaces)
+
+    cmp = sub.add_parser("compare", help="compare strategies on recorded landscapes (in memory, no storage)")
+    cmp.add_argument("--landscape", action="append", default=[], metavar="PATH",
+                     help="Kernel Tuner cache file or evotune landscape (.json or .json.gz); repeatable")
+    cmp.add_argument("--strategy", action="append", default=[], metavar="NAME",
+                     help="an evotune strategy, or kt:NAME for Kernel Tuner's (needs evotune[bench]); repeatable")
+    cmp.add_argument("--budget", action="append", default=[], metavar="N",
+                     help="evaluations per run; repeatable (every budget is read off one run per seed)")
+    cmp.add_argument("--repeats", default="5", metavar="R", help="runs per strategy, seeds S..S+R-1 (default 5)")
+    cmp.add_argument("--seed", default="0", metavar="S", help="first seed (default 0)")
+    cmp.add_argument("--out", metavar="DIR", help="where summary.csv, runs.csv, README.md and the plots go")
+    cmp.set_defaults(func=cmd_compare)
     return p
 
 
@@ -223,4 +235,19 @@ def cmd_spaces(args: argparse.Namespace) -> int:
             f"{p.name}={list(p.choices)}" if args.verbose else p.name for p in space.params)
         table.add_row(name, str(space.size), str(len(fs)), pruned, params)
     _console().print(table)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from evotune.compare import KT_CAVEAT, CompareError, compare, make_plan, summary_table
+
+    try:
+        plan = make_plan(args.landscape, args.strategy, args.budget, args.repeats, args.seed, args.out)
+        result = compare(plan, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    except CompareError as exc:
+        raise UsageError(str(exc)) from None
+    _console().print(summary_table(result.summary))
+    print(KT_CAVEAT)
+    for path in result.files:
+        print(path)
     return 0

@@ -61,7 +61,7 @@ class Budget:
 class Experiment:
     path: Path
     name: str
-    space: str
+    spaces: list[str]  # one or more kernel families, each tuned on every problem
     oracle: str
     landscapes: list[Path]
     problems: list[Problem]
@@ -140,7 +140,7 @@ class _Parser:
         description = raw.get("description", "")
         if not isinstance(description, str):
             raise self.fail("description", f"must be a string, got {description!r}")
-        space = self.string(raw, "space", "space")
+        spaces = self.space_names(raw.get("space"))
         oracle_t = self.table(raw, "oracle", {"kind", "landscapes", "timeout_s", "workers"}, "")
         oracle = self.string(oracle_t, "kind", "oracle.kind", default="replay")
         if oracle not in ORACLES:
@@ -148,10 +148,13 @@ class _Parser:
         landscapes = self.landscapes(oracle_t, oracle)
         hardware = self.hardware(raw, oracle)
         problems = self.problems(raw.get("problem"), oracle)
-        if space == "landscape" and oracle != "replay":
+        if "landscape" in spaces and oracle != "replay":
             raise self.fail("space", "'landscape' takes its space from recorded landscapes: "
                                      "needs oracle.kind = 'replay'")
-        self.check_space(space)
+        if oracle == "replay" and len(spaces) > 1:
+            raise self.fail("space", "a replay oracle takes one space (its landscapes record one)")
+        for space in spaces:
+            self.check_space(space)
         strategies = self.strategies(raw.get("strategy"))
         budget = self.budget()
         storage_t = self.table(raw, "storage", {"url"}, "")
@@ -163,7 +166,7 @@ class _Parser:
         plots_dir = Path(self.string(outputs, "plots", "outputs.plots", default="plots"))
         best_path = Path(self.string(outputs, "best", "outputs.best", default=f"runs/{name}_best.json"))
         options = {k: v for k, v in oracle_t.items() if k not in ("kind", "landscapes")}
-        return Experiment(self.path, name, space, oracle, landscapes, problems, hardware, strategies, budget,
+        return Experiment(self.path, name, spaces, oracle, landscapes, problems, hardware, strategies, budget,
                           storage, plots_dir, best_path, description, options)
 
     def landscapes(self, oracle_t: dict[str, Any], oracle: str) -> list[Path]:
@@ -219,6 +222,16 @@ class _Parser:
         if oracle == "replay" and out:
             raise self.fail("problem", "a replay oracle takes its problems from its landscapes; remove [[problem]]")
         return out
+
+    def space_names(self, value: Any) -> list[str]:
+        if value is None:
+            raise self.fail("space", "missing (required): a space name, a .py path, or a list of them")
+        items = value if isinstance(value, list) else [value]
+        if not items or not all(isinstance(v, str) and v for v in items):
+            raise self.fail("space", f"must be a non-empty string or list of strings, got {value!r}")
+        if len(set(items)) != len(items):
+            raise self.fail("space", f"names a space twice: {items}")
+        return items
 
     def check_space(self, space: str) -> None:
         if space == "landscape":

@@ -32,6 +32,7 @@ from evotune.study import make_storage
 
 @dataclass
 class Curve:
+    space: str
     strategy: str
     seed: int
     values: np.ndarray  # best so far after each evaluation (nan before the first success)
@@ -63,7 +64,7 @@ def load_runs(storage: str | optuna.storages.BaseStorage, experiment: str | None
         values = np.array([t.value if t.state == TrialState.COMPLETE else np.nan for t in trials], dtype=float)
         best = np.fmin.accumulate(values) if len(values) else values
         clock = np.array([t.user_attrs.get("clock_s", i) for i, t in enumerate(trials)], dtype=float)
-        runs.curves.append(Curve(a.get("strategy", "?"), int(a.get("seed", 0)), best, clock))
+        runs.curves.append(Curve(a.get("space", "?"), a.get("strategy", "?"), int(a.get("seed", 0)), best, clock))
         runs.trials.extend(trials)
     return [groups[k] for k in sorted(groups)]
 
@@ -82,8 +83,9 @@ def _band(curves: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]
 
 def plot_convergence(runs: ProblemRuns, path: str | Path) -> Path:
     by_strategy: dict[str, list[Curve]] = defaultdict(list)
+    several_spaces = len({c.space for c in runs.curves}) > 1  # then a curve is a (space, strategy) pair
     for c in runs.curves:
-        by_strategy[c.strategy].append(c)
+        by_strategy[f"{c.space} {c.strategy}" if several_spaces else c.strategy].append(c)
     opt = runs.optimum_ms
 
     def y(values: np.ndarray) -> np.ndarray:

@@ -23,7 +23,7 @@ from rich.console import Console
 from evotune.evaluation.landscape import landscape_document, write_landscape
 from evotune.evaluation.result import EvalResult
 from evotune.experiment import Budget, Experiment, ExperimentError
-from evotune.runner import Target, make_evaluator, preflight, study_attrs, targets
+from evotune.runner import Target, make_evaluator, preflight, study_attrs, study_name, targets
 from evotune.strategies import make_strategy
 from evotune.study import StudyStore, make_storage
 from evotune.tuner import tune
@@ -45,7 +45,7 @@ def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, con
             if exp.oracle == "gpu":
                 target.device = evaluator.device_info()
                 target.baselines = evaluator.baselines(target.problem)
-            name = f"{exp.name}/{target.problem.key}/record"
+            name = study_name(exp, target, "record")
             attrs = study_attrs(exp, target, "exhaustive", 0)
             store = StudyStore.open(storage, name, target.space, attrs)
             feasible = target.space.feasible(target.ctx)

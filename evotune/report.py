@@ -107,8 +107,8 @@ def _add_throughput(best: Best, copy_gbps: float | None) -> None:
 def best_table(rows: list[Best], title: str = "Best configurations") -> Group:
     """A table of the best per problem, then each best configuration on a line of its own."""
     table = Table(title=title)
-    for col in ("problem", "best (ms)", "vs optimum", "vs baseline", "TFLOP/s (% peak)", "% HBM roofline", "trials",
-                "found by"):
+    for col in ("problem", "space", "best (ms)", "vs optimum", "vs baseline", "TFLOP/s (% peak)", "% HBM roofline",
+                "trials", "found by"):
         table.add_column(col, overflow="fold")
     configs = []
     for b in rows:
@@ -117,7 +117,7 @@ def best_table(rows: list[Best], title: str = "Best configurations") -> Group:
         tput = f"{b.tflops:.0f} ({b.pct_peak:.0f}%)" if b.tflops and b.pct_peak else (
             f"{b.tflops:.0f}" if b.tflops else "-")
         roof = f"{b.pct_hbm_roofline:.0f}%" if b.pct_hbm_roofline else "-"
-        table.add_row(b.problem_key, f"{b.time_ms:.4g}", frac, base, tput, roof, str(b.trials),
+        table.add_row(b.problem_key, b.space, f"{b.time_ms:.4g}", frac, base, tput, roof, str(b.trials),
                       f"{b.strategy} s{b.seed}")
         configs.append(Text.assemble((b.problem_key, "bold"), ": ", " ".join(f"{k}={v}" for k, v in b.config.items())))
     return Group(table, *configs)

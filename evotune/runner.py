@@ -41,8 +41,10 @@ class Target:
     device: dict = field(default_factory=dict)  # what the numbers depend on: device, clocks, versions
 
 
-def study_name(exp: Experiment, problem: Problem, strategy: str, seed: int) -> str:
-    return f"{exp.name}/{problem.key}/{strategy}/seed{seed}"
+def study_name(exp: Experiment, target: Target, strategy: str, seed: int | None = None) -> str:
+    """``EXPERIMENT/PROBLEM/SPACE/STRATEGY/seedN``: one study per run."""
+    tail = f"/seed{seed}" if seed is not None else ""
+    return f"{exp.name}/{target.problem.key}/{target.space.name}/{strategy}{tail}"
 
 
 def targets(exp: Experiment) -> list[Target]:
@@ -55,19 +57,21 @@ def targets(exp: Experiment) -> list[Target]:
             raise ExperimentError(exp.path, "hardware", f"'auto' found no GPU ({exc})") from None
     out = []
     if exp.oracle == "replay":
+        (name,) = exp.spaces
         for path in exp.landscapes:
             try:
                 ls = load_landscape(path)
             except LandscapeError as exc:
                 raise ExperimentError(exp.path, "oracle.landscapes", str(exc)) from None
-            space = ls.space() if exp.space == "landscape" else load_space(exp.space, exp.base_dir)
-            if exp.space != "landscape" and ls.names != space.names:
-                raise ExperimentError(exp.path, "space", f"{exp.space!r} has parameters {space.names}, but "
+            space = ls.space() if name == "landscape" else load_space(name, exp.base_dir)
+            if name != "landscape" and ls.names != space.names:
+                raise ExperimentError(exp.path, "space", f"{name!r} has parameters {space.names}, but "
                                       f"landscape {path.name} records {ls.names}")
             out.append(Target(ls.problem, space, Context(hardware, ls.problem), ls))
     else:
-        space = load_space(exp.space, exp.base_dir)
-        out = [Target(p, space, Context(hardware, p)) for p in exp.problems]
+        for name in exp.spaces:
+            space = load_space(name, exp.base_dir)
+            out += [Target(p, space, Context(hardware, p)) for p in exp.problems]
     for t in out:
         if len(t.space.feasible(t.ctx)) == 0:
             pruned = ", ".join(f"{k} ({v})" for k, v in t.space.feasible(t.ctx).pruned.most_common(3))
@@ -149,7 +153,7 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
         storage = make_storage(exp.storage)
     except Exception as exc:  # any storage driver error: the URL is what the user can fix
         raise ExperimentError(exp.path, "storage.url", f"cannot open {exp.storage!r}: {exc}") from None
-    console.print(f"[bold]evotune[/] {exp.name}: space {exp.space}, oracle {exp.oracle}, "
+    console.print(f"[bold]evotune[/] {exp.name}: space {', '.join(exp.spaces)}, oracle {exp.oracle}, "
                   f"strategies {', '.join(s.name for s in exp.strategies)}, storage {exp.storage}")
     results = []
     with _progress(console, progress) as bar:
@@ -173,7 +177,7 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
 
 def _run_one(exp: Experiment, target: Target, evaluator: Evaluator, storage, strategy: str, seed: int,
              options: dict, bar: Progress | None) -> TuneResult:
-    name = study_name(exp, target.problem, strategy, seed)
+    name = study_name(exp, target, strategy, seed)
     store = StudyStore.open(storage, name, target.space, study_attrs(exp, target, strategy, seed))
     feasible = target.space.feasible(target.ctx)
     strat = make_strategy(strategy, target.space, feasible, seed=seed, ctx=target.ctx,
@@ -181,7 +185,8 @@ def _run_one(exp: Experiment, target: Target, evaluator: Evaluator, storage, str
     task = None
     if bar is not None:
         total = min(exp.budget.trials, len(feasible)) if exp.budget.trials else None
-        task = bar.add_task(f"{target.problem.key[:28]} {strategy} s{seed}", total=total, best="-")
+        label = f"{target.problem.key[:28]} {target.space.name[:18]} {strategy} s{seed}"
+        task = bar.add_task(label, total=total, best="-")
 
     def on_trial(n: int, best: float | None) -> None:
         if bar is not None and task is not None:

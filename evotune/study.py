@@ -15,7 +15,7 @@ The trial's value is the time in ms (COMPLETE); failed points are FAIL.
 
 Example::
 
-    store = StudyStore.open("sqlite:///runs/demo.db", "demo/gemm_bf16_tn_4096x4096x4096/ga/seed0", space)
+    store = StudyStore.open("sqlite:///runs/demo.db", "demo/gemm_bf16_tn_4096x4096x4096/triton_matmul/ga/seed0", space)
     store.record(point, result, clock_s=1.5)
     [t.value for t in store.history()]
 """

@@ -85,7 +85,7 @@ def test_dashboard_serves_the_trials_of_a_finished_experiment(tmp_path, monkeypa
     assert cli.main(["run", str(exp), "--no-progress", "--no-plots"]) == 0
     capsys.readouterr()
     assert db.is_file()
-    stored = optuna.load_study(study_name="dash/cn_pnpoly_20000000/random/seed0", storage=f"sqlite:///{db}")
+    stored = optuna.load_study(study_name="dash/cn_pnpoly_20000000/landscape:pnpoly_RTX_2080_Ti/random/seed0", storage=f"sqlite:///{db}")
     expected = {t.number: t for t in stored.get_trials(deepcopy=False)}
     assert len(expected) == TRIALS
 
@@ -98,7 +98,8 @@ def test_dashboard_serves_the_trials_of_a_finished_experiment(tmp_path, monkeypa
     try:
         base = f"http://127.0.0.1:{port}"
         summaries = wait_for(f"{base}/api/studies", proc, log)["study_summaries"]
-        assert [s["study_name"] for s in summaries] == ["dash/cn_pnpoly_20000000/random/seed0"]
+        name = "dash/cn_pnpoly_20000000/landscape:pnpoly_RTX_2080_Ti/random/seed0"
+        assert [s["study_name"] for s in summaries] == [name]
         assert summaries[0]["directions"] == ["minimize"]
 
         detail = get_json(f"{base}/api/studies/{summaries[0]['study_id']}")

@@ -282,10 +282,10 @@ def test_the_base_document_is_valid(tmp_path):
 
     path, _ = _write_case(tmp_path, doc(), {})
     exp = load_experiment(path)
-    assert (exp.space, exp.oracle, exp.budget.trials) == ("landscape", "replay", 5)
+    assert (exp.spaces, exp.oracle, exp.budget.trials) == (["landscape"], "replay", 5)
     path, _ = _write_case(tmp_path, gpu_doc(), {})
     exp = load_experiment(path)
-    assert (exp.space, exp.oracle, exp.problems[0].key) == ("triton_matmul", "gpu", "gemm_bf16_tn_1024x1024x1024")
+    assert (exp.spaces, exp.oracle, exp.problems[0].key) == (["triton_matmul"], "gpu", "gemm_bf16_tn_1024x1024x1024")
 
 
 SUBPROCESS_CASES = {c[0]: c for c in CASES if c[0] in ("budget-trials-zero", "landscape-not-json")}

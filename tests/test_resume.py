@@ -37,7 +37,7 @@ def trials_of(exp):
     from evotune.evaluation.landscape import load_landscape
 
     space = load_landscape(PNPOLY).space()
-    name = f"resume/{load_landscape(PNPOLY).problem.key}/ga/seed5"
+    name = f"resume/{load_landscape(PNPOLY).problem.key}/landscape:pnpoly_RTX_2080_Ti/ga/seed5"
     return StudyStore.open(exp.storage, name, space).history()
 
 

@@ -60,6 +60,14 @@ class Landscape:
         return len(self.entries)
 
     @property
+    def stem(self) -> str:
+        """The file name without .json / .json.gz: names the space and the plots."""
+        name = Path(self.path).name
+        for suffix in (".gz", ".json"):
+            name = name.removesuffix(suffix)
+        return name
+
+    @property
     def names(self) -> list[str]:
         return [p.name for p in self.params]
 
@@ -94,7 +102,7 @@ class Landscape:
             return tuple(p[n] for n in names) in recorded
 
         space = SearchSpace(
-            name=self.space_name if self.space_name != "landscape" else f"landscape:{Path(self.path).name}",
+            name=self.space_name if self.space_name != "landscape" else f"landscape:{self.stem}",
             params=list(self.params),
             constraints=[constraint("recorded", is_recorded, "not in the recorded landscape")],
             description=f"recorded on {self.meta.get('device', '?')}: {self.problem.describe()}",
