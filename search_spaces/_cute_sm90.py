@@ -85,11 +85,11 @@ def _compiled(point: Point, problem: Problem, a: Any, b: Any, c: Any) -> tuple[A
     return compiled, False
 
 
-def precompile(point: Point, problem: Problem) -> None:
-    """Compile into the on-disk cache without launching anything (for the compile pool)."""
+def precompile(point: Point, problem: Problem) -> bool:
+    """Compile into the on-disk cache without launching anything; True when it was there already."""
     from evotune.evaluation.gemm import make_inputs
 
-    _compiled(point, problem, *make_inputs(problem, seed=0, fill=False))
+    return _compiled(point, problem, *make_inputs(problem, seed=0, fill=False))[1]
 
 
 def build(point: Point, problem: Problem) -> Any:

@@ -107,17 +107,18 @@ def _key(point: Point, problem: Problem) -> str:
                            problem.layout, problem.m, problem.n, problem.k, sorted(point.items()))
 
 
-def precompile(point: Point, problem: Problem) -> None:
-    """Compile into Triton's on-disk cache without launching anything (for the compile pool)."""
+def precompile(point: Point, problem: Problem) -> bool:
+    """Compile into Triton's on-disk cache without launching anything; True when it was there already."""
     from evotune.evaluation.gemm import make_inputs
     from evotune.evaluation.kernel_cache import KernelCache
 
     cache, key = KernelCache(), _key(point, problem)
     if cache.has(key):
-        return
+        return True
     started = time.perf_counter()
     _launcher(point, problem)[1](*make_inputs(problem, seed=0, fill=False))
     cache.add(key, f"triton {problem.key} {point}", time.perf_counter() - started)
+    return False
 
 
 def build(point: Point, problem: Problem) -> Any:

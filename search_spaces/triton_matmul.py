@@ -116,11 +116,11 @@ def build(point: Point, problem: Problem) -> object:
 
 
 
-def precompile(point: Point, problem: Problem) -> None:
-    """Fill the on-disk kernel cache for one configuration without launching it (the compile pool's job)."""
+def precompile(point: Point, problem: Problem) -> bool:
+    """Fill the on-disk kernel cache for one configuration without launching it; True if it was there."""
     from search_spaces._triton_kernel import precompile as precompile_kernel
 
-    precompile_kernel(point, problem)
+    return precompile_kernel(point, problem)
 
 SPACE = SearchSpace(
     name="triton_matmul",

@@ -92,18 +92,18 @@ class GpuEvaluator(Evaluator):
             if key not in self._compiling:
                 self._compiling[key] = self._pool.submit(_precompile, self.space.source, p, problem.to_dict())
 
-    def _precompiled(self, point: Point) -> tuple[float, str | None]:
-        """(compile seconds, error message) of a prefetched point; (0, None) when it was not prefetched."""
+    def _precompiled(self, point: Point) -> tuple[float, str | None, bool | None]:
+        """(seconds, error, cache hit) of a prefetched point; (0, None, None) when it was not prefetched."""
         future = self._compiling.pop(self.space.key(point), None)
         if future is None:
-            return 0.0, None
+            return 0.0, None, None
         try:
             return future.result(timeout=self.timeout_s)
         except Exception as exc:  # the compile process died or hung: the GPU worker compiles it itself
             if self._pool is not None:
                 self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool, self._compiling = None, {}
-            return 0.0, f"pool: {type(exc).__name__}: {exc}"
+            return 0.0, f"pool: {type(exc).__name__}: {exc}", None
 
     def close(self) -> None:
         if self._pool is not None:
@@ -147,16 +147,19 @@ class GpuEvaluator(Evaluator):
     # -- the interface -------------------------------------------------------
     def evaluate(self, point: Point, problem: Problem) -> EvalResult:
         self._seed += 1
-        pool_s, pool_error = self._precompiled(point)
+        pool_s, pool_error, pool_hit = self._precompiled(point)
         # The GPU worker builds the point whatever happened in the pool: a kernel cache hit when the
         # pool compiled it; otherwise it compiles itself, so an error is reported as the GPU sees it.
         reply = self._call(("eval", point, problem.to_dict(), self._seed))
+        extra = reply.setdefault("extra", {})
         if pool_error:
-            reply.setdefault("extra", {})["pool_error"] = pool_error
-        elif pool_s:  # compiled in the pool, overlapped with timing: the worker only loaded it
+            extra["pool_error"] = pool_error
+        elif pool_hit is not None:  # prefetched: the pool found it in the cache, or compiled it there
             reply["compile_s"] = pool_s + reply.get("compile_s", 0.0)
-            reply.setdefault("extra", {})["compiled_in"] = "pool"
-        cached = reply.get("extra", {}).get("kernel_cache")
+            extra["compiled_in"] = "pool"
+            if "kernel_cache" in extra:
+                extra["kernel_cache"] = "hit" if pool_hit else "miss"
+        cached = extra.get("kernel_cache")
         if cached:
             self.cache_stats[cached] = self.cache_stats.get(cached, 0) + 1
         return EvalResult(Status(reply["status"]), time_ms=reply.get("time_ms"),
@@ -189,16 +192,16 @@ def _pool_init() -> None:
     os.environ.setdefault("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")
 
 
-def _precompile(space_source: str, point: Point, problem: dict[str, Any]) -> tuple[float, str | None]:
-    """In a compile process: fill the kernel cache for one point. Returns (seconds, error or None)."""
+def _precompile(space_source: str, point: Point, problem: dict[str, Any]) -> tuple[float, str | None, bool]:
+    """In a compile process: fill the kernel cache for one point. Returns (seconds, error or None, cache hit)."""
     from evotune.plugins import load_space
 
     started = time.perf_counter()
     try:
-        load_space(space_source).precompile(point, Problem.from_dict(problem))
+        hit = bool(load_space(space_source).precompile(point, Problem.from_dict(problem)))
     except Exception as exc:
-        return time.perf_counter() - started, f"{type(exc).__name__}: {exc}"[:2000]
-    return time.perf_counter() - started, None
+        return time.perf_counter() - started, f"{type(exc).__name__}: {exc}"[:2000], False
+    return time.perf_counter() - started, None, hit
 
 
 # -- inside the worker process ----------------------------------------------
