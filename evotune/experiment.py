@@ -165,9 +165,20 @@ class _Parser:
         outputs = self.table(raw, "outputs", {"plots", "best"}, "")
         plots_dir = Path(self.string(outputs, "plots", "outputs.plots", default="plots"))
         best_path = Path(self.string(outputs, "best", "outputs.best", default=f"runs/{name}_best.json"))
-        options = {k: v for k, v in oracle_t.items() if k not in ("kind", "landscapes")}
+        options = self.oracle_options(oracle_t, oracle)
         return Experiment(self.path, name, spaces, oracle, landscapes, problems, hardware, strategies, budget,
                           storage, plots_dir, best_path, description, options)
+
+    def oracle_options(self, oracle_t: dict[str, Any], oracle: str) -> dict[str, Any]:
+        options = {k: v for k, v in oracle_t.items() if k not in ("kind", "landscapes")}
+        if options and oracle != "gpu":
+            raise self.fail(f"oracle.{next(iter(options))}", "only used with oracle.kind = 'gpu'")
+        timeout = options.get("timeout_s")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or not math.isfinite(timeout) or timeout <= 0):
+            raise self.fail("oracle.timeout_s", f"must be a positive number of seconds, got {timeout!r}")
+        self.positive_int(options, "workers", "oracle.workers", minimum=0)
+        return options
 
     def landscapes(self, oracle_t: dict[str, Any], oracle: str) -> list[Path]:
         value = oracle_t.get("landscapes")

@@ -148,6 +148,9 @@ CASES: list[tuple[str, str, str, dict[str, str | bytes]]] = [
     ("landscape-json-not-an-object", doc(oracle='[oracle]\nkind = "replay"\nlandscapes = ["list.json"]\n'),
      "oracle.landscapes", {"list.json": "[1, 2, 3]"}),
     ("landscapes-with-gpu-oracle", gpu_doc(oracle=GPU + 'landscapes = ["@PNPOLY@"]\n'), "oracle.landscapes", {}),
+    ("oracle-timeout-negative", gpu_doc(oracle=GPU + "timeout_s = -5\n"), "oracle.timeout_s", {}),
+    ("oracle-workers-string", gpu_doc(oracle=GPU + 'workers = "many"\n'), "oracle.workers", {}),
+    ("oracle-workers-with-replay", doc(oracle=REPLAY + "workers = 2\n"), "oracle.workers", {}),
     # -- hardware
     ("hardware-unknown", doc(top='hardware = "H900"\n'), "hardware", {}),
     ("hardware-not-a-string", doc(top="hardware = 100\n"), "hardware", {}),

@@ -93,6 +93,8 @@ def test_triton_matmul_points_verify_against_the_reference(dtype):
     ("bf16", {"tile_m": 128, "tile_n": 256, "cluster": (2, 1), "swizzle": 1, "raster": "m", "stages": 4}),
     ("bf16", {"tile_m": 128, "tile_n": 128, "cluster": (1, 2), "swizzle": 4, "raster": "n", "stages": 3}),
     ("int8", {"tile_m": 128, "tile_n": 256, "cluster": (2, 1), "swizzle": 2, "raster": "m", "stages": 3}),
+    ("fp8", {"tile_m": 128, "tile_n": 128, "cluster": (2, 1), "swizzle": 1, "raster": "m", "stages": 4}),
+    ("fp16", {"tile_m": 64, "tile_n": 256, "cluster": (1, 1), "swizzle": 8, "raster": "n", "stages": 2}),
 ])
 def test_cute_hopper_points_verify_against_the_reference(dtype, point):
     pytest.importorskip("cutlass.operators")
