@@ -1,4 +1,4 @@
-"""Command line: ``python -m evotune run | plot | best | dashboard | spaces``.
+"""Command line: ``python -m evotune run | record | best | plot | dashboard | spaces | compare``.
 
 Bad input (an experiment file, a path, a name) ends with one line on stderr
 that names the file and the field, and exit code 2. Nothing already finished

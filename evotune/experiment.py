@@ -115,6 +115,17 @@ class _Parser:
             if k not in allowed:
                 raise self.fail(f"{prefix}{k}", f"unknown field; accepted: {', '.join(sorted(allowed))}")
 
+    def tables(self, value: Any, key: str, fields: str) -> list[tuple[str, dict[str, Any]]]:
+        """``[key]`` (one table) or ``[[key]]`` (several), each with the name errors should use for it."""
+        items = value if isinstance(value, list) else [value]
+        out = []
+        for i, item in enumerate(items):
+            where = f"{key}[{i}]" if isinstance(value, list) else key
+            if not isinstance(item, dict):
+                raise self.fail(where, f"must be a table with {fields}")
+            out.append((where, item))
+        return out
+
     def string(self, data: dict[str, Any], key: str, fieldname: str, default: str | None = None) -> str:
         value = data.get(key, default)
         if value is None:
@@ -211,12 +222,8 @@ class _Parser:
             if oracle == "replay":
                 return []  # each landscape brings its own problem
             raise self.fail("problem", "missing: give at least one [[problem]] with m, n, k, dtype")
-        items = value if isinstance(value, list) else [value]
         out = []
-        for i, item in enumerate(items):
-            where = f"problem[{i}]" if isinstance(value, list) else "problem"
-            if not isinstance(item, dict):
-                raise self.fail(where, "must be a table with m, n, k, dtype, layout")
+        for where, item in self.tables(value, "problem", "m, n, k, dtype, layout"):
             self.no_unknown(item, {"m", "n", "k", "dtype", "layout"}, f"{where}.")
             dims = {}
             for d in ("m", "n", "k"):
@@ -264,12 +271,8 @@ class _Parser:
 
         if value is None:
             raise self.fail("strategy", f"missing: give [strategy] with name = one of {', '.join(sorted(STRATEGIES))}")
-        items = value if isinstance(value, list) else [value]
         out = []
-        for i, item in enumerate(items):
-            where = f"strategy[{i}]" if isinstance(value, list) else "strategy"
-            if not isinstance(item, dict):
-                raise self.fail(where, "must be a table with name, seed, repeats, options")
+        for where, item in self.tables(value, "strategy", "name, seed, repeats, options"):
             self.no_unknown(item, {"name", "seed", "repeats", "options"}, f"{where}.")
             name = self.string(item, "name", f"{where}.name")
             if name not in STRATEGIES:

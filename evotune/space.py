@@ -157,6 +157,17 @@ class Constraint:
         return f"{self.name}: {text}"
 
 
+def deferred(module: str, name: str) -> Callable[..., Any]:
+    """``module.name``, imported on first call: keeps GPU-only imports (triton, cutlass) out of CPU runs."""
+    import importlib
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    call.__qualname__ = call.__name__ = f"{module}.{name}"
+    return call
+
+
 def constraint(name: str, predicate: Predicate, message: str) -> Constraint:
     """A rule of the kernel family (divisibility, a knob that needs another)."""
     return Constraint(name, predicate, message, hardware=False)

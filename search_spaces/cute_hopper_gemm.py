@@ -36,6 +36,7 @@ from evotune.space import (
     SearchSpace,
     categorical,
     constraint,
+    deferred,
     hardware_limit,
     int_range,
     ordinal,
@@ -107,24 +108,11 @@ def estimate(point: Point, ctx: Context) -> float:
     return gm.estimate_ms(tiling, problem, hw)
 
 
-def build(point: Point, problem: Problem) -> object:
-    """Compile one configuration through cutlass.operators; returns ``fn(a, b, c)``. Needs the gpu extra."""
-    from search_spaces._cute_sm90 import build as build_kernel
-
-    return build_kernel(point, problem)
-
-
-
-def precompile(point: Point, problem: Problem) -> bool:
-    """Fill the on-disk kernel cache for one configuration without launching it; True if it was there."""
-    from search_spaces._cute_sm90 import precompile as precompile_kernel
-
-    return precompile_kernel(point, problem)
-
 SPACE = SearchSpace(
     name="cute_hopper_gemm",
-    build=build,
-    precompile=precompile,
+    # compile a configuration (returns fn(a, b, c)), or only fill the kernel cache: GPU-only code
+    build=deferred("search_spaces._cute_sm90", "build"),
+    precompile=deferred("search_spaces._cute_sm90", "precompile"),
     params=[
         ordinal("tile_m", [64, 128], doc="CTA tile rows (one 64-row WGMMA per warpgroup step)"),
         ordinal("tile_n", [64, 128, 256], doc="CTA tile columns"),

@@ -27,7 +27,7 @@ Example::
 from __future__ import annotations
 
 from evotune.problem import Problem
-from evotune.space import Context, Point, SearchSpace, constraint, hardware_limit, ordinal, power_of_two
+from evotune.space import Context, Point, SearchSpace, constraint, deferred, hardware_limit, ordinal, power_of_two
 from search_spaces import _gemm_model as gm
 
 DEFAULT_PROBLEM = Problem.gemm(4096, 4096, 4096, "bf16")
@@ -108,24 +108,11 @@ def estimate(point: Point, ctx: Context) -> float:
     return gm.estimate_ms(tiling, problem, hw)
 
 
-def build(point: Point, problem: Problem) -> object:
-    """Compile one configuration; returns ``fn(a, b, c)``. Needs triton and a CUDA GPU."""
-    from search_spaces._triton_kernel import build as build_kernel
-
-    return build_kernel(point, problem)
-
-
-
-def precompile(point: Point, problem: Problem) -> bool:
-    """Fill the on-disk kernel cache for one configuration without launching it; True if it was there."""
-    from search_spaces._triton_kernel import precompile as precompile_kernel
-
-    return precompile_kernel(point, problem)
-
 SPACE = SearchSpace(
     name="triton_matmul",
-    build=build,
-    precompile=precompile,
+    # compile a configuration (returns fn(a, b, c)), or only fill the kernel cache: GPU-only code
+    build=deferred("search_spaces._triton_kernel", "build"),
+    precompile=deferred("search_spaces._triton_kernel", "precompile"),
     params=[
         power_of_two("BLOCK_M", 16, 256, doc="tile rows per program"),
         power_of_two("BLOCK_N", 32, 256, doc="tile columns per program"),

@@ -16,12 +16,12 @@ def build(point: Point, problem: Problem):
     import triton
     import triton.language as tl
 
-    from search_spaces.triton_matmul import build as build_matmul
+    from search_spaces.triton_matmul import SPACE as MATMUL
 
     mode = point["mode"]
     if mode == "compile":
         raise RuntimeError("this configuration does not compile (on purpose)")
-    good = build_matmul({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "SPLIT_K": 1,
+    good = MATMUL.build({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "SPLIT_K": 1,
                          "num_warps": 8, "num_stages": 3, "num_ctas": 1}, problem)
     if mode == "ok":
         return good
