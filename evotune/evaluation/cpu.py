@@ -1,0 +1,258 @@
+"""The CPU evaluator: build -> verify -> time on the CPU, in a worker process that may die.
+
+The CPU twin of :mod:`evotune.evaluation.gpu`, with the same isolation design,
+for spaces whose ``build(point, problem)`` returns a numpy callable
+``fn(a, b) -> c`` (no GPU, no torch): the fault-injection space
+(``search_spaces/faults.py``) and tests of the tuner's fault handling.
+
+* The worker is a spawned process that loads the space by name
+  (``SearchSpace.source``); nothing of the user's is pickled.
+* An exception while building is ``compile_error``; an exception while
+  running is ``runtime_error`` (``MemoryError`` included: the worker's
+  address space is capped with ``RLIMIT_AS``, so "allocate until memory runs
+  out" fails inside the worker instead of hurting the machine); a result off
+  ``a @ b`` by more than ``TOLERANCE`` (relative Frobenius norm) is
+  ``wrong_result``. The worker carries on after each of these.
+* A worker that dies (abort, segfault, killed for memory) is a ``crash`` with
+  its exit code or signal; one that does not answer within ``timeout_s`` is
+  killed and the point is a ``timeout``. Either way a fresh worker takes over.
+
+Timing is a median of a few ``time.perf_counter`` runs: only a value to rank by.
+
+Example::
+
+    with CpuEvaluator(load_space("search_spaces/faults.py"), Context(problem=problem), timeout_s=5) as ev:
+        ev.evaluate({"mode": "ok_fast", "size": 1}, problem).status   # Status.OK
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+import traceback
+from typing import Any
+
+from evotune.evaluation.base import Evaluator
+from evotune.evaluation.result import EvalResult, Status
+from evotune.problem import Problem
+from evotune.space import Context, Point, SearchSpace
+
+TOLERANCE = 1e-9  # relative Frobenius-norm error allowed against the float64 reference a @ b
+MEMORY_LIMIT_MB = 2048  # address space the worker may add to what it holds once loaded
+
+
+class CpuEvaluator(Evaluator):
+    kind = "cpu"
+
+    def __init__(self, space: SearchSpace, ctx: Context, timeout_s: float = 60.0, repeats: int = 5,
+                 memory_limit_mb: int = MEMORY_LIMIT_MB, startup_timeout_s: float = 120.0):
+        if not space.source or space.build is None:
+            raise ValueError(f"space {space.name!r} cannot run on the CPU: it has no build function")
+        self.space, self.ctx = space, ctx
+        self.timeout_s, self.startup_timeout_s = float(timeout_s), float(startup_timeout_s)
+        self.repeats, self.memory_limit_mb = max(1, int(repeats)), int(memory_limit_mb)
+        self._mp = mp.get_context("spawn")  # a clean interpreter: nothing of the tuner's state is inherited
+        self._proc: Any = None
+        self._conn: Any = None
+        self._seed = 0
+        self.restarts = 0  # workers replaced after a crash or a timeout
+
+    # -- the worker's lifecycle ----------------------------------------------
+    def _start(self) -> dict[str, Any] | None:
+        """Start a worker unless one is alive; a failure reply when it cannot start, else None."""
+        if self._proc is not None and self._proc.is_alive():
+            return None
+        self._proc = self._conn = None
+        parent, child = self._mp.Pipe()
+        proc = self._mp.Process(target=_worker_main, args=(child, self.space.source, self.memory_limit_mb),
+                                daemon=True)
+        proc.start()
+        child.close()
+        self._proc, self._conn = proc, parent
+        # The worker says "ready" once the space is loaded, so the per-point timeout never pays for imports.
+        if not parent.poll(self.startup_timeout_s):
+            self._kill()
+            return {"status": "crash", "message": f"the CPU worker did not start within {self.startup_timeout_s:.0f} s"}
+        try:
+            ready = parent.recv()
+        except (EOFError, OSError):
+            return self._died("the CPU worker died while starting")
+        if ready.get("status") != "ready":
+            self._kill()
+            return {"status": "crash", "message": f"the CPU worker could not load the space: {ready.get('message')}"}
+        return None
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.join(10)
+            self.restarts += 1
+        self._proc = self._conn = None
+
+    def _died(self, what: str, started: float | None = None) -> dict[str, Any]:
+        self._proc.join(10)
+        code = self._proc.exitcode
+        self._kill()
+        why = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        reply: dict[str, Any] = {"status": "crash", "message": f"{what} ({why})", "extra": {"exit_code": code}}
+        if started is not None:
+            reply["bench_s"] = time.perf_counter() - started
+        return reply
+
+    def close(self) -> None:
+        if self._proc is not None and self._proc.is_alive():
+            try:
+                self._conn.send(("stop",))
+                self._proc.join(5)
+            except (BrokenPipeError, OSError):
+                pass
+            if self._proc.is_alive():
+                self._proc.kill()
+                self._proc.join(5)
+        self._proc = self._conn = None
+
+    def _call(self, message: tuple) -> dict[str, Any]:
+        failed = self._start()
+        if failed is not None:
+            return failed
+        started = time.perf_counter()
+        try:
+            self._conn.send(message)
+        except (BrokenPipeError, OSError):
+            self._kill()
+            return {"status": "crash", "message": "the CPU worker was gone before the request"}
+        if not self._conn.poll(self.timeout_s):
+            self._kill()
+            return {"status": "timeout", "message": f"no answer within {self.timeout_s:g} s; worker killed",
+                    "bench_s": time.perf_counter() - started}
+        try:
+            return self._conn.recv()
+        except (EOFError, OSError):
+            return self._died("the CPU worker died", started)
+
+    # -- the interface -------------------------------------------------------
+    def evaluate(self, point: Point, problem: Problem) -> EvalResult:
+        self._seed += 1
+        reply = self._call(("eval", point, problem.to_dict(), self._seed, self.repeats))
+        return EvalResult(Status(reply["status"]), time_ms=reply.get("time_ms"),
+                          samples_ms=reply.get("samples_ms", []), compile_s=reply.get("compile_s", 0.0),
+                          bench_s=reply.get("bench_s", 0.0), error=reply.get("error"),
+                          message=reply.get("message", ""), extra=reply.get("extra", {}))
+
+
+# -- inside the worker process ----------------------------------------------
+def _limit_resources(memory_limit_mb: int) -> None:
+    """Cap the address space at what the worker holds now plus ``memory_limit_mb``; no core files."""
+    import resource
+
+    held = 0
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    held = int(line.split()[1]) * 1024
+    except OSError:  # not Linux: cap at the limit itself
+        pass
+    cap = held + memory_limit_mb * 2**20
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # an abort or segfault on purpose leaves no core file
+    except (ValueError, OSError):
+        pass
+
+
+def _worker_main(conn: Any, space_source: str, memory_limit_mb: int) -> None:
+    try:
+        from evotune.plugins import load_space
+
+        space = load_space(space_source)
+        import numpy  # noqa: F401 - loaded before the memory cap, so the cap is all for the candidates
+
+        _limit_resources(memory_limit_mb)
+    except Exception as exc:
+        conn.send({"status": "error", "message": f"{type(exc).__name__}: {exc}"[:2000]})
+        return
+    conn.send({"status": "ready"})
+    kernels: dict[tuple[str, str], Any] = {}
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message[0] == "stop":
+            return
+        if message[0] != "eval":
+            conn.send({"status": "runtime_error", "message": f"unknown request {message[0]!r}"})
+            continue
+        _, point, problem, seed, repeats = message
+        reply = _evaluate(space, kernels, point, Problem.from_dict(problem), seed, repeats)
+        conn.send(reply)
+
+
+def make_inputs(problem: Problem, seed: int) -> tuple[Any, Any]:
+    """Random float64 ``a`` (m, k) and ``b`` (k, n)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((problem.m, problem.k)), rng.standard_normal((problem.k, problem.n))
+
+
+def verify(a: Any, b: Any, c: Any) -> tuple[bool, float | None, str]:
+    """(ok, relative error, why not) of ``c`` against ``a @ b``."""
+    import numpy as np
+
+    ref = a @ b
+    if not isinstance(c, np.ndarray):
+        return False, None, f"returned {type(c).__name__}, not an array"
+    if c.shape != ref.shape:
+        return False, None, f"shape {c.shape}, expected {ref.shape}"
+    if not np.all(np.isfinite(c)):
+        return False, None, "non-finite values in the result"
+    err = float(np.linalg.norm(c - ref) / max(float(np.linalg.norm(ref)), 1e-300))
+    if err > TOLERANCE:
+        return False, err, f"relative error {err:.3g} > {TOLERANCE:g}"
+    return True, err, ""
+
+
+def _evaluate(space: SearchSpace, kernels: dict, point: Point, problem: Problem, seed: int,
+              repeats: int) -> dict[str, Any]:
+    key = (problem.key, space.key(point))
+    compile_s = 0.0
+    fn = kernels.get(key)
+    if fn is None:
+        started = time.perf_counter()
+        try:
+            fn = space.build(point, problem)
+        except Exception as exc:
+            return _failure("compile_error", "compile", exc, time.perf_counter() - started)
+        compile_s = time.perf_counter() - started
+        kernels[key] = fn
+    stage = "verify"
+    try:
+        a, b = make_inputs(problem, seed)
+        ok, err, why = verify(a, b, fn(a, b))
+        if not ok:
+            return {"status": "wrong_result", "error": err, "message": why, "compile_s": compile_s}
+        stage = "time"
+        samples = []
+        bench_started = time.perf_counter()
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn(a, b)
+            samples.append((time.perf_counter() - t0) * 1e3)
+        bench_s = time.perf_counter() - bench_started
+    except Exception as exc:  # MemoryError (the RLIMIT_AS cap) included
+        return _failure("runtime_error", stage, exc, compile_s)
+    median = sorted(samples)[len(samples) // 2]
+    return {"status": "ok", "time_ms": median, "samples_ms": samples, "compile_s": compile_s,
+            "bench_s": bench_s, "error": err}
+
+
+def _failure(status: str, stage: str, exc: BaseException, compile_s: float) -> dict[str, Any]:
+    text = f"{stage}: {type(exc).__name__}: {exc}".strip()
+    return {"status": status, "message": text[:2000], "compile_s": compile_s,
+            "extra": {"traceback": traceback.format_exc(limit=4)[-2000:]}}
