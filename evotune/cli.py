@@ -1,4 +1,4 @@
-"""Command line: ``python -m evotune run | record | best | plot | dashboard | spaces | compare``.
+"""Command line: ``python -m evotune run | worker | record | best | plot | dashboard | spaces | compare``.
 
 Bad input (an experiment file, a path, a name) ends with one line on stderr
 that names the file and the field, and exit code 2. Nothing already finished
@@ -55,6 +55,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="no live progress bar")
     run.add_argument("--no-plots", action="store_true", help="skip writing PNGs at the end")
     run.set_defaults(func=cmd_run)
+
+    worker = sub.add_parser("worker", help="join the experiment's studies from another process or host")
+    worker.add_argument("experiment", help="path to an experiment .toml file (its storage must be shared)")
+    worker.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    worker.set_defaults(func=cmd_worker)
 
     record = sub.add_parser("record", help="measure every feasible point of the space; write landscape files")
     record.add_argument("experiment", help="path to an experiment .toml file (its strategies are ignored)")
@@ -153,6 +158,20 @@ def _remember(rows: list, storage: str, console: Console) -> None:
     measured = [b for b in rows if b.oracle == "gpu"]
     if measured:
         console.print(f"tuning-result cache: {remember(measured, storage)}")
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    """The tuning loop alone: claims points in the shared storage, so any number of workers can join."""
+    from evotune.runner import preflight, run_experiment, targets
+
+    exp = load_experiment(args.experiment)
+    resolved = targets(exp)
+    preflight(exp, resolved)
+    console = _console(stderr=True)
+    for r in run_experiment(exp, console, progress=not args.no_progress, resolved=resolved):
+        console.print(f"  {r.study_name}: {r.new_trials} measured by this worker, {r.trials} in the study, "
+                      f"stopped on {r.stopped}")
+    return 0
 
 
 def cmd_record(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from evotune import hardware as hw
+from evotune.claims import make_claims
 from evotune.evaluation.base import Evaluator
 from evotune.evaluation.landscape import Landscape, LandscapeError, load_landscape
 from evotune.evaluation.replay import ReplayEvaluator
@@ -192,4 +193,7 @@ def _run_one(exp: Experiment, target: Target, evaluator: Evaluator, storage, str
         if bar is not None and task is not None:
             bar.update(task, completed=n, best=f"{best:.4g} ms" if best is not None else "-")
 
-    return tune(target.space, target.ctx, evaluator, strat, store, exp.budget, on_trial)
+    # a claim outlives any honest evaluation; a killed worker's claims lapse at once (see claims.py)
+    lease = 3.0 * float(exp.oracle_options.get("timeout_s", 300.0)) if exp.oracle == "gpu" else 120.0
+    return tune(target.space, target.ctx, evaluator, strat, store, exp.budget, on_trial,
+                claims=make_claims(exp.storage, name, lease))

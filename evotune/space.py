@@ -58,6 +58,12 @@ class Param:
             raise ValueError(f"parameter {self.name!r} has no choices")
         if len(set(map(_hashable, self.choices))) != len(self.choices):
             raise ValueError(f"parameter {self.name!r} repeats a choice")
+        if len(set(self.storage_choices())) != len(self.choices):
+            raise ValueError(f"parameter {self.name!r} has two choices that store alike: {self.choices}")
+        bad = [c for c in self.storage_choices() if isinstance(c, str) and ("," in c or "=" in c)]
+        if bad or "," in self.name or "=" in self.name:
+            # a point's key is "name=value,..." and identifies it in storage: keep it unambiguous
+            raise ValueError(f"parameter {self.name!r}: names and text choices may not hold ',' or '=': {bad}")
 
     def index(self, value: Any) -> int:
         """Position of ``value`` among the choices (tuples and lists compare equal)."""

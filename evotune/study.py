@@ -52,11 +52,40 @@ def make_storage(url: str) -> optuna.storages.BaseStorage:
 
         path = Path(url.removeprefix("journal:"))
         path.parent.mkdir(parents=True, exist_ok=True)
-        return JournalStorage(JournalFileBackend(str(path)))
+        return JournalStorage(JournalFileBackend(str(path), lock_obj=_flock(path)))
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     # heartbeat-free RDB storage; a trial is added whole, so none can be left RUNNING
     return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+
+
+def _flock(path: Path) -> object:
+    """A journal lock the kernel drops when its holder dies.
+
+    Optuna's default lock is a file that a killed process leaves behind, and the
+    next run then waits 30 s before breaking it; ``flock`` has no such leftovers.
+    """
+    import fcntl
+    import os
+
+    from optuna.storages.journal._file import BaseJournalFileLock  # the interface lock_obj must have
+
+    class FlockLock(BaseJournalFileLock):
+        def __init__(self) -> None:
+            self.fd: int | None = None
+
+        def acquire(self) -> bool:
+            self.fd = os.open(f"{path}.flock", os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+            return True
+
+        def release(self) -> None:
+            if self.fd is not None:
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+                os.close(self.fd)
+                self.fd = None
+
+    return FlockLock()
 
 
 @dataclass
@@ -78,9 +107,11 @@ class Record:
 class StudyStore:
     """One Optuna study, seen as a list of evaluated points."""
 
-    def __init__(self, study: optuna.Study, space: SearchSpace):
+    def __init__(self, study: optuna.Study, space: SearchSpace, storage: optuna.storages.BaseStorage):
         self.study = study
         self.space = space
+        self.storage = storage
+        self.study_id = storage.get_study_id_from_name(study.study_name)
         self.dists = {p.name: CategoricalDistribution(p.storage_choices()) for p in space.params}
 
     @classmethod
@@ -88,11 +119,14 @@ class StudyStore:
              attrs: Mapping[str, Any] | None = None) -> StudyStore:
         """Create the study, or load it when it exists (resume)."""
         st = make_storage(storage) if isinstance(storage, str) else storage
-        study = optuna.create_study(storage=st, study_name=name, direction="minimize", load_if_exists=True)
+        try:  # load first: creating an existing study still appends a (failing) record to a journal
+            study = optuna.load_study(study_name=name, storage=st)
+        except KeyError:
+            study = optuna.create_study(storage=st, study_name=name, direction="minimize", load_if_exists=True)
         for k, v in (attrs or {}).items():
             if study.user_attrs.get(k) != _jsonable(v):
                 study.set_user_attr(k, _jsonable(v))
-        return cls(study, space)
+        return cls(study, space, st)
 
     def history(self) -> list[Record]:
         """Every finished trial, in order."""
@@ -107,8 +141,8 @@ class StudyStore:
                               t.value if t.state == TrialState.COMPLETE else None, dict(t.user_attrs)))
         return out
 
-    def record(self, point: Point, result: EvalResult, clock_s: float, extra: Mapping[str, Any] | None = None) -> None:
-        """Write one finished evaluation as one trial (COMPLETE when OK, else FAIL with its reason)."""
+    def record(self, point: Point, result: EvalResult, clock_s: float, extra: Mapping[str, Any] | None = None) -> int:
+        """Write one finished evaluation as one trial (COMPLETE when OK, else FAIL with its reason); its number."""
         # Few attributes on purpose: each costs a row (and ~1 ms) in an RDB storage.
         # The value is the trial's own; problem, strategy and seed are the study's.
         attrs = {
@@ -124,7 +158,9 @@ class StudyStore:
             value=result.time_ms if ok else None, state=TrialState.COMPLETE if ok else TrialState.FAIL,
             user_attrs={k: v for k, v in attrs.items() if v is not None},
         )
-        self.study.add_trial(trial)
+        # Study.add_trial does not say which number the trial got; the storage's own call does
+        trial_id = self.storage.create_new_trial(self.study_id, template_trial=trial)
+        return self.storage.get_trial_number_from_id(trial_id)
 
 
 def _jsonable(v: Any) -> Any:

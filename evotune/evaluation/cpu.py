@@ -28,7 +28,6 @@ Example::
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import time
 import traceback
 from typing import Any
