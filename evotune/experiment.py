@@ -26,7 +26,7 @@ from typing import Any
 from evotune import hardware as hw
 from evotune.problem import DTYPES, LAYOUTS, Problem
 
-ORACLES = ("replay", "gpu")
+ORACLES = ("replay", "gpu", "cpu")  # cpu: numpy kernels in an isolated process (the fault space's CPU flavour)
 
 
 class ExperimentError(ValueError):
@@ -182,8 +182,10 @@ class _Parser:
 
     def oracle_options(self, oracle_t: dict[str, Any], oracle: str) -> dict[str, Any]:
         options = {k: v for k, v in oracle_t.items() if k not in ("kind", "landscapes")}
-        if options and oracle != "gpu":
-            raise self.fail(f"oracle.{next(iter(options))}", "only used with oracle.kind = 'gpu'")
+        allowed = {"gpu": {"timeout_s", "workers"}, "cpu": {"timeout_s"}}.get(oracle, set())
+        for k in options:
+            if k not in allowed:
+                raise self.fail(f"oracle.{k}", f"not used with oracle.kind = {oracle!r}")
         timeout = options.get("timeout_s")
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                     or not math.isfinite(timeout) or timeout <= 0):
@@ -210,7 +212,7 @@ class _Parser:
         return out
 
     def hardware(self, raw: dict[str, Any], oracle: str) -> str | None:
-        value = raw.get("hardware", None if oracle == "replay" else "auto")
+        value = raw.get("hardware", "auto" if oracle == "gpu" else None)
         if value is None:
             return None
         if not isinstance(value, str) or (value != "auto" and value not in hw.names()):

@@ -106,6 +106,10 @@ def make_evaluator(exp: Experiment, target: Target) -> Evaluator:
     if exp.oracle == "replay":
         assert target.landscape is not None
         return ReplayEvaluator(target.landscape)
+    if exp.oracle == "cpu":
+        from evotune.evaluation.cpu import CpuEvaluator
+
+        return CpuEvaluator(target.space, target.ctx, **exp.oracle_options)
     return _gpu_evaluator_class(exp)(target.space, target.ctx, **exp.oracle_options)
 
 
