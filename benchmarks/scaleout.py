@@ -34,7 +34,7 @@ def run(experiment: Path, gpus: int, work: Path) -> dict:
 
     tag = f"scale{gpus}"
     text = experiment.read_text()
-    text = re.sub(r'(?m)^name = ".*"$', f'name = "{tag}"', text)
+    text = re.sub(r'(?m)^name = ".*"$', f'name = "{tag}"', text, count=1)  # the experiment's, not a strategy's
     text = re.sub(r"(?ms)^\[storage\].*?(?=^\[|\Z)", "", text)
     url = f"sqlite:///{work / tag}.db"
     copy = work / f"{tag}.toml"
@@ -47,6 +47,8 @@ def run(experiment: Path, gpus: int, work: Path) -> dict:
                               stderr=subprocess.STDOUT, text=True) for g in range(gpus)]
     logs = [p.communicate()[0] for p in procs]
     seconds = time.perf_counter() - started
+    if any(p.returncode for p in procs):
+        raise SystemExit("a worker failed:\n" + "\n".join(log[-2000:] for log in logs))
     storage = make_storage(url)
     counts, duplicates = {}, 0
     for name in study_names(storage):
