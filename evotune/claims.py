@@ -34,7 +34,8 @@ HOST = socket.gethostname()
 
 
 def owner_id() -> str:
-    return f"{HOST}:{os.getpid()}:{time.time():.0f}"
+    """This process: every run in it (a run resumed after Ctrl-C, say) owns the claims of the runs before."""
+    return f"{HOST}:{os.getpid()}"
 
 
 def owner_dead(owner: str) -> bool:
@@ -133,14 +134,17 @@ class RdbClaims(Claims):
         import sqlalchemy as sa
 
         self.sa = sa
-        self.engine = sa.create_engine(url, pool_pre_ping=True)
+        from evotune.study import engine_kwargs, schema_lock
+
+        self.engine = sa.create_engine(url, **engine_kwargs(url))
         meta = sa.MetaData()
         self.table = sa.Table(
             "evotune_claims", meta,
             sa.Column("study", sa.String(512), primary_key=True),
             sa.Column("key_hash", sa.String(64), primary_key=True),
             sa.Column("key", sa.Text), sa.Column("owner", sa.String(256)), sa.Column("expires", sa.Float))
-        meta.create_all(self.engine, checkfirst=True)
+        with schema_lock(url):
+            meta.create_all(self.engine, checkfirst=True)
 
     def claim(self, key: str) -> str:
         sa, t = self.sa, self.table

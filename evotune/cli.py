@@ -8,6 +8,7 @@ is lost: trials are stored as they finish.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -168,7 +169,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     resolved = targets(exp)
     preflight(exp, resolved)
     console = _console(stderr=True)
-    for r in run_experiment(exp, console, progress=not args.no_progress, resolved=resolved):
+    draw_seed = os.getpid()  # each worker explores its own way; the study stays the one of the seed
+    for r in run_experiment(exp, console, progress=not args.no_progress, resolved=resolved, draw_seed=draw_seed):
         console.print(f"  {r.study_name}: {r.new_trials} measured by this worker, {r.trials} in the study, "
                       f"stopped on {r.stopped}")
     return 0

@@ -144,7 +144,7 @@ def _progress(console: Console, enabled: bool) -> Iterator[Progress | None]:
 
 
 def run_experiment(exp: Experiment, console: Console | None = None, progress: bool = True,
-                   resolved: list[Target] | None = None) -> list[TuneResult]:
+                   resolved: list[Target] | None = None, draw_seed: int = 0) -> list[TuneResult]:
     """Tune every (problem, strategy, seed) of ``exp`` to its budget; resumes what the storage already holds.
 
     Everything that can be wrong with the experiment is checked before the
@@ -170,7 +170,8 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
             try:
                 for spec in exp.strategies:
                     for seed in spec.seeds:
-                        results.append(_run_one(exp, target, evaluator, storage, spec.name, seed, spec.options, bar))
+                        results.append(_run_one(exp, target, evaluator, storage, spec.name, seed, spec.options, bar,
+                                                draw_seed))
             finally:
                 evaluator.close()
             stats = getattr(evaluator, "cache_stats", None)
@@ -181,11 +182,13 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
 
 
 def _run_one(exp: Experiment, target: Target, evaluator: Evaluator, storage, strategy: str, seed: int,
-             options: dict, bar: Progress | None) -> TuneResult:
+             options: dict, bar: Progress | None, draw_seed: int = 0) -> TuneResult:
     name = study_name(exp, target, strategy, seed)
     store = StudyStore.open(storage, name, target.space, study_attrs(exp, target, strategy, seed))
     feasible = target.space.feasible(target.ctx)
-    strat = make_strategy(strategy, target.space, feasible, seed=seed, ctx=target.ctx,
+    # The study is named by `seed`; a worker that joins it draws its proposals from `draw_seed` on top,
+    # so that workers do not all propose the same points (and lose them to each other's claims).
+    strat = make_strategy(strategy, target.space, feasible, seed=seed + draw_seed, ctx=target.ctx,
                           budget=exp.budget.trials, **options)
     task = None
     if bar is not None:

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,7 +57,32 @@ def make_storage(url: str) -> optuna.storages.BaseStorage:
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     # heartbeat-free RDB storage; a trial is added whole, so none can be left RUNNING
-    return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+    with schema_lock(url):
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs(url))
+
+
+@contextmanager
+def schema_lock(url: str) -> Iterator[None]:
+    """Workers starting together on a new sqlite file must not create its tables at once (they collide)."""
+    if not url.startswith("sqlite:///"):
+        yield
+        return
+    import fcntl
+
+    with open(f"{url.removeprefix('sqlite:///')}.init-lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def engine_kwargs(url: str) -> dict[str, Any]:
+    """SQLAlchemy engine options: several workers on one sqlite file wait for its lock instead of failing."""
+    kwargs: dict[str, Any] = {"pool_pre_ping": True}
+    if url.startswith("sqlite:"):
+        kwargs["connect_args"] = {"timeout": 120}
+    return kwargs
 
 
 def _flock(path: Path) -> object:

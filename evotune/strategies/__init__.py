@@ -3,7 +3,7 @@
 Example::
 
     from evotune.strategies import make_strategy, names
-    names()  # ['cmaes', 'exhaustive', 'ga', 'gp', 'nsga2', 'optuna-gp', 'qmc', 'random', 'tpe']
+    names()  # ['cmaes', 'default', 'exhaustive', 'ga', 'gp', 'nsga2', 'optuna-gp', 'qmc', 'random', 'tpe']
     s = make_strategy("tpe", space, space.feasible(ctx), seed=0)
 """
 
@@ -13,6 +13,7 @@ from typing import Any
 
 from evotune.space import Context, FeasibleSet, SearchSpace
 from evotune.strategies.base import Exhausted, Strategy, Told
+from evotune.strategies.default import Default
 from evotune.strategies.exhaustive import Exhaustive
 from evotune.strategies.genetic import GeneticAlgorithm
 from evotune.strategies.gp import GaussianProcess
@@ -21,7 +22,7 @@ from evotune.strategies.random_search import RandomSearch
 
 STRATEGIES: dict[str, type[Strategy]] = {
     cls.name: cls
-    for cls in (GeneticAlgorithm, TPE, CMAES, NSGA2, GaussianProcess, OptunaGP, QMC, RandomSearch, Exhaustive)
+    for cls in (Default, GeneticAlgorithm, TPE, CMAES, NSGA2, GaussianProcess, OptunaGP, QMC, RandomSearch, Exhaustive)
 }
 
 
