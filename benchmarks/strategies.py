@@ -39,7 +39,6 @@ import json
 import math
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
