@@ -46,10 +46,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from scipy.linalg import solve_triangular
 
+from evotune.strategies import gp
 from evotune.strategies.base import Option, Strategy
-from evotune.strategies.gp import expected_improvement, matern52
+from evotune.strategies.gp import expected_improvement
 
 
 class Default(Strategy):
@@ -152,12 +152,9 @@ class Default(Strategy):
         if fit is None:
             return int(self.rng.choice(cand))
         ls, chol, alpha, x, ybest = fit
-        ks = matern52(self.features[cand], x, ls)
-        mu = ks @ alpha
+        mu, sigma = gp.predict(self.features[cand], x, ls, chol, alpha)
         if local:
             return int(cand[int(np.argmin(mu))])
-        v = solve_triangular(chol, ks.T, lower=True)
-        sigma = np.sqrt(np.maximum(1.0 - (v * v).sum(0), 1e-12))
         ei = expected_improvement(mu, sigma, ybest - float(self.options["xi"]))
         return int(cand[int(np.argmax(ei))])
 
@@ -171,20 +168,8 @@ class Default(Strategy):
         mean, std = y.mean(), max(y.std(), 1e-9)
         ys = (y - mean) / std
         x = self.features[told]
-        noise = float(self.options["noise"])
         refit = self._lengthscale is None or len(told) >= self._fitted_at + int(self.options["refit"])
-        grid = (0.1, 0.2, 0.4, 0.8, 1.6) if refit else (self._lengthscale,)
-        best_ll, best_fit = -np.inf, None
-        for ls in grid:
-            k = matern52(x, x, ls) + noise * np.eye(len(x))
-            try:
-                chol = np.linalg.cholesky(k)
-            except np.linalg.LinAlgError:
-                continue
-            alpha = solve_triangular(chol.T, solve_triangular(chol, ys, lower=True), lower=False)
-            ll = -0.5 * ys @ alpha - np.log(np.diag(chol)).sum()
-            if ll > best_ll:
-                best_ll, best_fit = ll, (ls, chol, alpha)
+        best_fit = gp.fit(x, ys, float(self.options["noise"]), gp.LENGTHSCALES if refit else (self._lengthscale,))
         if best_fit is None:
             return None
         ls, chol, alpha = best_fit

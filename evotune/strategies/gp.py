@@ -38,6 +38,41 @@ def expected_improvement(mu: np.ndarray, sigma: np.ndarray, best: float) -> np.n
     return (best - mu) * ndtr(z) + sigma * pdf
 
 
+LENGTHSCALES = (0.1, 0.2, 0.4, 0.8, 1.6)
+
+
+def fit(x: np.ndarray, ys: np.ndarray, noise: float,
+        lengthscales: tuple[float, ...] = LENGTHSCALES) -> tuple[float, np.ndarray, np.ndarray] | None:
+    """The Matérn-5/2 GP of the given length-scales with the best marginal likelihood on (x, ys).
+
+    Returns (length-scale, Cholesky factor of K + noise I, K^-1 ys), or None when no factorisation succeeds.
+    """
+    from scipy.linalg import solve_triangular
+
+    best_ll, best = -np.inf, None
+    for ls in lengthscales:
+        k = matern52(x, x, ls) + noise * np.eye(len(x))
+        try:
+            chol = np.linalg.cholesky(k)
+        except np.linalg.LinAlgError:
+            continue
+        alpha = solve_triangular(chol.T, solve_triangular(chol, ys, lower=True), lower=False)
+        ll = -0.5 * ys @ alpha - np.log(np.diag(chol)).sum()
+        if ll > best_ll:
+            best_ll, best = ll, (ls, chol, alpha)
+    return best
+
+
+def predict(cand: np.ndarray, x: np.ndarray, ls: float, chol: np.ndarray,
+            alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Posterior mean and standard deviation at the rows of ``cand`` of a GP returned by :func:`fit` on ``x``."""
+    from scipy.linalg import solve_triangular
+
+    ks = matern52(cand, x, ls)
+    v = solve_triangular(chol, ks.T, lower=True)
+    return ks @ alpha, np.sqrt(np.maximum(1.0 - (v * v).sum(0), 1e-12))
+
+
 class GaussianProcess(Strategy):
     name = "gp"
     schema = {"startup": Option(10, int, 1), "candidates": Option(2000, int, 1),
@@ -70,8 +105,6 @@ class GaussianProcess(Strategy):
         return self._maximise_ei(told)
 
     def _maximise_ei(self, told: list[int]) -> int | None:
-        from scipy.linalg import solve_triangular
-
         free = np.flatnonzero(~self.taken)
         if not len(free):
             return None
@@ -85,29 +118,14 @@ class GaussianProcess(Strategy):
         mean, std = y.mean(), max(y.std(), 1e-9)
         ys = (y - mean) / std
         x = self.features[rows]
-        noise = float(self.options["noise"])
-        best_ll, best_fit = -np.inf, None
         # the length-scale is re-chosen by marginal likelihood every 10 observations, not on every ask
         refit = self._lengthscale is None or len(told) >= self._fitted_at + 10
-        grid = (0.1, 0.2, 0.4, 0.8, 1.6) if refit else (self._lengthscale,)
-        for ls in grid:
-            k = matern52(x, x, ls) + noise * np.eye(len(x))
-            try:
-                chol = np.linalg.cholesky(k)
-            except np.linalg.LinAlgError:
-                continue
-            alpha = solve_triangular(chol.T, solve_triangular(chol, ys, lower=True), lower=False)
-            ll = -0.5 * ys @ alpha - np.log(np.diag(chol)).sum()
-            if ll > best_ll:
-                best_ll, best_fit = ll, (ls, chol, alpha)
+        best_fit = fit(x, ys, float(self.options["noise"]), LENGTHSCALES if refit else (self._lengthscale,))
         if best_fit is None:
             return self.random_fresh()
         ls, chol, alpha = best_fit
         if refit:
             self._lengthscale, self._fitted_at = ls, len(told)
-        ks = matern52(self.features[cand], x, ls)
-        mu = ks @ alpha
-        v = solve_triangular(chol, ks.T, lower=True)
-        sigma = np.sqrt(np.maximum(1.0 - (v * v).sum(0), 1e-12))
+        mu, sigma = predict(self.features[cand], x, ls, chol, alpha)
         ei = expected_improvement(mu, sigma, ys.min())
         return int(cand[int(np.argmax(ei))])
