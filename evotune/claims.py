@@ -143,8 +143,15 @@ class RdbClaims(Claims):
             sa.Column("study", sa.String(512), primary_key=True),
             sa.Column("key_hash", sa.String(64), primary_key=True),
             sa.Column("key", sa.Text), sa.Column("owner", sa.String(256)), sa.Column("expires", sa.Float))
-        with schema_lock(url):
-            meta.create_all(self.engine, checkfirst=True)
+        for attempt in range(5):
+            try:
+                with schema_lock(url):
+                    meta.create_all(self.engine, checkfirst=True)
+                break
+            except (sa.exc.IntegrityError, sa.exc.ProgrammingError):  # another worker made it meanwhile
+                if attempt == 4:
+                    raise
+                time.sleep(0.5 * (attempt + 1))
 
     def claim(self, key: str) -> str:
         sa, t = self.sa, self.table

@@ -57,8 +57,20 @@ def make_storage(url: str) -> optuna.storages.BaseStorage:
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     # heartbeat-free RDB storage; a trial is added whole, so none can be left RUNNING
-    with schema_lock(url):
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs(url))
+    import sqlalchemy
+
+    attempt = 0
+    while True:
+        try:
+            with schema_lock(url):
+                return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs(url))
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
+            # workers starting together on a new database race to create Optuna's tables; the loser
+            # finds them made a moment later (sqlite is serialised by schema_lock instead)
+            attempt += 1
+            if attempt == 5:
+                raise
+            time.sleep(0.5 * attempt)
 
 
 @contextmanager

@@ -40,6 +40,11 @@ url = "{url}"
 @pytest.mark.parametrize("kind", ["journal", "sqlite"])
 def test_four_workers_share_one_study(tmp_path, kind):
     url = f"journal:{tmp_path / 'x.journal'}" if kind == "journal" else f"sqlite:///{tmp_path / 'x.db'}"
+    check_shared_study(tmp_path, url, kind)
+
+
+def check_shared_study(tmp_path, url, kind):
+    """Start WORKERS workers on one study at ``url``; check the counts, duplicates and sharing."""
     exp = experiment(tmp_path, url)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     cmd = [sys.executable, "-m", "evotune", "worker", str(exp), "--no-progress"]

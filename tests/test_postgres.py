@@ -1,0 +1,55 @@
+"""Four workers on one study in PostgreSQL: a private server from Debian's packages, on loopback only.
+
+Skipped when PostgreSQL's server binaries or psycopg2 are not installed (.ci/run installs both).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from test_workers import check_shared_study
+
+pytest.importorskip("psycopg2")
+BIN = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
+
+
+def as_postgres(cmd: list[str]) -> list[str]:
+    """The server refuses to run as root: run it as Debian's postgres user then."""
+    return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
+
+
+@pytest.fixture
+def postgres_url():
+    if not BIN:
+        pytest.skip("no PostgreSQL server binaries (apt-get install postgresql)")
+    bindir = Path(BIN[-1])
+    root = Path(tempfile.mkdtemp(prefix="evotune-pg-"))
+    root.chmod(0o755)
+    if os.geteuid() == 0:
+        shutil.chown(root, "postgres", "postgres")
+    data = root / "data"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    subprocess.run(as_postgres([str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "evotune"]),
+                   check=True, capture_output=True)
+    opts = f"-p {port} -k {root} -c listen_addresses=127.0.0.1"
+    subprocess.run(as_postgres([str(bindir / "pg_ctl"), "-D", str(data), "-o", opts, "-w", "-l",
+                                str(root / "log"), "start"]), check=True, capture_output=True)
+    try:
+        yield f"postgresql+psycopg2://evotune@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run(as_postgres([str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"]),
+                       capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_four_workers_share_one_study_in_postgresql(tmp_path, postgres_url):
+    check_shared_study(tmp_path, postgres_url, "postgresql")
