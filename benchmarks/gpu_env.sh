@@ -1,6 +1,11 @@
 # Source this first in every device call (from the project root, with .gpu and .whl carried):
 # it unpacks the GPU bundle (CuTe DSL, cutlass.operators, Optuna, DEAP) and the extra wheels
 # (rich, cmaes, networkx) that the GPU machine lacks, and puts the working tree on PYTHONPATH.
+# Build both once, from the project root:
+#   ../shared/gpu/build-bundle.sh
+#   echo /.whl/ >> .git/info/exclude; python3 -m pip download --no-deps --only-binary=:all: \
+#     --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 -d .whl \
+#     rich==15.0.0 markdown-it-py mdurl pygments cmaes networkx
 set -e
 mkdir -p /tmp/site && tar xJf .gpu/bundle.tar.xz -C /tmp/site
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
