@@ -27,12 +27,12 @@ Example::
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import time
 import traceback
 from typing import Any
 
 from evotune.evaluation.base import Evaluator
+from evotune.evaluation.isolation import WorkerProcess, serve
 from evotune.evaluation.result import EvalResult, Status
 from evotune.problem import Problem
 from evotune.space import Context, Point, SearchSpace
@@ -51,89 +51,22 @@ class CpuEvaluator(Evaluator):
         self.space, self.ctx = space, ctx
         self.timeout_s, self.startup_timeout_s = float(timeout_s), float(startup_timeout_s)
         self.repeats, self.memory_limit_mb = max(1, int(repeats)), int(memory_limit_mb)
-        self._mp = mp.get_context("spawn")  # a clean interpreter: nothing of the tuner's state is inherited
-        self._proc: Any = None
-        self._conn: Any = None
+        self._worker = WorkerProcess(_worker_main, (self.space.source, self.memory_limit_mb), "CPU worker",
+                                     self.timeout_s, self.startup_timeout_s)
         self._seed = 0
-        self.restarts = 0  # workers replaced after a crash or a timeout
 
-    # -- the worker's lifecycle ----------------------------------------------
-    def _start(self) -> dict[str, Any] | None:
-        """Start a worker unless one is alive; a failure reply when it cannot start, else None."""
-        if self._proc is not None and self._proc.is_alive():
-            return None
-        self._proc = self._conn = None
-        parent, child = self._mp.Pipe()
-        proc = self._mp.Process(target=_worker_main, args=(child, self.space.source, self.memory_limit_mb),
-                                daemon=True)
-        proc.start()
-        child.close()
-        self._proc, self._conn = proc, parent
-        # The worker says "ready" once the space is loaded, so the per-point timeout never pays for imports.
-        if not parent.poll(self.startup_timeout_s):
-            self._kill()
-            return {"status": "crash", "message": f"the CPU worker did not start within {self.startup_timeout_s:.0f} s"}
-        try:
-            ready = parent.recv()
-        except (EOFError, OSError):
-            return self._died("the CPU worker died while starting")
-        if ready.get("status") != "ready":
-            self._kill()
-            return {"status": "crash", "message": f"the CPU worker could not load the space: {ready.get('message')}"}
-        return None
-
-    def _kill(self) -> None:
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.join(10)
-            self.restarts += 1
-        self._proc = self._conn = None
-
-    def _died(self, what: str, started: float | None = None) -> dict[str, Any]:
-        self._proc.join(10)
-        code = self._proc.exitcode
-        self._kill()
-        why = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-        reply: dict[str, Any] = {"status": "crash", "message": f"{what} ({why})", "extra": {"exit_code": code}}
-        if started is not None:
-            reply["bench_s"] = time.perf_counter() - started
-        return reply
+    @property
+    def restarts(self) -> int:
+        """Workers replaced after a crash or a timeout."""
+        return self._worker.restarts
 
     def close(self) -> None:
-        if self._proc is not None and self._proc.is_alive():
-            try:
-                self._conn.send(("stop",))
-                self._proc.join(5)
-            except (BrokenPipeError, OSError):
-                pass
-            if self._proc.is_alive():
-                self._proc.kill()
-                self._proc.join(5)
-        self._proc = self._conn = None
-
-    def _call(self, message: tuple) -> dict[str, Any]:
-        failed = self._start()
-        if failed is not None:
-            return failed
-        started = time.perf_counter()
-        try:
-            self._conn.send(message)
-        except (BrokenPipeError, OSError):
-            self._kill()
-            return {"status": "crash", "message": "the CPU worker was gone before the request"}
-        if not self._conn.poll(self.timeout_s):
-            self._kill()
-            return {"status": "timeout", "message": f"no answer within {self.timeout_s:g} s; worker killed",
-                    "bench_s": time.perf_counter() - started}
-        try:
-            return self._conn.recv()
-        except (EOFError, OSError):
-            return self._died("the CPU worker died", started)
+        self._worker.close()
 
     # -- the interface -------------------------------------------------------
     def evaluate(self, point: Point, problem: Problem) -> EvalResult:
         self._seed += 1
-        reply = self._call(("eval", point, problem.to_dict(), self._seed, self.repeats))
+        reply = self._worker.call(("eval", point, problem.to_dict(), self._seed, self.repeats))
         return EvalResult(Status(reply["status"]), time_ms=reply.get("time_ms"),
                           samples_ms=reply.get("samples_ms", []), compile_s=reply.get("compile_s", 0.0),
                           bench_s=reply.get("bench_s", 0.0), error=reply.get("error"),
@@ -165,31 +98,24 @@ def _limit_resources(memory_limit_mb: int) -> None:
 
 
 def _worker_main(conn: Any, space_source: str, memory_limit_mb: int) -> None:
-    try:
+    serve(conn, lambda: _Worker(space_source, memory_limit_mb))
+
+
+class _Worker:
+    def __init__(self, space_source: str, memory_limit_mb: int):
         from evotune.plugins import load_space
 
-        space = load_space(space_source)
+        self.space = load_space(space_source)
         import numpy  # noqa: F401 - loaded before the memory cap, so the cap is all for the candidates
 
         _limit_resources(memory_limit_mb)
-    except Exception as exc:
-        conn.send({"status": "error", "message": f"{type(exc).__name__}: {exc}"[:2000]})
-        return
-    conn.send({"status": "ready"})
-    kernels: dict[tuple[str, str], Any] = {}
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):
-            return
-        if message[0] == "stop":
-            return
+        self.kernels: dict[tuple[str, str], Any] = {}
+
+    def handle(self, message: tuple) -> dict[str, Any]:
         if message[0] != "eval":
-            conn.send({"status": "runtime_error", "message": f"unknown request {message[0]!r}"})
-            continue
+            return {"status": "runtime_error", "message": f"unknown request {message[0]!r}"}
         _, point, problem, seed, repeats = message
-        reply = _evaluate(space, kernels, point, Problem.from_dict(problem), seed, repeats)
-        conn.send(reply)
+        return _evaluate(self.space, self.kernels, point, Problem.from_dict(problem), seed, repeats)
 
 
 def make_inputs(problem: Problem, seed: int) -> tuple[Any, Any]:

@@ -36,6 +36,7 @@ import traceback
 from typing import Any
 
 from evotune.evaluation.base import Evaluator
+from evotune.evaluation.isolation import WorkerProcess, serve
 from evotune.evaluation.result import EvalResult, Status
 from evotune.problem import Problem
 from evotune.space import Context, Point, SearchSpace
@@ -50,34 +51,20 @@ class GpuEvaluator(Evaluator):
             raise ValueError(f"space {space.name!r} cannot run on a GPU: it has no build function")
         self.space, self.ctx, self.timeout_s = space, ctx, float(timeout_s)
         self.oracle_options = dict(oracle or {})
-        self._mp = mp.get_context("spawn")  # never fork a process that may hold a CUDA context
-        self._proc: Any = None
-        self._conn: Any = None
+        self._mp = mp.get_context("spawn")  # the compile pool too: never fork a process that may hold CUDA
+        self._worker = WorkerProcess(_worker_main, (self.space.source, self.oracle_options), "GPU worker",
+                                     self.timeout_s)
         self._seed = 0
-        self.restarts = 0
         self.cache_stats: dict[str, int] = {}  # compiled-kernel cache: hit / miss / memory -> count
         self.workers = (default_workers() if workers is None else int(workers)) if space.precompile else 0
         self.prefetch_depth = max(1, self.workers)
         self._pool: Any = None
         self._compiling: dict[str, Any] = {}  # point key -> future of its precompile
 
-    # -- the worker's lifecycle ----------------------------------------------
-    def _ensure_worker(self) -> None:
-        if self._proc is not None and self._proc.is_alive():
-            return
-        parent, child = self._mp.Pipe()
-        self._proc = self._mp.Process(target=_worker_main, args=(child, self.space.source, self.oracle_options),
-                                      daemon=True)
-        self._proc.start()
-        child.close()
-        self._conn = parent
-
-    def _kill(self) -> None:
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.join(10)
-            self.restarts += 1
-        self._proc = self._conn = None
+    @property
+    def restarts(self) -> int:
+        """GPU workers replaced after a crash or a timeout."""
+        return self._worker.restarts
 
     def prefetch(self, points: list[Point], problem: Problem) -> None:
         """Start compiling ``points`` in the pool; ``evaluate`` picks them up from the kernel cache."""
@@ -109,40 +96,7 @@ class GpuEvaluator(Evaluator):
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
-        if self._proc is not None and self._proc.is_alive():
-            try:
-                self._conn.send(("stop",))
-                self._proc.join(10)
-            except (BrokenPipeError, OSError):
-                pass
-            if self._proc.is_alive():
-                self._proc.kill()
-        self._proc = self._conn = None
-
-    def _call(self, message: tuple) -> dict[str, Any]:
-        self._ensure_worker()
-        started = time.perf_counter()
-        try:
-            self._conn.send(message)
-        except (BrokenPipeError, OSError):
-            self._kill()
-            return {"status": "crash", "message": "the GPU worker was gone before the request"}
-        if not self._conn.poll(self.timeout_s):
-            self._kill()
-            return {"status": "timeout", "message": f"no answer within {self.timeout_s:.0f} s; worker killed",
-                    "bench_s": time.perf_counter() - started}
-        try:
-            reply = self._conn.recv()
-        except (EOFError, OSError):
-            self._proc.join(10)
-            code = self._proc.exitcode
-            self._kill()
-            why = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-            return {"status": "crash", "message": f"the GPU worker died ({why})",
-                    "bench_s": time.perf_counter() - started}
-        if reply.get("fatal"):  # the worker reported a poisoned CUDA context and is exiting
-            self._kill()
-        return reply
+        self._worker.close()
 
     # -- the interface -------------------------------------------------------
     def evaluate(self, point: Point, problem: Problem) -> EvalResult:
@@ -150,7 +104,7 @@ class GpuEvaluator(Evaluator):
         pool_s, pool_error, pool_hit = self._precompiled(point)
         # The GPU worker builds the point whatever happened in the pool: a kernel cache hit when the
         # pool compiled it; otherwise it compiles itself, so an error is reported as the GPU sees it.
-        reply = self._call(("eval", point, problem.to_dict(), self._seed))
+        reply = self._worker.call(("eval", point, problem.to_dict(), self._seed))
         extra = reply.setdefault("extra", {})
         if pool_error:
             extra["pool_error"] = pool_error
@@ -169,11 +123,11 @@ class GpuEvaluator(Evaluator):
 
     def baselines(self, problem: Problem) -> dict[str, dict[str, Any]]:
         """cuBLAS (through torch) timed by the same oracle in the same worker: name -> timing."""
-        reply = self._call(("baselines", problem.to_dict()))
+        reply = self._worker.call(("baselines", problem.to_dict()))
         return reply.get("baselines", {})
 
     def device_info(self) -> dict[str, Any]:
-        return self._call(("info",)).get("info", {})
+        return self._worker.call(("info",)).get("info", {})
 
 
 def default_workers() -> int:
@@ -210,18 +164,8 @@ def _worker_main(conn: Any, space_source: str, oracle_options: dict[str, Any]) -
 
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     os.environ.setdefault("TRITON_CACHE_DIR", str(cache_root() / "triton"))  # before triton is imported
-    worker = _Worker(space_source, oracle_options)
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):
-            return
-        if message[0] == "stop":
-            return
-        reply = worker.handle(message)
-        conn.send(reply)
-        if reply.get("fatal"):
-            os._exit(3)  # the CUDA context is unusable; the parent starts a fresh worker
+    # a reply marked fatal (a CUDA context a candidate broke) ends this process; the parent starts another
+    serve(conn, lambda: _Worker(space_source, oracle_options))
 
 
 class _Worker:
