@@ -338,6 +338,10 @@ class FeasibleSet:
         except (ValueError, KeyError):
             return None
 
+    def row_of(self, code: tuple[int, ...]) -> int | None:
+        """The row of an encoded point, or None when it is not feasible."""
+        return self._row.get(code)
+
     def point(self, row: int) -> Point:
         return self.space.decode(self.codes[row])
 

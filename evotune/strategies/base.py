@@ -107,6 +107,7 @@ class Strategy(ABC):
         n = len(feasible)
         self.taken = np.zeros(n, dtype=bool)  # measured or handed out
         self.values: dict[int, float | None] = {}  # row -> told value
+        self._startup: list[int] = []  # see startup_row
 
     # -- the interface ---------------------------------------------------
     def ask(self, n: int = 1) -> list[Point]:
@@ -168,6 +169,19 @@ class Strategy(ABC):
     def random_fresh(self) -> int | None:
         free = np.flatnonzero(~self.taken)
         return int(self.rng.choice(free)) if len(free) else None
+
+    def startup_row(self, n: int) -> int | None:
+        """The next untaken point of the first ``n`` (:meth:`seed_rows`), else any fresh one.
+
+        For strategies that learn only once they have ``n`` results.
+        """
+        if not self._startup:
+            self._startup = self.seed_rows(n)
+        while self._startup:
+            row = self._startup.pop(0)
+            if not self.taken[row]:
+                return row
+        return self.random_fresh()
 
     def seed_rows(self, n: int) -> list[int]:
         """The first population: ranked by the hardware model, or a spread-out random sample."""

@@ -66,32 +66,12 @@ class Default(Strategy):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        cols = []
-        for j, p in enumerate(self.space.params):
-            if len(p.choices) < 2:
-                continue
-            codes = self.feasible.codes[:, j].astype(float)
-            if p.ordered:
-                cols.append((codes / (len(p.choices) - 1))[:, None])
-            else:
-                cols.append(np.eye(len(p.choices))[codes.astype(int)] / np.sqrt(2.0))
-        self.features = np.hstack(cols) if cols else np.zeros((len(self.feasible), 1))
-        self._startup: list[int] = []
-        self._lengthscale: float | None = None
-        self._fitted_at = 0
-        self._asks = 0
+        self.model = gp.Surrogate(self, float(self.options["noise"]), int(self.options["refit"]))
         self._nbr: dict[int, np.ndarray] = {}
 
     def _propose(self) -> int | None:
-        self._asks += 1
         if len(self.values) < int(self.options["startup"]):
-            if not self._startup:
-                self._startup = self.seed_rows(int(self.options["startup"]))
-            while self._startup:
-                row = self._startup.pop(0)
-                if not self.taken[row]:
-                    return row
-            return self.random_fresh()
+            return self.startup_row(int(self.options["startup"]))
         return self._model_step()
 
     def _neighbours_of(self, row: int) -> np.ndarray:
@@ -106,13 +86,13 @@ class Default(Strategy):
                 if p.ordered:  # the nearest feasible choice below and above, skipping infeasible gaps
                     for span in (range(code[j] - 1, -1, -1), range(code[j] + 1, k)):
                         for c in span:
-                            r = fs._row.get((*code[:j], c, *code[j + 1:]))
+                            r = fs.row_of((*code[:j], c, *code[j + 1:]))
                             if r is not None:
                                 found.append(r)
                                 break
                 else:
                     for c in range(k):
-                        r = fs._row.get((*code[:j], c, *code[j + 1:])) if c != code[j] else None
+                        r = fs.row_of((*code[:j], c, *code[j + 1:])) if c != code[j] else None
                         if r is not None:
                             found.append(r)
             got = self._nbr[row] = np.array(found, dtype=np.int64)
@@ -148,31 +128,11 @@ class Default(Strategy):
             ncand = int(self.options["candidates"])
             cand = self.rng.choice(free, size=ncand, replace=False) if len(free) > ncand else free
             cand = np.unique(np.concatenate([cand, self._neighbours(elite)]))
-        fit = self._fit(told)
-        if fit is None:
+        model = self.model.fit()
+        if model is None:
             return int(self.rng.choice(cand))
-        ls, chol, alpha, x, ybest = fit
-        mu, sigma = gp.predict(self.features[cand], x, ls, chol, alpha)
+        mu, sigma = self.model.predict(model, cand)
         if local:
             return int(cand[int(np.argmin(mu))])
-        ei = expected_improvement(mu, sigma, ybest - float(self.options["xi"]))
+        ei = expected_improvement(mu, sigma, model.best - float(self.options["xi"]))
         return int(cand[int(np.argmax(ei))])
-
-    def _fit(self, told: list[int]) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, float] | None:
-        pen = self.penalty()
-        y = np.log(np.array([self.values[r] if self.values[r] is not None else pen for r in told]))
-        pending = [int(r) for r in np.flatnonzero(self.taken) if int(r) not in self.values]
-        if pending:  # handed out, not yet told (a batch): constant liars at the best value seen
-            told = told + pending
-            y = np.concatenate([y, np.full(len(pending), y.min())])
-        mean, std = y.mean(), max(y.std(), 1e-9)
-        ys = (y - mean) / std
-        x = self.features[told]
-        refit = self._lengthscale is None or len(told) >= self._fitted_at + int(self.options["refit"])
-        best_fit = gp.fit(x, ys, float(self.options["noise"]), gp.LENGTHSCALES if refit else (self._lengthscale,))
-        if best_fit is None:
-            return None
-        ls, chol, alpha = best_fit
-        if refit:
-            self._lengthscale, self._fitted_at = ls, len(told)
-        return ls, chol, alpha, x, float(ys.min())

@@ -13,10 +13,12 @@ Optuna's own ``GPSampler`` is available as ``optuna-gp`` where torch is installe
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from evotune.space import FeasibleSet, SearchSpace
 from evotune.strategies.base import Option, Strategy
 
 _SQRT5 = np.sqrt(5.0)
@@ -73,6 +75,70 @@ def predict(cand: np.ndarray, x: np.ndarray, ls: float, chol: np.ndarray,
     return ks @ alpha, np.sqrt(np.maximum(1.0 - (v * v).sum(0), 1e-12))
 
 
+def encode(space: SearchSpace, feasible: FeasibleSet) -> np.ndarray:
+    """One row per feasible point: ordered choices as index / (choices - 1), categories one-hot.
+
+    One-hot columns are scaled so that two categories are as far apart as the ends of a
+    range; parameters with a single choice carry no distance and are left out.
+    """
+    cols = []
+    for j, p in enumerate(space.params):
+        if len(p.choices) < 2:
+            continue
+        codes = feasible.codes[:, j].astype(float)
+        if p.ordered:
+            cols.append((codes / (len(p.choices) - 1))[:, None])
+        else:
+            cols.append(np.eye(len(p.choices))[codes.astype(int)] / np.sqrt(2.0))
+    return np.hstack(cols) if cols else np.zeros((len(feasible), 0))
+
+
+@dataclass
+class Fit:
+    lengthscale: float
+    chol: np.ndarray
+    alpha: np.ndarray
+    x: np.ndarray  # the training rows' features
+    best: float  # the best standardised observation
+
+
+class Surrogate:
+    """A GP on standardised log-time over a strategy's feasible rows, for the strategies that rank by one.
+
+    Failed points count as the strategy's penalty (worse than anything seen); points handed
+    out but not yet told are constant liars at the best value. The length-scale is
+    re-chosen by marginal likelihood every ``refit_every`` results, not on every ask.
+    """
+
+    def __init__(self, strategy: Strategy, noise: float, refit_every: int):
+        self.strategy, self.noise, self.refit_every = strategy, float(noise), int(refit_every)
+        self.features = encode(strategy.space, strategy.feasible)
+        self._lengthscale: float | None = None
+        self._fitted_at = 0
+
+    def fit(self) -> Fit | None:
+        s = self.strategy
+        told = list(s.values)
+        pen = s.penalty()
+        y = np.log(np.array([s.values[r] if s.values[r] is not None else pen for r in told]))
+        pending = [int(r) for r in np.flatnonzero(s.taken) if int(r) not in s.values]
+        rows = told + pending
+        y = np.concatenate([y, np.full(len(pending), y.min())])
+        ys = (y - y.mean()) / max(y.std(), 1e-9)
+        x = self.features[rows]
+        refit = self._lengthscale is None or len(told) >= self._fitted_at + self.refit_every
+        got = fit(x, ys, self.noise, LENGTHSCALES if refit else (self._lengthscale,))
+        if got is None:
+            return None
+        ls, chol, alpha = got
+        if refit:
+            self._lengthscale, self._fitted_at = ls, len(told)
+        return Fit(ls, chol, alpha, x, float(ys.min()))
+
+    def predict(self, model: Fit, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return predict(self.features[rows], model.x, model.lengthscale, model.chol, model.alpha)
+
+
 class GaussianProcess(Strategy):
     name = "gp"
     schema = {"startup": Option(10, int, 1), "candidates": Option(2000, int, 1),
@@ -80,52 +146,18 @@ class GaussianProcess(Strategy):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        cols = []
-        for j, p in enumerate(self.space.params):
-            codes = self.feasible.codes[:, j].astype(float)
-            if p.ordered:
-                cols.append((codes / max(len(p.choices) - 1, 1))[:, None])
-            else:  # one-hot, scaled so that two categories are as far apart as the ends of a range
-                cols.append(np.eye(len(p.choices))[codes.astype(int)] / np.sqrt(2.0))
-        self.features = np.hstack(cols) if cols else np.zeros((len(self.feasible), 0))
-        self._startup: list[int] = []
-        self._lengthscale: float | None = None
-        self._fitted_at = 0
+        self.model = Surrogate(self, float(self.options["noise"]), refit_every=10)
 
     def _propose(self) -> int | None:
-        told = [r for r in self.values]
-        if len(told) < int(self.options["startup"]):
-            if not self._startup:
-                self._startup = self.seed_rows(int(self.options["startup"]))
-            while self._startup:
-                row = self._startup.pop(0)
-                if not self.taken[row]:
-                    return row
-            return self.random_fresh()
-        return self._maximise_ei(told)
-
-    def _maximise_ei(self, told: list[int]) -> int | None:
+        if len(self.values) < int(self.options["startup"]):
+            return self.startup_row(int(self.options["startup"]))
         free = np.flatnonzero(~self.taken)
         if not len(free):
             return None
         ncand = int(self.options["candidates"])
         cand = self.rng.choice(free, size=ncand, replace=False) if len(free) > ncand else free
-        pen = self.penalty()
-        y = np.log(np.array([self.values[r] if self.values[r] is not None else pen for r in told]))
-        pending = [int(r) for r in np.flatnonzero(self.taken) if int(r) not in self.values]
-        rows = np.array(told + pending)
-        y = np.concatenate([y, np.full(len(pending), y.min())])
-        mean, std = y.mean(), max(y.std(), 1e-9)
-        ys = (y - mean) / std
-        x = self.features[rows]
-        # the length-scale is re-chosen by marginal likelihood every 10 observations, not on every ask
-        refit = self._lengthscale is None or len(told) >= self._fitted_at + 10
-        best_fit = fit(x, ys, float(self.options["noise"]), LENGTHSCALES if refit else (self._lengthscale,))
-        if best_fit is None:
+        model = self.model.fit()
+        if model is None:
             return self.random_fresh()
-        ls, chol, alpha = best_fit
-        if refit:
-            self._lengthscale, self._fitted_at = ls, len(told)
-        mu, sigma = predict(self.features[cand], x, ls, chol, alpha)
-        ei = expected_improvement(mu, sigma, ys.min())
-        return int(cand[int(np.argmax(ei))])
+        mu, sigma = self.model.predict(model, cand)
+        return int(cand[int(np.argmax(expected_improvement(mu, sigma, model.best)))])
