@@ -12,6 +12,27 @@ PNPOLY = LANDSCAPES / "pnpoly_RTX_2080_Ti.json.gz"  # Kernel Tuner format, with 
 GEMM = LANDSCAPES / "gemm_RTX_2080_Ti.evotune.json.gz"  # evotune format
 
 
+def replay_experiment(path: Path, *, name: str, url: str, trials: int, strategy: str = "ga",
+                      seed: int = 0, options: str = "", extra: str = "") -> Path:
+    """Write a replay experiment over the shipped pnpoly landscape (Kernel Tuner format, with failures)."""
+    path.write_text(f"""
+name = "{name}"
+space = "landscape"
+[oracle]
+kind = "replay"
+landscapes = ["{PNPOLY}"]
+[strategy]
+name = "{strategy}"
+seed = {seed}
+{f"options = {{ {options} }}" if options else ""}
+[budget]
+trials = {trials}
+[storage]
+url = "{url}"
+{extra}""")
+    return path
+
+
 def _has_gpu() -> bool:
     try:
         import torch

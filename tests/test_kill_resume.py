@@ -20,7 +20,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from conftest import PNPOLY, ROOT
+from conftest import ROOT, replay_experiment
 from optuna.trial import TrialState
 
 from evotune.study import make_storage, study_names
@@ -32,26 +32,9 @@ FIRST_RATE = {"sqlite": 15.0, "journal": 150.0}  # trials/s before any round has
 
 
 def write_experiment(tmp_path: Path, url: str) -> Path:
-    path = tmp_path / "exp.toml"
-    path.write_text(f"""
-name = "kill"
-space = "landscape"
-[oracle]
-kind = "replay"
-landscapes = ["{PNPOLY}"]
-[strategy]
-name = "ga"
-seed = 1
-options = {{ population = 12, offspring = 12 }}
-[budget]
-trials = {BUDGET}
-[storage]
-url = "{url}"
-[outputs]
-plots = "{tmp_path / 'plots'}"
-best = "{tmp_path / 'best.json'}"
-""")
-    return path
+    return replay_experiment(tmp_path / "exp.toml", name="kill", url=url, trials=BUDGET, seed=1,
+                             options="population = 12, offspring = 12",
+                             extra=f'[outputs]\nplots = "{tmp_path / "plots"}"\nbest = "{tmp_path / "best.json"}"\n')
 
 
 def snapshot(url: str) -> set[tuple[int, str, float | None, str]]:

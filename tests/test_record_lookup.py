@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import PNPOLY
+from conftest import replay_experiment
 
 from evotune.cli import main
 from evotune.evaluation.landscape import load_landscape
@@ -13,20 +13,8 @@ from evotune.report import Best
 
 
 def test_record_in_pieces_resumes_and_writes_a_replayable_landscape(tmp_path, pnpoly):
-    exp = tmp_path / "rec.toml"
-    exp.write_text(f"""
-name = "rec"
-space = "landscape"
-[oracle]
-kind = "replay"
-landscapes = ["{PNPOLY}"]
-[strategy]
-name = "random"
-[budget]
-trials = 10
-[storage]
-url = "journal:{tmp_path / 'rec.journal'}"
-""")
+    exp = replay_experiment(tmp_path / "rec.toml", name="rec", url=f"journal:{tmp_path / 'rec.journal'}",
+                            trials=10, strategy="random")
     out = tmp_path / "landscapes"
     # replay charges recorded costs to the clock: about 40 s of recorded time stops the first piece early
     assert main(["record", str(exp), "--out", str(out), "--seconds", "40"]) == 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from conftest import PNPOLY
+from conftest import PNPOLY, replay_experiment
 
 from evotune.evaluation.replay import ReplayEvaluator
 from evotune.experiment import load_experiment
@@ -14,22 +14,8 @@ from evotune.study import StudyStore
 
 
 def write_experiment(tmp_path, trials=40, strategy="ga"):
-    path = tmp_path / "exp.toml"
-    path.write_text(f"""
-name = "resume"
-space = "landscape"
-[oracle]
-kind = "replay"
-landscapes = ["{PNPOLY}"]
-[strategy]
-name = "{strategy}"
-seed = 5
-options = {{ population = 8, offspring = 8 }}
-[budget]
-trials = {trials}
-[storage]
-url = "sqlite:///{tmp_path / 'resume.db'}"
-""")
+    path = replay_experiment(tmp_path / "exp.toml", name="resume", url=f"sqlite:///{tmp_path / 'resume.db'}",
+                             trials=trials, strategy=strategy, seed=5, options="population = 8, offspring = 8")
     return load_experiment(path)
 
 

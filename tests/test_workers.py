@@ -8,7 +8,7 @@ import sys
 
 import optuna
 import pytest
-from conftest import PNPOLY, ROOT
+from conftest import ROOT, replay_experiment
 
 from evotune.claims import FileClaims, RdbClaims
 from evotune.study import make_storage, study_names
@@ -18,23 +18,8 @@ WORKERS = 4
 
 
 def experiment(tmp_path, url):
-    path = tmp_path / "exp.toml"
-    path.write_text(f"""
-name = "shared"
-space = "landscape"
-[oracle]
-kind = "replay"
-landscapes = ["{PNPOLY}"]
-[strategy]
-name = "ga"
-seed = 3
-options = {{ population = 12, offspring = 12 }}
-[budget]
-trials = {BUDGET}
-[storage]
-url = "{url}"
-""")
-    return path
+    return replay_experiment(tmp_path / "exp.toml", name="shared", url=url, trials=BUDGET, seed=3,
+                             options="population = 12, offspring = 12")
 
 
 @pytest.mark.parametrize("kind", ["journal", "sqlite"])
