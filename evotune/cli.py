@@ -65,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     record = sub.add_parser("record", help="measure every feasible point of the space; write landscape files")
     record.add_argument("experiment", help="path to an experiment .toml file (its strategies are ignored)")
     record.add_argument("--out", default="experiments/landscapes", help="folder for the landscape files")
-    record.add_argument("--seconds", type=float, help="stop each problem after this much tuning time; "
+    record.add_argument("--seconds", type=float, help="stop after this much tuning time (all problems together); "
                                                       "run again to go on where it stopped")
     record.set_defaults(func=cmd_record)
 

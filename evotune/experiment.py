@@ -79,6 +79,8 @@ class Experiment:
         return self.path.parent
 
 
+# [oracle] keys that set how the GPU oracle samples (see evotune/evaluation/oracle.py)
+TIMING_OPTIONS = ("min_samples", "max_samples", "ci_target")
 _TOP = {"name", "description", "space", "hardware", "oracle", "problem", "strategy", "budget", "storage", "outputs"}
 
 
@@ -152,7 +154,7 @@ class _Parser:
         if not isinstance(description, str):
             raise self.fail("description", f"must be a string, got {description!r}")
         spaces = self.space_names(raw.get("space"))
-        oracle_t = self.table(raw, "oracle", {"kind", "landscapes", "timeout_s", "workers"}, "")
+        oracle_t = self.table(raw, "oracle", {"kind", "landscapes", "timeout_s", "workers", *TIMING_OPTIONS}, "")
         oracle = self.string(oracle_t, "kind", "oracle.kind", default="replay")
         if oracle not in ORACLES:
             raise self.fail("oracle.kind", f"unknown oracle {oracle!r}; accepted: {', '.join(ORACLES)}")
@@ -182,15 +184,22 @@ class _Parser:
 
     def oracle_options(self, oracle_t: dict[str, Any], oracle: str) -> dict[str, Any]:
         options = {k: v for k, v in oracle_t.items() if k not in ("kind", "landscapes")}
-        allowed = {"gpu": {"timeout_s", "workers"}, "cpu": {"timeout_s"}}.get(oracle, set())
+        allowed = {"gpu": {"timeout_s", "workers", *TIMING_OPTIONS}, "cpu": {"timeout_s"}}.get(oracle, set())
         for k in options:
             if k not in allowed:
                 raise self.fail(f"oracle.{k}", f"not used with oracle.kind = {oracle!r}")
-        timeout = options.get("timeout_s")
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                    or not math.isfinite(timeout) or timeout <= 0):
-            raise self.fail("oracle.timeout_s", f"must be a positive number of seconds, got {timeout!r}")
-        self.positive_int(options, "workers", "oracle.workers", minimum=0)
+        for k in ("timeout_s", "ci_target"):
+            value = options.get(k)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not math.isfinite(value) or value <= 0):
+                raise self.fail(f"oracle.{k}", f"must be a positive number, got {value!r}")
+        for k in ("workers", "min_samples", "max_samples"):
+            self.positive_int(options, k, f"oracle.{k}", minimum=0 if k == "workers" else 1)
+        if options.get("max_samples", 300) < options.get("min_samples", 1):
+            raise self.fail("oracle.max_samples", f"must be at least min_samples ({options['min_samples']})")
+        timing = {k: options.pop(k) for k in TIMING_OPTIONS if k in options}
+        if timing:  # the GPU evaluator hands these to its Oracle
+            options["oracle"] = timing
         return options
 
     def landscapes(self, oracle_t: dict[str, Any], oracle: str) -> list[Path]:

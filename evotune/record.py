@@ -1,26 +1,37 @@
 """``evotune record``: measure every feasible point of a space for each problem, and write landscapes.
 
-Recording is an ordinary study (``NAME/PROBLEM/record``) driven by the
-exhaustive strategy, best-estimated points first, so it resumes like any run
-and can be done in pieces (``--seconds``). After each piece the landscape file
-is (re)written from the study: every point measured so far with its status,
-bounded timing samples, compile and benchmark time, plus the device, clocks,
-versions, date and the baselines timed in the same run. ``complete`` says
-whether every feasible point is in it.
+Recording is an ordinary study (``NAME/PROBLEM/SPACE/record``) driven by the
+exhaustive strategy, best-estimated points first, so it can be done in pieces
+(``--seconds``, for all problems of the command together) and resumed. After
+each problem the landscape file is (re)written from the study: every point
+measured so far with its status, bounded timing samples, compile and benchmark
+time, plus the device, clocks, versions, date and the baselines timed in the
+same run. ``complete`` says whether every feasible point is in it.
+
+A piece can resume from the study, or from the landscape file alone: points
+the file already holds are copied into the study (marked ``imported_from``)
+and not measured again. So a piece may run on a fresh machine that has only
+the repository; each piece's date, device and baselines are kept in the
+file's ``pieces`` list.
+
+On a GPU one evaluator (one GPU worker) serves every problem of a space, so a
+kernel whose binary does not depend on the shape is loaded once for them all.
 
 Example::
 
-    python -m evotune record experiments/h100_bf16_gemm.toml --seconds 540 --out experiments/landscapes/h100
+    python -m evotune record experiments/h100_record_bf16.toml --seconds 480 --out experiments/landscapes/h100
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
-from evotune.evaluation.landscape import landscape_document, write_landscape
+from evotune.evaluation.base import Evaluator
+from evotune.evaluation.landscape import LandscapeError, landscape_document, load_landscape, write_landscape
 from evotune.evaluation.result import EvalResult
 from evotune.experiment import Budget, Experiment, ExperimentError
 from evotune.runner import Target, make_evaluator, preflight, study_attrs, study_name, targets
@@ -28,50 +39,105 @@ from evotune.strategies import make_strategy
 from evotune.study import StudyStore, make_storage
 from evotune.tuner import tune
 
-MAX_SAMPLES = 16  # per point in the written landscape: keeps shipped files small
+MAX_SAMPLES = 8  # per point in the written landscape: keeps shipped files small (spread over the sorted samples)
+
+
+def landscape_path(out_dir: Path, target: Target) -> Path:
+    return out_dir / f"{target.space.name}_{target.problem.key}.json.gz"
 
 
 def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, console: Console) -> list[Path]:
+    """Record each problem of ``exp`` in turn, for at most ``seconds`` of tuning time in all; the files written."""
     resolved = targets(exp)
     preflight(exp, resolved)
     try:
         storage = make_storage(exp.storage)
     except Exception as exc:  # a driver error: the URL is what the user can fix
         raise ExperimentError(exp.path, "storage.url", f"cannot open {exp.storage!r}: {exc}") from None
-    written = []
-    for target in resolved:
-        evaluator = make_evaluator(exp, target)
-        try:
+    written: list[Path] = []
+    evaluators: dict[str, Evaluator] = {}
+    spent = 0.0
+    try:
+        for target in resolved:
+            if seconds is not None and spent >= seconds:
+                console.print(f"  {target.problem.key}: not started, the {seconds:.0f} s of this piece are spent")
+                continue
+            evaluator = _evaluator(exp, target, evaluators)
             if exp.oracle == "gpu":
                 target.device = evaluator.device_info()
                 target.baselines = evaluator.baselines(target.problem)
-            name = study_name(exp, target, "record")
-            attrs = study_attrs(exp, target, "exhaustive", 0)
-            store = StudyStore.open(storage, name, target.space, attrs)
+            store = StudyStore.open(storage, study_name(exp, target, "record"), target.space,
+                                    study_attrs(exp, target, "exhaustive", 0))
+            path = landscape_path(out_dir, target)
+            previous = _import_recorded(store, target, path)
             feasible = target.space.feasible(target.ctx)
             strategy = make_strategy("exhaustive", target.space, feasible, ctx=target.ctx, seeding="hardware")
+            started = max((r.clock_s for r in store.history()), default=0.0)
+            limit = None if seconds is None else started + seconds - spent
             result = tune(target.space, target.ctx, evaluator, strategy, store,
-                          Budget(trials=len(feasible), seconds=seconds))
-            console.print(f"  {name}: {result.trials} of {len(feasible)} feasible points recorded"
-                          f" ({result.new_trials} new)")
-            written.append(write_recorded(store, target, exp, len(feasible), out_dir))
-        finally:
-            evaluator.close()
+                          Budget(trials=len(feasible), seconds=limit))
+            spent += result.clock_s - started
+            console.print(f"  {store.study.study_name}: {result.trials} of {len(feasible)} feasible points recorded"
+                          f" ({result.new_trials} new in {result.clock_s - started:.0f} s)")
+            written.append(write_recorded(store, target, exp, len(feasible), path, previous, result.new_trials))
+            stats = getattr(evaluator, "cache_stats", None)
+            if stats:
+                console.print(f"  compiled-kernel cache so far: {stats}")
+    finally:
+        for ev in evaluators.values():
+            ev.close()
     return written
 
 
-def write_recorded(store: StudyStore, target: Target, exp: Experiment, feasible: int, out_dir: Path) -> Path:
+def _evaluator(exp: Experiment, target: Target, evaluators: dict[str, Evaluator]) -> Evaluator:
+    """A GPU worker per space, shared by its problems; other oracles answer for one problem (a landscape)."""
+    if exp.oracle != "gpu":
+        for ev in evaluators.values():
+            ev.close()
+        evaluators.clear()
+    key = target.space.name if exp.oracle == "gpu" else target.problem.key
+    if key not in evaluators:
+        evaluators[key] = make_evaluator(exp, target)
+    return evaluators[key]
+
+
+def _import_recorded(store: StudyStore, target: Target, path: Path) -> dict[str, Any]:
+    """Copy the points of an earlier piece's landscape file that the study lacks; that file's metadata."""
+    if not path.is_file():
+        return {}
+    try:
+        old = load_landscape(path)
+    except LandscapeError:
+        return {}  # an unreadable earlier piece is measured again, and its file replaced
+    if old.names != target.space.names or old.problem.key != target.problem.key:
+        return {}
+    have = {r.key for r in store.history()}
+    for values, result in old.entries.items():
+        point = dict(zip(old.names, values, strict=True))
+        if target.space.key(point) not in have and target.space.check(point, target.ctx) is None:
+            store.record(point, result, 0.0, {"imported_from": path.name})
+    return old.meta
+
+
+def write_recorded(store: StudyStore, target: Target, exp: Experiment, feasible: int, path: Path,
+                   previous: dict[str, Any] | None = None, new_points: int = 0) -> Path:
     history = store.history()
     rows = [(r.point, EvalResult(r.status, time_ms=r.value, samples_ms=r.attrs.get("samples_ms", []),
                                  compile_s=r.attrs.get("compile_s", 0.0), bench_s=r.attrs.get("bench_s", 0.0),
                                  error=r.attrs.get("error"), message=r.attrs.get("message", "")))
             for r in history]
     attrs = store.study.user_attrs
+    piece = {"date": _dt.date.today().isoformat(), "device": attrs.get("device"),
+             "device_info": attrs.get("device_info", {}), "baselines": attrs.get("baselines", {}),
+             "new_points": new_points}
+    pieces = list((previous or {}).get("pieces", []))
+    if new_points or not pieces:
+        pieces.append(piece)
     meta = {
-        "date": _dt.date.today().isoformat(), "device": attrs.get("device"),
-        "device_info": attrs.get("device_info", {}), "baselines": attrs.get("baselines", {}),
+        # the top level speaks for the latest piece that measured something
+        **{k: pieces[-1][k] for k in ("date", "device", "device_info", "baselines")},
         "hardware": attrs.get("hardware"), "feasible": feasible, "recorded": len(rows),
-        "complete": len(rows) >= feasible, "experiment": exp.name, "study": store.study.study_name,
+        "complete": len(rows) >= feasible, "experiment": exp.name, "pieces": pieces,
     }
     doc = landscape_document(target.space.params, rows, target.problem, meta, target.space.name, MAX_SAMPLES)
-    return write_landscape(out_dir / f"{target.space.name}_{target.problem.key}.json.gz", doc)
+    return write_landscape(path, doc)

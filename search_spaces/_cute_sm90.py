@@ -21,6 +21,10 @@ from evotune.space import Point
 # tvm-ffi would otherwise try to build a C++ add-on for torch at import time
 os.environ.setdefault("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")
 
+# Kernels loaded in this process, by cache key. Shapes are symbolic, so one loaded kernel serves
+# every problem of its dtypes and layout: recording 20 shapes loads each kernel once, not 20 times.
+_LOADED: dict[str, Any] = {}
+
 
 def _kernel_class(stages: int) -> Any:
     from cutlass.operators.providers.cutedsl.gemm.implementations.sm90_static_persistent_impl import (
@@ -39,8 +43,11 @@ def _kernel_class(stages: int) -> Any:
     return StagedKernel
 
 
-def _compiled(point: Point, problem: Problem, a: Any, b: Any, c: Any) -> tuple[Any, bool]:
-    """The compiled kernel for ``point``, from the on-disk cache when it is there: (kernel, hit)."""
+def _compiled(point: Point, problem: Problem, a: Any, b: Any, c: Any, load: bool = True) -> tuple[Any, bool]:
+    """The compiled kernel for ``point``, from the on-disk cache when it is there: (kernel, hit).
+
+    With ``load=False`` a kernel already on disk is not loaded (the kernel is then None).
+    """
     import cutlass
     import cutlass.cute as cute
     import cutlass.operators as ops
@@ -57,10 +64,15 @@ def _compiled(point: Point, problem: Problem, a: Any, b: Any, c: Any) -> tuple[A
     cache = KernelCache()
     key = cache.key("cute_sm90", cutlass.__version__, props.name, props.multi_processor_count, problem.dtype,
                     problem.layout, sorted(point.items()))
+    if key in _LOADED:
+        return _LOADED[key], True
     path = cache.path("cute", key, ".o")
     if cache.has(key) and path.is_file():
+        if not load:
+            return None, True
         try:
-            return cute.runtime.load_module(str(path), enable_tvm_ffi=True).__getattr__(f"k{key}"), True
+            _LOADED[key] = cute.runtime.load_module(str(path), enable_tvm_ffi=True).__getattr__(f"k{key}")
+            return _LOADED[key], True
         except Exception:  # an unreadable or stale object file: compile again and overwrite it
             pass
     args = ops.GemmArguments(a, b, c, accumulator_type=torch.int32 if int8 else torch.float32)
@@ -82,6 +94,7 @@ def _compiled(point: Point, problem: Problem, a: Any, b: Any, c: Any) -> tuple[A
     compiled = op.compile(args, target_sm="90a").compiled_obj
     compiled.export_to_c(str(path), function_name=f"k{key}")
     cache.add(key, f"cute_sm90 {problem.dtype} {problem.layout} {point}", time.perf_counter() - started)
+    _LOADED[key] = compiled
     return compiled, False
 
 
@@ -89,7 +102,7 @@ def precompile(point: Point, problem: Problem) -> bool:
     """Compile into the on-disk cache without launching anything; True when it was there already."""
     from evotune.evaluation.gemm import make_inputs
 
-    return _compiled(point, problem, *make_inputs(problem, seed=0, fill=False))[1]
+    return _compiled(point, problem, *make_inputs(problem, seed=0, fill=False), load=False)[1]
 
 
 def build(point: Point, problem: Problem) -> Any:

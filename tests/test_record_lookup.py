@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import optuna
 import pytest
 from conftest import replay_experiment
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
 
 from evotune.cli import main
 from evotune.evaluation.landscape import load_landscape
@@ -31,6 +34,27 @@ def test_record_in_pieces_resumes_and_writes_a_replayable_landscape(tmp_path, pn
             assert s.time_ms == pytest.approx(r.time_ms, rel=1e-5)
             assert len(s.samples_ms) <= 16
     assert full.optimum_ms == pytest.approx(pnpoly.optimum_ms, rel=1e-5)
+
+
+def test_a_piece_on_a_fresh_machine_resumes_from_the_landscape_file(tmp_path, pnpoly):
+    """Only the landscape file survives between pieces: its points are imported, not measured again."""
+    out = tmp_path / "landscapes"
+    first = replay_experiment(tmp_path / "a.toml", name="rec", url=f"journal:{tmp_path / 'a.journal'}", trials=10)
+    assert main(["record", str(first), "--out", str(out), "--seconds", "40"]) == 0
+    (path,) = out.glob("*.json.gz")
+    part = load_landscape(path)
+    second = replay_experiment(tmp_path / "b.toml", name="rec", url=f"journal:{tmp_path / 'b.journal'}", trials=10)
+    assert main(["record", str(second), "--out", str(out)]) == 0
+    full = load_landscape(path)
+    assert full.meta["complete"] is True and len(full) == len(pnpoly)
+    assert [p["new_points"] for p in full.meta["pieces"]] == [len(part), len(pnpoly) - len(part)]
+    store_b = optuna.load_study(study_name=optuna.get_all_study_names(
+        JournalStorage(JournalFileBackend(str(tmp_path / "b.journal"))))[0],
+        storage=JournalStorage(JournalFileBackend(str(tmp_path / "b.journal"))))
+    imported = [t for t in store_b.trials if t.user_attrs.get("imported_from") == path.name]
+    assert len(imported) == len(part)  # copied from the file, with the first piece's values
+    for t in imported:
+        assert t.user_attrs["status"] == part.entries[tuple(t.params[n] for n in part.names)].status.value
 
 
 def best_row(m, n, k, time_ms, study="s"):

@@ -71,7 +71,8 @@ class Oracle:
         import torch
 
         self.torch = torch
-        self.warmup, self.min_samples, self.max_samples, self.batch = warmup, min_samples, max_samples, batch
+        self.warmup, self.min_samples, self.max_samples = warmup, min_samples, max_samples
+        self.batch = min(batch, min_samples)  # a first batch larger than asked for would waste samples
         self.ci_target, self.max_seconds, self.use_graph = ci_target, max_seconds, use_graph
         self._flush = None
         if flush_l2:
