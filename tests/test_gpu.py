@@ -144,3 +144,40 @@ def test_second_run_compiles_nothing_and_lookup_returns_a_correct_kernel(tmp_pat
     fn(a, b, c)
     torch.cuda.synchronize()
     assert verify(problem, a, b, c)[0]
+
+
+def test_a_run_over_the_gpu_fault_space_loses_nothing(tmp_path, monkeypatch):
+    """The GPU flavour of search_spaces/faults.py: illegal address, hang, abort, OOM, wrong result, compile error."""
+    from optuna.trial import TrialState
+
+    from evotune.evaluation.gpu import GpuEvaluator
+    from evotune.experiment import Budget
+    from evotune.strategies import make_strategy
+    from evotune.study import StudyStore
+    from evotune.tuner import tune
+    from search_spaces.faults import _make_space
+
+    monkeypatch.setenv("EVOTUNE_FAULTS_FLAVOUR", "gpu")  # the worker processes load the same flavour
+    space = _make_space("gpu")
+    space.source = "faults"
+    ctx = Context(detect(), PROBLEM)
+    store = StudyStore.open(f"sqlite:///{tmp_path / 'faults.db'}", "faults_gpu/exhaustive", space)
+    with GpuEvaluator(space, ctx, timeout_s=30) as ev:
+        result = tune(space, ctx, ev, make_strategy("exhaustive", space, space.feasible(ctx), seed=0), store,
+                      Budget(trials=100))
+        restarts = ev.restarts
+    trials = store.study.get_trials(deepcopy=False)
+    assert all(t.state in (TrialState.COMPLETE, TrialState.FAIL) for t in trials)
+    status = {space.from_storage(t.params)["mode"]: t.user_attrs["status"] for t in trials}
+    messages = {space.from_storage(t.params)["mode"]: t.user_attrs.get("message", "") for t in trials}
+    assert status["segfault"] == "crash", messages["segfault"]  # the illegal address
+    assert status["hang"] == "timeout" and status["abort"] == "crash"
+    assert status["wrong"] == "wrong_result" and status["compile_error"] == "compile_error"
+    assert status["oom"] in ("runtime_error", "crash") and "memory" in messages["oom"].lower(), messages["oom"]
+    assert status["ok_fast"] == status["ok_slow"] == "ok"
+    keys = [t.user_attrs["key"] for t in trials]
+    lost, duplicates = 12 - len(trials), len(keys) - len(set(keys))
+    survived = sum(t.state == TrialState.FAIL for t in trials)
+    print(f"GPU faults survived: {survived}, trials lost: {lost}, duplicates: {duplicates}, "
+          f"workers replaced: {restarts}; {result.failures}")
+    assert result.trials == 12 and survived == 6 and lost == 0 and duplicates == 0
