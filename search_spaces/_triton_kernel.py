@@ -64,6 +64,18 @@ def _matmul(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn,
         tl.atomic_add(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
+# fp32 split-K accumulators, one per output shape and device, shared by every split-K kernel of this
+# process: a buffer per kernel would hold M x N x 4 bytes for each of the thousands a recording builds.
+_WORKSPACES: dict[tuple, torch.Tensor] = {}
+
+
+def _workspace(c: torch.Tensor) -> torch.Tensor:
+    key = (tuple(c.shape), str(c.device))
+    if key not in _WORKSPACES:  # one per problem of the run; a captured CUDA graph may still point at it
+        _WORKSPACES[key] = torch.empty(c.shape, dtype=torch.float32, device=c.device)
+    return _WORKSPACES[key]
+
+
 def _launcher(point: Point, problem: Problem) -> tuple[Any, Any]:
     """``(launch, warmup)``: ``launch(a, b, c)`` runs; ``warmup(a, b, c)`` only compiles."""
     split = point["SPLIT_K"]
@@ -73,14 +85,9 @@ def _launcher(point: Point, problem: Problem) -> tuple[Any, Any]:
     meta = dict(BLOCK_M=point["BLOCK_M"], BLOCK_N=point["BLOCK_N"], BLOCK_K=point["BLOCK_K"],
                 GROUP_M=point["GROUP_M"], SPLIT_K=split, EVEN_K=even_k, INT_ACC=int_acc,
                 num_warps=point["num_warps"], num_stages=point["num_stages"], num_ctas=point["num_ctas"])
-    workspace: dict[str, torch.Tensor] = {}
 
     def target_of(c: torch.Tensor) -> torch.Tensor:
-        if split > 1 and c.dtype.is_floating_point:
-            if "acc" not in workspace:
-                workspace["acc"] = torch.empty(c.shape, dtype=torch.float32, device=c.device)
-            return workspace["acc"]
-        return c
+        return _workspace(c) if split > 1 and c.dtype.is_floating_point else c
 
     def args(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor) -> tuple:
         return (a, b, t, problem.m, problem.n, problem.k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),

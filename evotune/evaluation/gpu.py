@@ -33,6 +33,7 @@ import multiprocessing as mp
 import os
 import time
 import traceback
+from collections import OrderedDict
 from typing import Any
 
 from evotune.evaluation.base import Evaluator
@@ -40,6 +41,8 @@ from evotune.evaluation.isolation import WorkerProcess, serve
 from evotune.evaluation.result import EvalResult, Status
 from evotune.problem import Problem
 from evotune.space import Context, Point, SearchSpace
+
+KEEP_KERNELS = 64  # built kernels a GPU worker keeps, most recently used first
 
 
 class GpuEvaluator(Evaluator):
@@ -175,13 +178,24 @@ class _Worker:
 
         self.space = load_space(space_source)
         self.oracle = Oracle(**oracle_options)
-        self.kernels: dict[tuple[str, str], Any] = {}  # (problem key, point key) -> built kernel
+        # (problem key, point key) -> built kernel, the most recent few: a built kernel may hold device
+        # buffers, and a recording builds thousands (spaces keep their own cheaper caches of binaries)
+        self.kernels: OrderedDict[tuple[str, str], Any] = OrderedDict()
         self.inputs: dict[str, Any] = {}
 
     def handle(self, message: tuple) -> dict[str, Any]:
         kind = message[0]
         if kind == "eval":
-            return self.evaluate(message[1], Problem.from_dict(message[2]), message[3])
+            reply = self.evaluate(message[1], Problem.from_dict(message[2]), message[3])
+            if "OutOfMemoryError" in reply.get("message", "") and self.kernels and not reply.get("fatal"):
+                # memory this worker holds (kernels built earlier, their buffers) is not the point's fault:
+                # let it all go and measure the point again; a second OOM is the point's own
+                self.kernels.clear()
+                self.inputs.clear()
+                self._free()
+                reply = self.evaluate(message[1], Problem.from_dict(message[2]), message[3])
+                reply.setdefault("extra", {})["retried_after_oom"] = True
+            return reply
         if kind == "baselines":
             return {"status": "ok", "baselines": self.baselines(Problem.from_dict(message[1]))}
         if kind == "info":
@@ -189,6 +203,15 @@ class _Worker:
             info["copy_gbps"] = self.oracle.copy_bandwidth_gbps()
             return {"status": "ok", "info": info}
         return {"status": "runtime_error", "message": f"unknown request {kind!r}"}
+
+    @staticmethod
+    def _free() -> None:
+        import gc
+
+        import torch
+
+        gc.collect()
+        torch.cuda.empty_cache()
 
     def _inputs(self, problem: Problem) -> tuple[Any, Any, Any]:
         from evotune.evaluation.gemm import make_inputs
@@ -205,7 +228,9 @@ class _Worker:
         key = (problem.key, self.space.key(point))
         compile_s = 0.0
         kernel = self.kernels.get(key)
-        if kernel is None:
+        if kernel is not None:
+            self.kernels.move_to_end(key)
+        else:
             started = time.perf_counter()
             try:
                 kernel = self.space.build(point, problem)
@@ -213,6 +238,8 @@ class _Worker:
                 return self._failure("compile_error", exc, time.perf_counter() - started)
             compile_s = time.perf_counter() - started
             self.kernels[key] = kernel
+            if len(self.kernels) > KEEP_KERNELS:
+                self.kernels.popitem(last=False)
         stage = "verify"
         try:
             a, b, c = make_inputs(problem, seed=seed)  # fresh data for every check
