@@ -1,0 +1,208 @@
+"""Kernel quality on the H100: the best of each recorded space against cuBLAS, from the shipped landscapes.
+
+Every figure comes from one landscape file, so the best configuration and the
+baseline (torch.matmul for floats, torch._int_mm for int8; for M <= 16 a
+zero-padded torch._int_mm, which refuses smaller M) were timed by the same
+oracle in the same ``evotune record`` run. No GPU is needed to run this.
+
+Per shape and dtype it gives the best of the space, the baseline, their ratio
+(baseline time / best time: above 1 the space wins), the percentage of the
+H100's dense tensor peak and of the HBM roofline (the fewest bytes a GEMM must
+move, at the copy bandwidth measured in the same run), and the spread between
+the slowest and the fastest feasible configuration. The geometric mean of the
+ratios is given per dtype and space. A second table says, per shape class, how
+much each knob matters: for each knob, the time lost by the worst choice of
+that knob when every other knob is free (the best time over the points with
+that value, over the optimum), as a median over the class's shapes.
+
+Usage::
+
+    python benchmarks/kernel_quality.py                      # table to stdout, plots/kernel_quality.png
+    python benchmarks/kernel_quality.py --markdown runs/kq.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import median
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from evotune.evaluation.landscape import Landscape, load_landscape  # noqa: E402
+from evotune.evaluation.result import Status  # noqa: E402
+from evotune.hardware import get_hardware  # noqa: E402
+
+H100_DIR = ROOT / "experiments" / "landscapes" / "h100"
+
+
+@dataclass
+class Row:
+    space: str
+    problem: str  # "M x N x K"
+    dtype: str
+    m: int
+    n: int
+    k: int
+    best_ms: float
+    best_config: dict
+    baseline: str
+    baseline_ms: float | None
+    peak_pct: float
+    roofline_pct: float | None
+    spread: float  # slowest / fastest feasible
+    recorded: int
+    feasible: int
+    failed: int
+
+    @property
+    def ratio(self) -> float | None:
+        return self.baseline_ms / self.best_ms if self.baseline_ms else None
+
+    @property
+    def shape_class(self) -> str:
+        if self.n == 65536:
+            return "huge N (64 x 65536 x 4096)"
+        if self.m == self.n == self.k:
+            return "square"
+        if self.m == 512 and self.k == 512:
+            return "small (TVM: 512 x 16-64 x 512)"
+        return "skinny M (16, 64)" if self.m <= 64 else "mid M (256, 1024)"
+
+
+def row_of(ls: Landscape) -> Row:
+    p = ls.problem
+    ok = [(r.time_ms, key) for key, r in ls.entries.items() if r.status is Status.OK and r.time_ms]
+    best_ms, best_key = min(ok)
+    baselines = {name: b for name, b in ls.baselines.items() if b.get("time_ms")}
+    name, base = next(iter(baselines.items()), ("none", {}))
+    peak = get_hardware("H100").peak(p.dtype)
+    tflops = p.flops / (best_ms * 1e-3) / 1e12
+    gbps = (ls.meta.get("device_info") or {}).get("copy_gbps")
+    roofline = None
+    if gbps:
+        roofline = 100.0 * (p.min_bytes / (gbps * 1e9)) / (best_ms * 1e-3)
+    return Row(ls.space_name, f"{p.m} x {p.n} x {p.k}", p.dtype, p.m, p.n, p.k, best_ms,
+               dict(zip(ls.names, best_key, strict=True)), name, base.get("time_ms"), 100.0 * tflops / peak,
+               roofline, max(t for t, _ in ok) / best_ms, len(ls), int(ls.meta.get("feasible", len(ls))),
+               sum(r.status is not Status.OK for r in ls.entries.values()))
+
+
+def knob_loss(ls: Landscape) -> dict[str, float]:
+    """Per knob: (best time with the knob's worst value, others free) / optimum."""
+    ok = [(dict(zip(ls.names, key, strict=True)), r.time_ms) for key, r in ls.entries.items()
+          if r.status is Status.OK and r.time_ms]
+    opt = min(t for _, t in ok)
+    out = {}
+    for name in ls.names:
+        best_per_value: dict = {}
+        for point, t in ok:
+            v = point[name]
+            best_per_value[v] = min(best_per_value.get(v, math.inf), t)
+        out[name] = max(best_per_value.values()) / opt
+    return out
+
+
+def gmean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def fmt_config(c: dict) -> str:
+    return ", ".join(f"{k}={v[0]}x{v[1]}" if isinstance(v, tuple) else f"{k}={v}" for k, v in c.items())
+
+
+def tables(rows: list[Row], losses: dict[str, list[tuple[str, dict[str, float]]]]) -> str:
+    out = ["| space | dtype | M x N x K | best (µs) | baseline (µs) | baseline / best | % of dense peak "
+           "| % of HBM roofline | slowest / fastest | points | best configuration |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        base = f"{r.baseline_ms * 1e3:.1f} ({r.baseline})" if r.baseline_ms else "n/a"
+        ratio = f"**{r.ratio:.2f}x**" if r.ratio else "n/a"
+        roof = f"{r.roofline_pct:.0f}%" if r.roofline_pct is not None else "n/a"
+        points = f"{r.recorded}" if r.recorded >= r.feasible else f"{r.recorded} of {r.feasible} (partial)"
+        if r.failed:
+            points += f", {r.failed} failed"
+        out.append(f"| {r.space} | {r.dtype} | {r.problem} | {r.best_ms * 1e3:.1f} | {base} | {ratio} "
+                   f"| {r.peak_pct:.0f}% | {roof} | {r.spread:.1f}x | {points} | {fmt_config(r.best_config)} |")
+    out += ["", "Geometric mean of baseline / best (above 1: the space's best beats the baseline):", "",
+            "| space | dtype | shapes | geometric mean | wins |", "|---|---|---|---|---|"]
+    groups: dict[tuple[str, str], list[Row]] = {}
+    for r in rows:
+        if r.ratio:
+            groups.setdefault((r.space, r.dtype), []).append(r)
+    for (space, dtype), rs in sorted(groups.items()):
+        out.append(f"| {space} | {dtype} | {len(rs)} | **{gmean([r.ratio for r in rs]):.3f}x** "
+                   f"| {sum(r.ratio > 1 for r in rs)} of {len(rs)} |")
+    out += ["", "Time lost by the worst choice of each knob, the others free (median over the class's shapes; "
+            "1.00 = the knob does not matter):", ""]
+    for space, per_class in losses.items():
+        names = list(per_class[0][1])
+        out += [f"{space}:", "", "| shape class | shapes | " + " | ".join(names) + " |",
+                "|---|---|" + "---|" * len(names)]
+        classes: dict[str, list[dict[str, float]]] = {}
+        for cls, loss in per_class:
+            classes.setdefault(cls, []).append(loss)
+        for cls, ls_ in classes.items():
+            out.append(f"| {cls} | {len(ls_)} | " + " | ".join(f"{median(x[n] for x in ls_):.2f}" for n in names)
+                       + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def bar_chart(rows: list[Row], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in rows if r.ratio]
+    fig, ax = plt.subplots(figsize=(max(8, 0.32 * len(rows) + 2), 4.8))
+    colors = {"int8": "#1f77b4", "bf16": "#d62728", "fp16": "#2ca02c"}
+    xs = range(len(rows))
+    ax.bar(xs, [r.ratio for r in rows], color=[colors.get(r.dtype, "grey") for r in rows],
+           hatch=None, edgecolor=["black" if r.space == "triton_matmul" else "none" for r in rows])
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels([f"{'T ' if r.space == 'triton_matmul' else ''}{r.dtype} {r.m}x{r.n}x{r.k}" for r in rows],
+                       rotation=75, ha="right", fontsize=7)
+    ax.set_ylabel("cuBLAS time / best of space (>1: evotune's space wins)")
+    ax.set_title("H100: best configuration of each recorded space against cuBLAS, same run "
+                 "(T = Triton matmul, else CuTe DSL sm90)", fontsize=9)
+    for dtype, c in colors.items():
+        ax.bar([0], [0], color=c, label=dtype)
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, metadata={"Software": None})  # no version stamp: the PNG is reproducible
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", type=Path, default=H100_DIR, help="folder of recorded landscapes")
+    ap.add_argument("--plot", type=Path, default=ROOT / "plots" / "kernel_quality.png")
+    ap.add_argument("--markdown", type=Path, help="also write the tables here")
+    args = ap.parse_args(argv)
+    order = {"int8": 0, "bf16": 1, "fp16": 2}
+    loaded = [load_landscape(p) for p in sorted(args.dir.glob("*.json.gz"))]
+    loaded.sort(key=lambda ls: (ls.space_name != "cute_hopper_gemm", order.get(ls.problem.dtype, 9),
+                                ls.problem.n == 65536, ls.problem.m, ls.problem.n, ls.problem.k))
+    rows = [row_of(ls) for ls in loaded]
+    losses: dict[str, list[tuple[str, dict[str, float]]]] = {}
+    for ls, r in zip(loaded, rows, strict=True):
+        losses.setdefault(ls.space_name, []).append((r.shape_class, knob_loss(ls)))
+    text = tables(rows, losses)
+    print(text)
+    if args.markdown:
+        args.markdown.write_text(text + "\n")
+    bar_chart(rows, args.plot)
+    print(f"\nwrote {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,65 @@
+"""The H100 landscapes shipped in experiments/landscapes/h100: small, complete where claimed, replayable."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import ROOT
+
+from evotune.cli import main
+from evotune.evaluation.landscape import load_landscape
+from evotune.evaluation.result import Status
+from evotune.hardware import get_hardware
+from evotune.plugins import load_space
+from evotune.space import Context
+
+H100 = ROOT / "experiments" / "landscapes" / "h100"
+FILES = sorted(H100.glob("*.json.gz"))
+
+
+def test_the_shipped_landscapes_stay_under_4_mb():
+    total = sum(p.stat().st_size for p in FILES)
+    print(f"{len(FILES)} H100 landscapes, {total / 1e6:.2f} MB")
+    assert len(FILES) >= 45 and total <= 4_000_000
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.name.removesuffix(".json.gz") for p in FILES])
+def test_each_landscape_matches_its_space_and_carries_its_baseline(path):
+    ls = load_landscape(path)
+    space = load_space(ls.space_name)
+    ctx = Context(get_hardware("H100"), ls.problem)
+    feasible = space.feasible(ctx)
+    assert ls.names == space.names and ls.meta["feasible"] == len(feasible)
+    assert ls.meta["complete"] == (len(ls) == len(feasible))
+    for values in ls.entries:  # every recorded point is one the space calls feasible
+        assert space.check(dict(zip(ls.names, values, strict=True)), ctx) is None
+    assert ls.meta["device"] == "NVIDIA H100 80GB HBM3" and ls.meta["pieces"]
+    (baseline,) = ls.baselines.values()
+    assert baseline["verified"] and baseline["time_ms"] > 0 and len(baseline["samples_ms"]) >= 10
+    ok = [r for r in ls.entries.values() if r.status is Status.OK]
+    assert ok and all(0 < len(r.samples_ms) <= 8 and r.error is not None for r in ok)
+
+
+@pytest.mark.parametrize("space", ["cute_hopper_gemm", "triton_matmul"])
+def test_evotune_run_replays_every_h100_landscape(space, tmp_path, capsys):
+    files = [p for p in FILES if p.name.startswith(space)]
+    exp = tmp_path / f"replay_{space}.toml"
+    exp.write_text(f"""
+name = "replay_h100_{space}"
+space = "{space}"
+[oracle]
+kind = "replay"
+landscapes = {json.dumps([str(p) for p in files])}
+[strategy]
+name = "ga"
+[budget]
+trials = 12
+[storage]
+url = "journal:{tmp_path / 'replay.journal'}"
+[outputs]
+best = "{tmp_path / 'best.json'}"
+""")
+    assert main(["run", str(exp), "--no-plots", "--no-progress"]) == 0
+    best = json.loads((tmp_path / "best.json").read_text())
+    assert len(best) == len(files)
