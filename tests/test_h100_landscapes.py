@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 from conftest import ROOT
@@ -63,3 +64,19 @@ best = "{tmp_path / 'best.json'}"
     assert main(["run", str(exp), "--no-plots", "--no-progress"]) == 0
     best = json.loads((tmp_path / "best.json").read_text())
     assert len(best) == len(files)
+
+
+def test_kernel_quality_report_covers_every_recorded_shape(tmp_path, monkeypatch):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kernel_quality", ROOT / "benchmarks" / "kernel_quality.py")
+    kq = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "kernel_quality", kq)  # its dataclasses look their module up
+    spec.loader.exec_module(kq)
+    assert kq.main(["--plot", str(tmp_path / "kq.png"), "--markdown", str(tmp_path / "kq.md")]) == 0
+    text = (tmp_path / "kq.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith(("| cute_hopper_gemm |", "| triton_matmul |"))]
+    assert len(rows) == len(FILES) + 5  # one per landscape, plus one geometric mean per (space, dtype)
+    assert (tmp_path / "kq.png").stat().st_size > 10_000
+    for dtype in ("int8", "bf16", "fp16"):
+        assert f"| cute_hopper_gemm | {dtype} |" in text
