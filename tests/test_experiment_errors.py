@@ -151,6 +151,10 @@ CASES: list[tuple[str, str, str, dict[str, str | bytes]]] = [
     ("oracle-timeout-negative", gpu_doc(oracle=GPU + "timeout_s = -5\n"), "oracle.timeout_s", {}),
     ("oracle-workers-string", gpu_doc(oracle=GPU + 'workers = "many"\n'), "oracle.workers", {}),
     ("oracle-workers-with-replay", doc(oracle=REPLAY + "workers = 2\n"), "oracle.workers", {}),
+    ("oracle-ci-target-zero", gpu_doc(oracle=GPU + "ci_target = 0\n"), "oracle.ci_target", {}),
+    ("oracle-min-samples-zero", gpu_doc(oracle=GPU + "min_samples = 0\n"), "oracle.min_samples", {}),
+    ("oracle-max-below-min", gpu_doc(oracle=GPU + "min_samples = 20\nmax_samples = 10\n"), "oracle.max_samples", {}),
+    ("oracle-samples-with-replay", doc(oracle=REPLAY + "min_samples = 5\n"), "oracle.min_samples", {}),
     # -- hardware
     ("hardware-unknown", doc(top='hardware = "H900"\n'), "hardware", {}),
     ("hardware-not-a-string", doc(top="hardware = 100\n"), "hardware", {}),

@@ -80,3 +80,24 @@ def test_kernel_quality_report_covers_every_recorded_shape(tmp_path, monkeypatch
     assert (tmp_path / "kq.png").stat().st_size > 10_000
     for dtype in ("int8", "bf16", "fp16"):
         assert f"| cute_hopper_gemm | {dtype} |" in text
+
+
+def test_the_recording_experiments_name_every_listed_shape():
+    from evotune.experiment import load_experiment
+
+    shapes = {}
+    for name in ("int8", "bf16", "fp16_small", "triton"):
+        exp = load_experiment(ROOT / "experiments" / f"h100_record_{name}.toml")
+        assert exp.oracle_options["oracle"] == {"min_samples": 10, "max_samples": 60, "ci_target": 0.01}
+        for space in exp.spaces:
+            shapes.setdefault(space, set()).update(p.key for p in exp.problems)
+    llama = {(m, n, k) for m in (16, 64, 256, 1024) for n, k in ((4096, 11008), (12288, 4096), (22016, 4096),
+                                                                  (4096, 4096))} | {(64, 65536, 4096)}
+    tvm = {(512, n, 512) for n in (16, 32, 64)}
+    want = ({f"gemm_int8_tn_{m}x{n}x{k}" for m, n, k in llama | tvm}
+            | {f"gemm_bf16_tn_{m}x{n}x{k}" for m, n, k in llama | {(s, s, s) for s in (2048, 4096, 8192)}}
+            | {f"gemm_fp16_tn_{m}x{n}x{k}" for m, n, k in tvm})
+    assert shapes["cute_hopper_gemm"] == want
+    assert shapes["triton_matmul"] == {"gemm_bf16_tn_4096x4096x4096", "gemm_int8_tn_64x4096x11008"}
+    recorded = {p.name.removesuffix(".json.gz") for p in FILES}
+    assert recorded == {f"{space}_{key}" for space, keys in shapes.items() for key in keys}
