@@ -6,7 +6,9 @@ exhaustive strategy, best-estimated points first, so it can be done in pieces
 each problem the landscape file is (re)written from the study: every point
 measured so far with its status, bounded timing samples, compile and benchmark
 time, plus the device, clocks, versions, date and the baselines timed in the
-same run. ``complete`` says whether every feasible point is in it.
+same run. ``complete`` says whether every feasible point is in it. The file is also
+rewritten every ``WRITE_EVERY_S`` seconds while a problem is measured, so a piece killed from
+outside keeps what it measured.
 
 A piece can resume from the study, or from the landscape file alone: points
 the file already holds are copied into the study (marked ``imported_from``)
@@ -25,6 +27,7 @@ Example::
 from __future__ import annotations
 
 import datetime as _dt
+import time
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,7 @@ from evotune.strategies import make_strategy
 from evotune.study import StudyStore, make_storage
 from evotune.tuner import tune
 
+WRITE_EVERY_S = 60.0  # rewrite the landscape file this often while a problem is being recorded
 MAX_SAMPLES = 8  # per point in the written landscape: keeps shipped files small (spread over the sorted samples)
 
 
@@ -74,8 +78,17 @@ def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, con
             strategy = make_strategy("exhaustive", target.space, feasible, ctx=target.ctx, seeding="hardware")
             started = max((r.clock_s for r in store.history()), default=0.0)
             limit = None if seconds is None else started + seconds - spent
+            last_write, before = [time.monotonic()], len(store.history())
+
+            def checkpoint(trials: int, best: float | None, store=store, target=target, path=path,
+                           previous=previous, feasible=feasible, last_write=last_write, before=before) -> None:
+                # a piece killed from outside (a device lease ending) keeps what it measured
+                if time.monotonic() - last_write[0] >= WRITE_EVERY_S and trials > before:
+                    write_recorded(store, target, exp, len(feasible), path, previous, trials - before)
+                    last_write[0] = time.monotonic()
+
             result = tune(target.space, target.ctx, evaluator, strategy, store,
-                          Budget(trials=len(feasible), seconds=limit))
+                          Budget(trials=len(feasible), seconds=limit), checkpoint)
             spent += result.clock_s - started
             console.print(f"  {store.study.study_name}: {result.trials} of {len(feasible)} feasible points recorded"
                           f" ({result.new_trials} new in {result.clock_s - started:.0f} s)")

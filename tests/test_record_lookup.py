@@ -83,3 +83,18 @@ def test_remember_keeps_the_fastest_per_problem(tmp_path):
     assert lookup(Problem.gemm(1024, 1024, 1024, "bf16"), path=db).time_ms == 0.5
     remember([best_row(1024, 1024, 1024, 0.4, study="b")], "s", db)
     assert lookup(Problem.gemm(1024, 1024, 1024, "bf16"), path=db).time_ms == 0.4
+
+
+def test_record_rewrites_the_landscape_while_it_measures(tmp_path, pnpoly, monkeypatch):
+    """A piece killed from outside keeps what it measured: the file is rewritten every WRITE_EVERY_S."""
+    import evotune.record as record
+
+    writes = []
+    real = record.write_recorded
+    monkeypatch.setattr(record, "WRITE_EVERY_S", 0.0)
+    monkeypatch.setattr(record, "write_recorded", lambda *a: writes.append(a[-1]) or real(*a))
+    exp = replay_experiment(tmp_path / "rec.toml", name="rec", url=f"journal:{tmp_path / 'rec.journal'}", trials=10)
+    assert main(["record", str(exp), "--out", str(tmp_path / "out"), "--seconds", "5"]) == 0
+    assert len(writes) > 2 and writes == sorted(writes)  # new points so far, growing, then the final write
+    (path,) = (tmp_path / "out").glob("*.json.gz")
+    assert load_landscape(path).meta["pieces"][-1]["new_points"] == writes[-1] == len(load_landscape(path))
