@@ -33,12 +33,12 @@ skipping infeasible gaps alone (without the two-move fallback) did not lift it e
 Every proposal is a fresh feasible row; the base class's ledger repairs anything
 else. Deterministic per seed: all randomness comes from ``self.rng``.
 
-Status (2026-11-21): work in progress for issue #5. The version before the
-two-move fallback fell short of that issue's targets at budgets 100 and 200 on
-the tuning half of the shared landscapes (0.935 / 0.936 geometric-mean median
-fraction, against 0.947 / 0.986 for ``ga``); this version has not yet been
-measured across landscapes. ``ga`` stays the strategy the examples use until
-``benchmarks/strategies.py`` shows otherwise.
+Status (2026-11-22): work in progress for issue #5 (numbers in benchmarks/RESULTS.md). On the 43
+H100 CuTe DSL landscapes it leads ``ga`` at budgets 25-100 and ties it at 200, reaching 0.99 of the
+optimum within 10% of the points on 41 of 43. On the 12 shared Kernel Tuner landscapes it beats
+``ga`` only at budgets 50 and 100: it loses at 25 (convolution_MI250X) and stalls on
+convolution_A6000 (0.82 against 0.98 at 200), and its ask() cost exceeds 50 ms on some landscapes.
+``ga`` stays the strategy the examples use until ``benchmarks/strategies.py`` shows otherwise.
 """
 
 from __future__ import annotations
