@@ -33,9 +33,11 @@ from statistics import median
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from evotune.compare import geometric_mean  # noqa: E402
 from evotune.evaluation.landscape import Landscape, load_landscape  # noqa: E402
 from evotune.evaluation.result import Status  # noqa: E402
 from evotune.hardware import get_hardware  # noqa: E402
+from evotune.report import throughput  # noqa: E402
 
 H100_DIR = ROOT / "experiments" / "landscapes" / "h100"
 
@@ -80,14 +82,10 @@ def row_of(ls: Landscape) -> Row:
     best_ms, best_key = min(ok)
     baselines = {name: b for name, b in ls.baselines.items() if b.get("time_ms")}
     name, base = next(iter(baselines.items()), ("none", {}))
-    peak = get_hardware("H100").peak(p.dtype)
-    tflops = p.flops / (best_ms * 1e-3) / 1e12
-    gbps = (ls.meta.get("device_info") or {}).get("copy_gbps")
-    roofline = None
-    if gbps:
-        roofline = 100.0 * (p.min_bytes / (gbps * 1e9)) / (best_ms * 1e-3)
+    _, peak_pct, roofline = throughput(p, best_ms, get_hardware("H100").peak(p.dtype),
+                                       (ls.meta.get("device_info") or {}).get("copy_gbps"))
     return Row(ls.space_name, f"{p.m} x {p.n} x {p.k}", p.dtype, p.m, p.n, p.k, best_ms,
-               dict(zip(ls.names, best_key, strict=True)), name, base.get("time_ms"), 100.0 * tflops / peak,
+               dict(zip(ls.names, best_key, strict=True)), name, base.get("time_ms"), peak_pct,
                roofline, max(t for t, _ in ok) / best_ms, len(ls), int(ls.meta.get("feasible", len(ls))),
                sum(r.status is not Status.OK for r in ls.entries.values()))
 
@@ -105,10 +103,6 @@ def knob_loss(ls: Landscape) -> dict[str, float]:
             best_per_value[v] = min(best_per_value.get(v, math.inf), t)
         out[name] = max(best_per_value.values()) / opt
     return out
-
-
-def gmean(xs: list[float]) -> float:
-    return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
 def fmt_config(c: dict) -> str:
@@ -136,7 +130,7 @@ def tables(rows: list[Row], losses: dict[str, list[tuple[str, dict[str, float]]]
         if r.ratio:
             groups.setdefault((r.space, r.dtype), []).append(r)
     for (space, dtype), rs in sorted(groups.items()):
-        g = gmean([r.ratio for r in rs])
+        g = geometric_mean([r.ratio for r in rs])
         wins = sum(r.ratio > 1 for r in rs)
         out.append(f"| {space} | {dtype} | {len(rs)} | **{g:.3f}x** | {1 / g:.3f} | {wins} of {len(rs)} |")
     out += ["", "Time lost by the worst choice of each knob, the others free (median over the class's shapes; "
@@ -156,10 +150,7 @@ def tables(rows: list[Row], losses: dict[str, list[tuple[str, dict[str, float]]]
 
 
 def bar_chart(rows: list[Row], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from evotune.plots import _save, plt  # matplotlib (Agg) only when plotting
 
     rows = [r for r in rows if r.ratio]
     fig, ax = plt.subplots(figsize=(max(8, 0.32 * len(rows) + 2), 4.8))
@@ -178,9 +169,7 @@ def bar_chart(rows: list[Row], path: Path) -> None:
         ax.bar([0], [0], color=c, label=dtype)
     ax.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, metadata={"Software": None})  # no version stamp: the PNG is reproducible
-    plt.close(fig)
+    _save(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

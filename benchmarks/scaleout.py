@@ -57,7 +57,7 @@ def run(experiment: Path, gpus: int, work: Path) -> dict:
         counts[name] = len(trials)
         duplicates += len(keys) - len(set(keys))
     return {"gpus": gpus, "seconds": seconds, "trials": counts, "duplicates": duplicates,
-            "exit_codes": [p.returncode for p in procs], "log_tail": [log[-600:] for log in logs]}
+            "log_tail": [log[-600:] for log in logs]}
 
 
 def main() -> None:
@@ -70,7 +70,7 @@ def main() -> None:
     one = run(args.experiment, 1, work)
     many = run(args.experiment, args.gpus, work)
     out = {"experiment": str(args.experiment), "one": one, "many": many, "speedup": one["seconds"] / many["seconds"]}
-    print(json.dumps({k: v for k, v in out.items()}, indent=1))
+    print(json.dumps(out, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
 

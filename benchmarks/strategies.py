@@ -45,7 +45,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evotune.compare import KT_PREFIX, KT_STRATEGIES, compare, make_plan  # noqa: E402
+from evotune.compare import (  # noqa: E402
+    KT_PREFIX,
+    KT_STRATEGIES,
+    RUN_COLUMNS,
+    SUMMARY_COLUMNS,
+    compare,
+    make_plan,
+    write_csv,
+)
+from evotune.compare import geometric_mean as gmean  # noqa: E402
 
 KT_DIR = ROOT.parent / "shared" / "landscapes" / "kerneltuner"
 H100_DIR = ROOT / "experiments" / "landscapes" / "h100"
@@ -68,8 +77,8 @@ def halves(names: list[str]) -> tuple[list[str], list[str]]:
 
 
 def run_strategy(strategy: str, paths: list[Path], budgets: list[int], repeats: int, seed: int, out: Path,
-                 reuse: bool) -> list[dict[str, str]]:
-    """compare() for one strategy into out/<strategy>/; the rows of its summary.csv and runs.csv."""
+                 reuse: bool) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """compare() for one strategy into out/<strategy>/; the rows of its summary.csv and of its runs.csv."""
     folder = out / strategy.replace(":", "_")
     stamp = {"landscapes": [str(p) for p in paths], "budgets": budgets, "repeats": repeats, "seed": seed}
     stamp_file = folder / "plan.json"
@@ -83,15 +92,7 @@ def run_strategy(strategy: str, paths: list[Path], budgets: list[int], repeats: 
         summary = list(csv.DictReader(f))
     with (folder / "runs.csv").open() as f:
         runs = list(csv.DictReader(f))
-    return summary + [{"_run": "1", **r} for r in runs]
-
-
-def gmean(xs: list[float]) -> float:
-    if not xs:
-        return math.nan
-    if min(xs) <= 0:
-        return 0.0
-    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+    return summary, runs
 
 
 def median(xs: list[float]) -> float:
@@ -173,16 +174,14 @@ def main(argv: list[str] | None = None) -> int:
     summary: list[dict[str, str]] = []
     runs: list[dict[str, str]] = []
     for s in strategies:
-        for row in run_strategy(s, paths, budgets, args.repeats, args.seed, out, args.reuse):
-            (runs if row.pop("_run", None) else summary).append(row)
+        s_rows, r_rows = run_strategy(s, paths, budgets, args.repeats, args.seed, out, args.reuse)
+        summary += s_rows
+        runs += r_rows
     text = report(summary, runs, strategies, budgets)
     (out / "RESULTS.md").write_text(f"# benchmarks/strategies.py\n\n`{' '.join(sys.argv)}` "
                                     f"({args.repeats} repeats, seed {args.seed})\n\n{text}")
-    for name, rows in (("summary.csv", summary), ("runs.csv", runs)):
-        with (out / name).open("w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
-            w.writeheader()
-            w.writerows(rows)
+    write_csv(out / "summary.csv", SUMMARY_COLUMNS, summary)
+    write_csv(out / "runs.csv", RUN_COLUMNS, runs)
     print(text)
     return 0
 

@@ -31,25 +31,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def serial_loop(points, problem) -> float:
     """The guide's shape of loop: compile, then time, one configuration after another."""
-    import cutlass
-    import cutlass.operators as ops
     import cutlass.torch as cutlass_torch
     import torch
-    from cutlass.operators.providers.cutedsl.gemm.sm90_static_persistent import Sm90StaticPersistentGemmOperator
 
     from evotune.evaluation.gemm import make_inputs
-    from search_spaces._cute_sm90 import _kernel_class
+    from search_spaces._cute_sm90 import operator
 
     a, b, c = make_inputs(problem, seed=0)
     started = time.perf_counter()
     for p in points:
-        args = ops.GemmArguments(a, b, c, accumulator_type=torch.float32)
-        tile, cluster = (p["tile_m"], p["tile_n"]), tuple(p["cluster"])
-        (op,) = ops.get_operators(args, target_sm="90a", metadata_filter=lambda md, t=tile, cl=cluster: (
-            md.operator_class is Sm90StaticPersistentGemmOperator and tuple(md.design.tile_shape[:2]) == t
-            and tuple(md.design.cluster_shape[:2]) == cl))
-        op.impl = _kernel_class(p["stages"])(cutlass.Float32, tile, cluster, swizzle_size=p["swizzle"],
-                                             raster_along_m=p["raster"] == "m")
+        op, args = operator(p, problem, a, b, c)
         fn = op.compile(args, target_sm="90a").compiled_obj
         stream = cutlass_torch.current_stream()
         for _ in range(3):

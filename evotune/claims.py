@@ -54,6 +54,9 @@ def owner_dead(owner: str) -> bool:
 
 
 class Claims(ABC):
+    #: whether other workers may add trials to the study (if not, the tuner never reads it back)
+    shared = True
+
     def __init__(self, study: str, lease_s: float, owner: str | None = None):
         self.study, self.lease_s = study, float(lease_s)
         self.owner = owner or owner_id()
@@ -186,6 +189,8 @@ class RdbClaims(Claims):
 
 class NoClaims(Claims):
     """For storages that live in one process (in-memory): nobody else can measure anything."""
+
+    shared = False
 
     def claim(self, key: str) -> str:
         return "new"

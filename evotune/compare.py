@@ -81,7 +81,7 @@ from typing import Any
 
 import numpy as np
 
-from evotune.evaluation.landscape import Landscape, LandscapeError, load_landscape
+from evotune.evaluation.landscape import Landscape, LandscapeError, landscape_stem, load_landscape
 from evotune.evaluation.result import Status
 from evotune.space import Context, FeasibleSet, SearchSpace
 from evotune.strategies import STRATEGIES, make_strategy
@@ -193,7 +193,7 @@ class Target:
         times = ls.ok_times
         if not times:
             raise CompareError(f"--landscape: {path}: holds no valid time, so there is no optimum to compare with")
-        return cls(landscape_name(path), ls, len(ls), min(times), max(times),
+        return cls(landscape_stem(path), ls, len(ls), min(times), max(times),
                    expected_random_best(times, len(ls), max_budget))
 
     def replay(self) -> tuple[SearchSpace, FeasibleSet, np.ndarray]:
@@ -208,14 +208,6 @@ class Target:
 
 def _time(result: Any) -> float:
     return float(result.time_ms) if result is not None and result.status is Status.OK else math.nan
-
-
-def landscape_name(path: str | Path) -> str:
-    """The file name without ``.gz`` and ``.json``: names the rows and the plot."""
-    name = Path(path).name
-    for suffix in (".gz", ".json"):
-        name = name.removesuffix(suffix)
-    return name
 
 
 @dataclass
@@ -278,7 +270,7 @@ def make_plan(landscapes: Sequence[str], strategies: Sequence[str], budgets: Seq
         raise CompareError("--budget N is required (evaluations per run; give it several times for several budgets)")
     if not out:
         raise CompareError("--out DIR is required (where summary.csv, runs.csv and the plots go)")
-    names = [landscape_name(p) for p in landscapes]
+    names = [landscape_stem(p) for p in landscapes]
     for p, name in zip(landscapes, names, strict=True):
         if names.count(name) > 1:
             raise CompareError(f"--landscape: two landscapes are named {name!r} ({p}); rename one")
@@ -496,8 +488,8 @@ def compare(plan: Plan, progress: Callable[[str], None] | None = None) -> Result
                     progress(f"{target.name}: {strategy}: {plan.repeats} run{'s' if plan.repeats > 1 else ''} "
                              f"in {time.perf_counter() - started:.1f} s")
             files.append(plot_landscape(target, curves, plan.out / f"{target.name}.png"))
-    files[:0] = [_write_csv(plan.out / "summary.csv", SUMMARY_COLUMNS, summary),
-                 _write_csv(plan.out / "runs.csv", RUN_COLUMNS, runs),
+    files[:0] = [write_csv(plan.out / "summary.csv", SUMMARY_COLUMNS, summary),
+                 write_csv(plan.out / "runs.csv", RUN_COLUMNS, runs),
                  write_readme(plan, plan.out / "README.md")]
     return Result(summary, runs, files)
 
@@ -524,13 +516,22 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def _write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> Path:
+def write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> Path:
     with path.open("w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(columns)
         for row in rows:
             w.writerow([_fmt(row[c]) for c in columns])
     return path
+
+
+def geometric_mean(xs: Sequence[float]) -> float:
+    """Of fractions or ratios: nan for none, 0 when any is 0 or below."""
+    if not xs:
+        return math.nan
+    if min(xs) <= 0:
+        return 0.0
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
 # -- outputs ------------------------------------------------------------------

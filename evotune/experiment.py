@@ -146,6 +146,13 @@ class _Parser:
             raise self.fail(fieldname, f"must be {what}, got {value!r}")
         return value
 
+    def positive_number(self, data: dict[str, Any], key: str, fieldname: str) -> float | None:
+        value = data.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value) or value <= 0):
+            raise self.fail(fieldname, f"must be a positive number, got {value!r}")
+        return value
+
     def parse(self) -> Experiment:
         raw = self.raw
         self.no_unknown(raw, _TOP, "")
@@ -189,10 +196,7 @@ class _Parser:
             if k not in allowed:
                 raise self.fail(f"oracle.{k}", f"not used with oracle.kind = {oracle!r}")
         for k in ("timeout_s", "ci_target"):
-            value = options.get(k)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not math.isfinite(value) or value <= 0):
-                raise self.fail(f"oracle.{k}", f"must be a positive number, got {value!r}")
+            self.positive_number(options, k, f"oracle.{k}")
         for k in ("workers", "min_samples", "max_samples"):
             self.positive_int(options, k, f"oracle.{k}", minimum=0 if k == "workers" else 1)
         if options.get("max_samples", 300) < options.get("min_samples", 1):
@@ -304,10 +308,7 @@ class _Parser:
     def budget(self) -> Budget:
         b = self.table(self.raw, "budget", {"trials", "seconds", "plateau"}, "")
         trials = self.positive_int(b, "trials", "budget.trials")
-        seconds = b.get("seconds")
-        if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
-                                    or not math.isfinite(seconds) or seconds <= 0):
-            raise self.fail("budget.seconds", f"must be a positive number, got {seconds!r}")
+        seconds = self.positive_number(b, "seconds", "budget.seconds")
         plateau = self.positive_int(b, "plateau", "budget.plateau")
         if trials is None and seconds is None:
             raise self.fail("budget", "give trials and/or seconds")

@@ -36,10 +36,20 @@ from rich.console import Console
 from evotune.evaluation.base import Evaluator
 from evotune.evaluation.landscape import LandscapeError, landscape_document, load_landscape, write_landscape
 from evotune.evaluation.result import EvalResult
-from evotune.experiment import Budget, Experiment, ExperimentError
-from evotune.runner import Target, make_evaluator, preflight, study_attrs, study_name, targets
+from evotune.experiment import Budget, Experiment
+from evotune.runner import (
+    Target,
+    cache_summary,
+    make_evaluator,
+    measure_baselines,
+    open_storage,
+    preflight,
+    study_attrs,
+    study_name,
+    targets,
+)
 from evotune.strategies import make_strategy
-from evotune.study import StudyStore, make_storage
+from evotune.study import StudyStore
 from evotune.tuner import tune
 
 WRITE_EVERY_S = 60.0  # rewrite the landscape file this often while a problem is being recorded
@@ -54,10 +64,7 @@ def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, con
     """Record each problem of ``exp`` in turn, for at most ``seconds`` of tuning time in all; the files written."""
     resolved = targets(exp)
     preflight(exp, resolved)
-    try:
-        storage = make_storage(exp.storage)
-    except Exception as exc:  # a driver error: the URL is what the user can fix
-        raise ExperimentError(exp.path, "storage.url", f"cannot open {exp.storage!r}: {exc}") from None
+    storage = open_storage(exp)
     written: list[Path] = []
     evaluators: dict[str, Evaluator] = {}
     spent = 0.0
@@ -66,40 +73,48 @@ def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, con
             if seconds is not None and spent >= seconds:
                 console.print(f"  {target.problem.key}: not started, the {seconds:.0f} s of this piece are spent")
                 continue
-            evaluator = _evaluator(exp, target, evaluators)
-            if exp.oracle == "gpu":
-                target.device = evaluator.device_info()
-                target.baselines = evaluator.baselines(target.problem)
-            store = StudyStore.open(storage, study_name(exp, target, "record"), target.space,
-                                    study_attrs(exp, target, "exhaustive", 0))
-            path = landscape_path(out_dir, target)
-            previous = _import_recorded(store, target, path)
-            feasible = target.space.feasible(target.ctx)
-            strategy = make_strategy("exhaustive", target.space, feasible, ctx=target.ctx, seeding="hardware")
-            started = max((r.clock_s for r in store.history()), default=0.0)
-            limit = None if seconds is None else started + seconds - spent
-            last_write, before = [time.monotonic()], len(store.history())
-
-            def checkpoint(trials: int, best: float | None, store=store, target=target, path=path,
-                           previous=previous, feasible=feasible, last_write=last_write, before=before) -> None:
-                # a piece killed from outside (a device lease ending) keeps what it measured
-                if time.monotonic() - last_write[0] >= WRITE_EVERY_S and trials > before:
-                    write_recorded(store, target, exp, len(feasible), path, previous, trials - before)
-                    last_write[0] = time.monotonic()
-
-            result = tune(target.space, target.ctx, evaluator, strategy, store,
-                          Budget(trials=len(feasible), seconds=limit), checkpoint)
-            spent += result.clock_s - started
-            console.print(f"  {store.study.study_name}: {result.trials} of {len(feasible)} feasible points recorded"
-                          f" ({result.new_trials} new in {result.clock_s - started:.0f} s)")
-            written.append(write_recorded(store, target, exp, len(feasible), path, previous, result.new_trials))
-            stats = getattr(evaluator, "cache_stats", None)
-            if stats:
-                console.print(f"  compiled-kernel cache so far: {stats}")
+            path, used = _record_one(exp, target, _evaluator(exp, target, evaluators), storage, out_dir,
+                                     None if seconds is None else seconds - spent, console)
+            written.append(path)
+            spent += used
     finally:
         for ev in evaluators.values():
             ev.close()
     return written
+
+
+def _record_one(exp: Experiment, target: Target, evaluator: Evaluator, storage: Any, out_dir: Path,
+                seconds: float | None, console: Console) -> tuple[Path, float]:
+    """Measure what the study of ``target`` still lacks, for at most ``seconds``; (landscape file, seconds used)."""
+    measure_baselines(exp, target, evaluator)
+    store = StudyStore.open(storage, study_name(exp, target, "record"), target.space,
+                            study_attrs(exp, target, "exhaustive", 0))
+    path = landscape_path(out_dir, target)
+    previous = _import_recorded(store, target, path)
+    fs = target.space.feasible(target.ctx)
+    feasible = len(fs)
+    strategy = make_strategy("exhaustive", target.space, fs, ctx=target.ctx, seeding="hardware")
+    history = store.history()
+    started = max((r.clock_s for r in history), default=0.0)
+    before = len(history)
+    last_write = time.monotonic()
+
+    def checkpoint(trials: int, best: float | None) -> None:
+        # a piece killed from outside (a device lease ending) keeps what it measured
+        nonlocal last_write
+        if time.monotonic() - last_write >= WRITE_EVERY_S and trials > before:
+            write_recorded(store, target, exp, feasible, path, previous, trials - before)
+            last_write = time.monotonic()
+
+    result = tune(target.space, target.ctx, evaluator, strategy, store,
+                  Budget(trials=feasible, seconds=None if seconds is None else started + seconds), checkpoint)
+    used = result.clock_s - started
+    console.print(f"  {store.study.study_name}: {result.trials} of {feasible} feasible points recorded"
+                  f" ({result.new_trials} new in {used:.0f} s)")
+    summary = cache_summary(evaluator)
+    if summary:
+        console.print(f"  compiled-kernel cache so far: {summary}")
+    return write_recorded(store, target, exp, feasible, path, previous, result.new_trials), used
 
 
 def _evaluator(exp: Experiment, target: Target, evaluators: dict[str, Evaluator]) -> Evaluator:

@@ -88,20 +88,29 @@ def collect_best(storage: str | optuna.storages.BaseStorage, experiment: str | N
     return out
 
 
+def throughput(problem: Problem, time_ms: float, peak_tflops: float | None,
+               copy_gbps: float | None) -> tuple[float, float | None, float | None]:
+    """(TFLOP/s, % of ``peak_tflops``, % of the HBM roofline) of a GEMM that takes ``time_ms``.
+
+    The roofline is the fewest bytes the GEMM must move, at ``copy_gbps`` (measured copy bandwidth).
+    """
+    tflops = problem.flops / (time_ms * 1e-3) / 1e12
+    pct_peak = 100.0 * tflops / peak_tflops if peak_tflops else None
+    pct_roofline = 100.0 * (problem.min_bytes / (copy_gbps * 1e9)) / (time_ms * 1e-3) if copy_gbps else None
+    return tflops, pct_peak, pct_roofline
+
+
 def _add_throughput(best: Best, copy_gbps: float | None) -> None:
     if best.problem.get("kind") != "gemm":
         return
     problem = Problem.from_dict(best.problem)
-    best.tflops = problem.flops / (best.time_ms * 1e-3) / 1e12
-    if copy_gbps:
-        best.pct_hbm_roofline = 100.0 * (problem.min_bytes / (copy_gbps * 1e9)) / (best.time_ms * 1e-3)
+    peak = None
     if best.hardware:
         try:
             peak = hw.get_hardware(best.hardware).peak(problem.dtype)
         except (KeyError, RuntimeError):
-            peak = None
-        if peak:
-            best.pct_peak = 100.0 * best.tflops / peak
+            pass
+    best.tflops, best.pct_peak, best.pct_hbm_roofline = throughput(problem, best.time_ms, peak, copy_gbps)
 
 
 def best_table(rows: list[Best], title: str = "Best configurations") -> Group:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import optuna
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -154,19 +155,14 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
     if resolved is None:
         resolved = targets(exp)
         preflight(exp, resolved)
-    try:
-        storage = make_storage(exp.storage)
-    except Exception as exc:  # any storage driver error: the URL is what the user can fix
-        raise ExperimentError(exp.path, "storage.url", f"cannot open {exp.storage!r}: {exc}") from None
+    storage = open_storage(exp)
     console.print(f"[bold]evotune[/] {exp.name}: space {', '.join(exp.spaces)}, oracle {exp.oracle}, "
                   f"strategies {', '.join(s.name for s in exp.strategies)}, storage {exp.storage}")
     results = []
     with _progress(console, progress) as bar:
         for target in resolved:
             evaluator = make_evaluator(exp, target)
-            if exp.oracle == "gpu":  # the baselines are timed by the same oracle, in the same worker, first
-                target.device = evaluator.device_info()
-                target.baselines = evaluator.baselines(target.problem)
+            measure_baselines(exp, target, evaluator)
             try:
                 for spec in exp.strategies:
                     for seed in spec.seeds:
@@ -174,11 +170,32 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
                                                 draw_seed))
             finally:
                 evaluator.close()
-            stats = getattr(evaluator, "cache_stats", None)
-            if stats:
-                console.print(f"  compiled-kernel cache for {target.problem.key}: {stats.get('hit', 0)} hits, "
-                              f"{stats.get('miss', 0)} misses, {stats.get('memory', 0)} in memory")
+            summary = cache_summary(evaluator)
+            if summary:
+                console.print(f"  compiled-kernel cache for {target.problem.key}: {summary}")
     return results
+
+
+def open_storage(exp: Experiment) -> optuna.storages.BaseStorage:
+    try:
+        return make_storage(exp.storage)
+    except Exception as exc:  # any storage driver error: the URL is what the user can fix
+        raise ExperimentError(exp.path, "storage.url", f"cannot open {exp.storage!r}: {exc}") from None
+
+
+def measure_baselines(exp: Experiment, target: Target, evaluator: Evaluator) -> None:
+    """On a GPU: the device and the baselines, timed by the same oracle in the same worker, before the search."""
+    if exp.oracle == "gpu":
+        target.device = evaluator.device_info()
+        target.baselines = evaluator.baselines(target.problem)
+
+
+def cache_summary(evaluator: Evaluator) -> str:
+    """The compiled-kernel cache's counts so far ("" for evaluators without one)."""
+    stats = getattr(evaluator, "cache_stats", None)
+    if not stats:
+        return ""
+    return f"{stats.get('hit', 0)} hits, {stats.get('miss', 0)} misses, {stats.get('memory', 0)} in memory"
 
 
 def _run_one(exp: Experiment, target: Target, evaluator: Evaluator, storage, strategy: str, seed: int,

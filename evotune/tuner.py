@@ -80,10 +80,10 @@ def tune(space: SearchSpace, ctx: Context, evaluator: Evaluator, strategy: Strat
     depth = evaluator.prefetch_depth
     queue: list[Point] = []
     while True:
-        if time.monotonic() - state.synced > sync_s:
+        if claims.shared and time.monotonic() - state.synced > sync_s:
             sync()
         count = counted()
-        if budget.trials is not None and count >= budget.trials - NEAR_BUDGET:
+        if claims.shared and budget.trials is not None and count >= budget.trials - NEAR_BUDGET:
             sync()  # close to the end, look at the study itself before every point: others may have finished
             count = counted()
         stopped = _stop_reason(budget, count, state.clock, state.since_best)

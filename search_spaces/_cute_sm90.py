@@ -43,38 +43,38 @@ def _kernel_class(stages: int) -> Any:
     return StagedKernel
 
 
-def _compiled(point: Point, problem: Problem, a: Any, b: Any, c: Any, load: bool = True) -> tuple[Any, bool]:
-    """The compiled kernel for ``point``, from the on-disk cache when it is there: (kernel, hit).
-
-    With ``load=False`` a kernel already on disk is not loaded (the kernel is then None).
-    """
+def _cache_key(point: Point, problem: Problem) -> str:
     import cutlass
-    import cutlass.cute as cute
-    import cutlass.operators as ops
     import torch
-    from cutlass.operators.providers.cutedsl.gemm.sm90_static_persistent import Sm90StaticPersistentGemmOperator
 
     from evotune.evaluation.kernel_cache import KernelCache
 
-    int8 = problem.dtype == "int8"
     # Shapes are symbolic in the compiled kernel, so M, N and K stay out of the key: one binary
     # serves every problem of the same dtypes and layout. The persistent grid size is baked in,
     # hence the device and its SM count.
     props = torch.cuda.get_device_properties(0)
+    return KernelCache.key("cute_sm90", cutlass.__version__, props.name, props.multi_processor_count, problem.dtype,
+                           problem.layout, sorted(point.items()))
+
+
+def _object_file(key: str) -> Any:
+    """The kernel's object file in the on-disk cache, or None when it has not been built."""
+    from evotune.evaluation.kernel_cache import KernelCache
+
     cache = KernelCache()
-    key = cache.key("cute_sm90", cutlass.__version__, props.name, props.multi_processor_count, problem.dtype,
-                    problem.layout, sorted(point.items()))
-    if key in _LOADED:
-        return _LOADED[key], True
     path = cache.path("cute", key, ".o")
-    if cache.has(key) and path.is_file():
-        if not load:
-            return None, True
-        try:
-            _LOADED[key] = cute.runtime.load_module(str(path), enable_tvm_ffi=True).__getattr__(f"k{key}")
-            return _LOADED[key], True
-        except Exception:  # an unreadable or stale object file: compile again and overwrite it
-            pass
+    return path if cache.has(key) and path.is_file() else None
+
+
+def operator(point: Point, problem: Problem, a: Any, b: Any, c: Any) -> tuple[Any, Any]:
+    """``(op, args)``: the cutlass.operators sm90 GEMM for ``point``'s tile and cluster, its kernel swapped for
+    one with ``point``'s swizzle, raster order and stages; ``op.compile(args, target_sm="90a")`` builds it."""
+    import cutlass
+    import cutlass.operators as ops
+    import torch
+    from cutlass.operators.providers.cutedsl.gemm.sm90_static_persistent import Sm90StaticPersistentGemmOperator
+
+    int8 = problem.dtype == "int8"
     args = ops.GemmArguments(a, b, c, accumulator_type=torch.int32 if int8 else torch.float32)
     tile, cluster = (point["tile_m"], point["tile_n"]), tuple(point["cluster"])
 
@@ -90,19 +90,49 @@ def _compiled(point: Point, problem: Problem, a: Any, b: Any, c: Any, load: bool
     op.impl = _kernel_class(point["stages"])(
         cutlass.Int32 if int8 else cutlass.Float32, tile, cluster,
         swizzle_size=point["swizzle"], raster_along_m=point["raster"] == "m")
+    return op, args
+
+
+def _compile(point: Point, problem: Problem, key: str, a: Any, b: Any, c: Any) -> Any:
+    """Compile ``point`` and export it to the on-disk cache."""
+    from evotune.evaluation.kernel_cache import KernelCache
+
+    op, args = operator(point, problem, a, b, c)
     started = time.perf_counter()
     compiled = op.compile(args, target_sm="90a").compiled_obj
-    compiled.export_to_c(str(path), function_name=f"k{key}")
+    cache = KernelCache()
+    compiled.export_to_c(str(cache.path("cute", key, ".o")), function_name=f"k{key}")
     cache.add(key, f"cute_sm90 {problem.dtype} {problem.layout} {point}", time.perf_counter() - started)
-    _LOADED[key] = compiled
-    return compiled, False
+    return compiled
+
+
+def _compiled(point: Point, problem: Problem, a: Any, b: Any, c: Any) -> tuple[Any, bool]:
+    """(kernel, hit): ``point`` loaded once per process, from the on-disk cache when it is there."""
+    import cutlass.cute as cute
+
+    key = _cache_key(point, problem)
+    if key in _LOADED:
+        return _LOADED[key], True
+    path = _object_file(key)
+    if path is not None:
+        try:
+            _LOADED[key] = cute.runtime.load_module(str(path), enable_tvm_ffi=True).__getattr__(f"k{key}")
+            return _LOADED[key], True
+        except Exception:  # an unreadable or stale object file: compile again and overwrite it
+            pass
+    _LOADED[key] = _compile(point, problem, key, a, b, c)
+    return _LOADED[key], False
 
 
 def precompile(point: Point, problem: Problem) -> bool:
     """Compile into the on-disk cache without launching anything; True when it was there already."""
     from evotune.evaluation.gemm import make_inputs
 
-    return _compiled(point, problem, *make_inputs(problem, seed=0, fill=False), load=False)[1]
+    key = _cache_key(point, problem)
+    if _object_file(key) is not None:  # before allocating the problem's inputs: most calls end here
+        return True
+    _compile(point, problem, key, *make_inputs(problem, seed=0, fill=False))
+    return False
 
 
 def build(point: Point, problem: Problem) -> Any:

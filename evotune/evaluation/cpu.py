@@ -33,7 +33,7 @@ from typing import Any
 
 from evotune.evaluation.base import Evaluator
 from evotune.evaluation.isolation import WorkerProcess, serve
-from evotune.evaluation.result import EvalResult, Status
+from evotune.evaluation.result import EvalResult
 from evotune.problem import Problem
 from evotune.space import Context, Point, SearchSpace
 
@@ -67,10 +67,7 @@ class CpuEvaluator(Evaluator):
     def evaluate(self, point: Point, problem: Problem) -> EvalResult:
         self._seed += 1
         reply = self._worker.call(("eval", point, problem.to_dict(), self._seed, self.repeats))
-        return EvalResult(Status(reply["status"]), time_ms=reply.get("time_ms"),
-                          samples_ms=reply.get("samples_ms", []), compile_s=reply.get("compile_s", 0.0),
-                          bench_s=reply.get("bench_s", 0.0), error=reply.get("error"),
-                          message=reply.get("message", ""), extra=reply.get("extra", {}))
+        return EvalResult.from_reply(reply)
 
 
 # -- inside the worker process ----------------------------------------------

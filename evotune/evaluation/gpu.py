@@ -38,7 +38,7 @@ from typing import Any
 
 from evotune.evaluation.base import Evaluator
 from evotune.evaluation.isolation import WorkerProcess, serve
-from evotune.evaluation.result import EvalResult, Status
+from evotune.evaluation.result import EvalResult
 from evotune.problem import Problem
 from evotune.space import Context, Point, SearchSpace
 
@@ -62,7 +62,7 @@ class GpuEvaluator(Evaluator):
         self.workers = (default_workers() if workers is None else int(workers)) if space.precompile else 0
         self.prefetch_depth = max(1, self.workers)
         self._pool: Any = None
-        self._compiling: dict[str, Any] = {}  # point key -> future of its precompile
+        self._compiling: dict[tuple[str, str], Any] = {}  # (problem key, point key) -> future of its precompile
 
     @property
     def restarts(self) -> int:
@@ -78,13 +78,13 @@ class GpuEvaluator(Evaluator):
         if self._pool is None:
             self._pool = ProcessPoolExecutor(self.workers, mp_context=self._mp, initializer=_pool_init)
         for p in points:
-            key = self.space.key(p)
+            key = (problem.key, self.space.key(p))  # one evaluator may serve several problems (record)
             if key not in self._compiling:
                 self._compiling[key] = self._pool.submit(_precompile, self.space.source, p, problem.to_dict())
 
-    def _precompiled(self, point: Point) -> tuple[float, str | None, bool | None]:
+    def _precompiled(self, point: Point, problem: Problem) -> tuple[float, str | None, bool | None]:
         """(seconds, error, cache hit) of a prefetched point; (0, None, None) when it was not prefetched."""
-        future = self._compiling.pop(self.space.key(point), None)
+        future = self._compiling.pop((problem.key, self.space.key(point)), None)
         if future is None:
             return 0.0, None, None
         try:
@@ -104,7 +104,7 @@ class GpuEvaluator(Evaluator):
     # -- the interface -------------------------------------------------------
     def evaluate(self, point: Point, problem: Problem) -> EvalResult:
         self._seed += 1
-        pool_s, pool_error, pool_hit = self._precompiled(point)
+        pool_s, pool_error, pool_hit = self._precompiled(point, problem)
         # The GPU worker builds the point whatever happened in the pool: a kernel cache hit when the
         # pool compiled it; otherwise it compiles itself, so an error is reported as the GPU sees it.
         reply = self._worker.call(("eval", point, problem.to_dict(), self._seed))
@@ -119,10 +119,7 @@ class GpuEvaluator(Evaluator):
         cached = extra.get("kernel_cache")
         if cached:
             self.cache_stats[cached] = self.cache_stats.get(cached, 0) + 1
-        return EvalResult(Status(reply["status"]), time_ms=reply.get("time_ms"),
-                          samples_ms=reply.get("samples_ms", []), compile_s=reply.get("compile_s", 0.0),
-                          bench_s=reply.get("bench_s", 0.0), error=reply.get("error"),
-                          message=reply.get("message", ""), extra=reply.get("extra", {}))
+        return EvalResult.from_reply(reply)
 
     def baselines(self, problem: Problem) -> dict[str, dict[str, Any]]:
         """cuBLAS (through torch) timed by the same oracle in the same worker: name -> timing."""
@@ -149,13 +146,18 @@ def _pool_init() -> None:
     os.environ.setdefault("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")
 
 
+_POOL_SPACES: dict[str, SearchSpace] = {}  # in a compile process: the spaces it has loaded, by source
+
+
 def _precompile(space_source: str, point: Point, problem: dict[str, Any]) -> tuple[float, str | None, bool]:
     """In a compile process: fill the kernel cache for one point. Returns (seconds, error or None, cache hit)."""
     from evotune.plugins import load_space
 
     started = time.perf_counter()
     try:
-        hit = bool(load_space(space_source).precompile(point, Problem.from_dict(problem)))
+        if space_source not in _POOL_SPACES:  # once per compile process: a .py space runs its module
+            _POOL_SPACES[space_source] = load_space(space_source)
+        hit = bool(_POOL_SPACES[space_source].precompile(point, Problem.from_dict(problem)))
     except Exception as exc:
         return time.perf_counter() - started, f"{type(exc).__name__}: {exc}"[:2000], False
     return time.perf_counter() - started, None, hit

@@ -30,6 +30,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+# index.json path -> ((mtime_ns, size, inode) when parsed, parsed index), per process
+_INDEXES: dict[Path, tuple[tuple[int, int, int], dict[str, Any]]] = {}
+
 
 def cache_root() -> Path:
     return Path(os.environ.get("EVOTUNE_KERNEL_CACHE", Path.home() / ".cache" / "evotune" / "kernels"))
@@ -61,17 +64,29 @@ class KernelCache:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _read(self) -> dict[str, Any]:
+        # has() runs for every point a worker builds and the index holds every kernel ever built here:
+        # parse it again only when another process has rewritten it
         try:
-            return json.loads(self.index_path.read_text())
+            st = self.index_path.stat()
+        except OSError:
+            return {}
+        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+        cached = _INDEXES.get(self.index_path)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        try:
+            index = json.loads(self.index_path.read_text())
         except (OSError, ValueError):
             return {}
+        _INDEXES[self.index_path] = (stamp, index)
+        return index
 
     def has(self, key: str) -> bool:
         return key in self._read()
 
     def add(self, key: str, what: str, compile_s: float) -> None:
         with self._locked():
-            index = self._read()
+            index = dict(self._read())  # a copy: the parsed index is shared through _INDEXES
             index[key] = {"what": what, "compile_s": round(compile_s, 3), "created": _dt.date.today().isoformat()}
             tmp = self.index_path.with_suffix(".tmp")
             tmp.write_text(json.dumps(index, indent=0, sort_keys=True))

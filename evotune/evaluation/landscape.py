@@ -45,6 +45,14 @@ class LandscapeError(ValueError):
     """A landscape file that cannot be read; the message names the file."""
 
 
+def landscape_stem(path: str | Path) -> str:
+    """A landscape file's name without ``.gz`` and ``.json``: names its rows, plots and space."""
+    name = Path(path).name
+    for suffix in (".gz", ".json"):
+        name = name.removesuffix(suffix)
+    return name
+
+
 @dataclass
 class Landscape:
     """Parameters (ordered choices), one EvalResult per recorded point, and metadata."""
@@ -62,10 +70,7 @@ class Landscape:
     @property
     def stem(self) -> str:
         """The file name without .json / .json.gz: names the space and the plots."""
-        name = Path(self.path).name
-        for suffix in (".gz", ".json"):
-            name = name.removesuffix(suffix)
-        return name
+        return landscape_stem(self.path)
 
     @property
     def names(self) -> list[str]:

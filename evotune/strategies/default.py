@@ -49,7 +49,6 @@ import numpy as np
 
 from evotune.strategies import gp
 from evotune.strategies.base import Option, Strategy
-from evotune.strategies.gp import expected_improvement
 
 
 class Default(Strategy):
@@ -106,9 +105,6 @@ class Default(Strategy):
         return cand[~self.taken[cand]]
 
     def _model_step(self) -> int | None:
-        free = np.flatnonzero(~self.taken)
-        if not len(free):
-            return None
         told = list(self.values)
         ok_rows = [r for r in told if self.values[r] is not None]
         if not ok_rows:
@@ -125,6 +121,7 @@ class Default(Strategy):
             if not len(cand):
                 local = False
         if not local:
+            free = np.flatnonzero(~self.taken)  # never empty: ask() stops when every point is taken
             ncand = int(self.options["candidates"])
             cand = self.rng.choice(free, size=ncand, replace=False) if len(free) > ncand else free
             cand = np.unique(np.concatenate([cand, self._neighbours(elite)]))
@@ -134,5 +131,5 @@ class Default(Strategy):
         mu, sigma = self.model.predict(model, cand)
         if local:
             return int(cand[int(np.argmin(mu))])
-        ei = expected_improvement(mu, sigma, model.best - float(self.options["xi"]))
+        ei = gp.expected_improvement(mu, sigma, model.best - float(self.options["xi"]))
         return int(cand[int(np.argmax(ei))])
