@@ -103,7 +103,7 @@ def _record_one(exp: Experiment, target: Target, evaluator: Evaluator, storage: 
         # a piece killed from outside (a device lease ending) keeps what it measured
         nonlocal last_write
         if time.monotonic() - last_write >= WRITE_EVERY_S and trials > before:
-            write_recorded(store, target, exp, feasible, path, previous, trials - before)
+            write_recorded(store, target, exp, feasible, path, previous)
             last_write = time.monotonic()
 
     result = tune(target.space, target.ctx, evaluator, strategy, store,
@@ -114,7 +114,7 @@ def _record_one(exp: Experiment, target: Target, evaluator: Evaluator, storage: 
     summary = cache_summary(evaluator)
     if summary:
         console.print(f"  compiled-kernel cache so far: {summary}")
-    return write_recorded(store, target, exp, feasible, path, previous, result.new_trials), used
+    return write_recorded(store, target, exp, feasible, path, previous), used
 
 
 def _evaluator(exp: Experiment, target: Target, evaluators: dict[str, Evaluator]) -> Evaluator:
@@ -148,8 +148,12 @@ def _import_recorded(store: StudyStore, target: Target, path: Path) -> dict[str,
 
 
 def write_recorded(store: StudyStore, target: Target, exp: Experiment, feasible: int, path: Path,
-                   previous: dict[str, Any] | None = None, new_points: int = 0) -> Path:
+                   previous: dict[str, Any] | None = None) -> Path:
+    """Write the study as the landscape file; this piece is what the file gains over ``previous`` (its meta)."""
     history = store.history()
+    # Counted against the file, not the study: a piece may resume a study that outran an older copy
+    # of the file (a device copies the repository's file afresh each call), and the gain must still show.
+    new_points = max(0, len(history) - int((previous or {}).get("recorded", 0)))
     rows = [(r.point, EvalResult(r.status, time_ms=r.value, samples_ms=r.attrs.get("samples_ms", []),
                                  compile_s=r.attrs.get("compile_s", 0.0), bench_s=r.attrs.get("bench_s", 0.0),
                                  error=r.attrs.get("error"), message=r.attrs.get("message", "")))

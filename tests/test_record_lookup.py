@@ -92,9 +92,26 @@ def test_record_rewrites_the_landscape_while_it_measures(tmp_path, pnpoly, monke
     writes = []
     real = record.write_recorded
     monkeypatch.setattr(record, "WRITE_EVERY_S", 0.0)
-    monkeypatch.setattr(record, "write_recorded", lambda *a: writes.append(a[-1]) or real(*a))
+    monkeypatch.setattr(record, "write_recorded",
+                        lambda *a: writes.append(len(load_landscape(real(*a)))) or a[4])
     exp = replay_experiment(tmp_path / "rec.toml", name="rec", url=f"journal:{tmp_path / 'rec.journal'}", trials=10)
     assert main(["record", str(exp), "--out", str(tmp_path / "out"), "--seconds", "5"]) == 0
-    assert len(writes) > 2 and writes == sorted(writes)  # new points so far, growing, then the final write
+    assert len(writes) > 2 and writes == sorted(writes)  # points so far, growing, then the final write
     (path,) = (tmp_path / "out").glob("*.json.gz")
     assert load_landscape(path).meta["pieces"][-1]["new_points"] == writes[-1] == len(load_landscape(path))
+
+
+def test_a_piece_counts_what_the_file_gains_when_the_study_outran_it(tmp_path, pnpoly):
+    """A device copies the repository's (older) file each call while its study persists: no piece is lost."""
+    exp = replay_experiment(tmp_path / "rec.toml", name="rec", url=f"journal:{tmp_path / 'rec.journal'}", trials=10)
+    out = tmp_path / "out"
+    assert main(["record", str(exp), "--out", str(out), "--seconds", "20"]) == 0
+    (path,) = out.glob("*.json.gz")
+    first, kept = load_landscape(path), path.read_bytes()
+    assert main(["record", str(exp), "--out", str(out), "--seconds", "20"]) == 0
+    assert len(first) < len(load_landscape(path)) < len(pnpoly)
+    path.write_bytes(kept)  # the second piece's file is lost; its points live on in the study
+    assert main(["record", str(exp), "--out", str(out)]) == 0
+    full = load_landscape(path)
+    assert full.meta["complete"] is True
+    assert [p["new_points"] for p in full.meta["pieces"]] == [len(first), len(pnpoly) - len(first)]
