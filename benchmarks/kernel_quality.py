@@ -80,7 +80,7 @@ def row_of(ls: Landscape) -> Row:
     p = ls.problem
     ok = [(r.time_ms, key) for key, r in ls.entries.items() if r.status is Status.OK and r.time_ms]
     best_ms, best_key = min(ok)
-    baselines = {name: b for name, b in ls.baselines.items() if b.get("time_ms")}
+    baselines = {name: b for name, b in same_run_baselines(ls, best_ms).items() if b.get("time_ms")}
     name, base = next(iter(baselines.items()), ("none", {}))
     _, peak_pct, roofline = throughput(p, best_ms, get_hardware("H100").peak(p.dtype),
                                        (ls.meta.get("device_info") or {}).get("copy_gbps"))
@@ -88,6 +88,23 @@ def row_of(ls: Landscape) -> Row:
                dict(zip(ls.names, best_key, strict=True)), name, base.get("time_ms"), peak_pct,
                roofline, max(t for t, _ in ok) / best_ms, len(ls), int(ls.meta.get("feasible", len(ls))),
                sum(r.status is not Status.OK for r in ls.entries.values()))
+
+
+def same_run_baselines(ls: Landscape, best_ms: float) -> dict:
+    """The baselines timed in the piece of the recording that measured the optimum.
+
+    A file recorded in one piece has one set; in several pieces each names its fastest new
+    point (``best``), so the optimum's piece is the one whose best it is.
+    """
+    pieces = ls.meta.get("pieces") or []
+    if len(pieces) <= 1:
+        return ls.baselines
+    for piece in reversed(pieces):
+        best = piece.get("best") or {}
+        if best.get("time_ms") is not None and math.isclose(best["time_ms"], best_ms, rel_tol=1e-5):
+            return dict(piece.get("baselines") or {})
+    raise SystemExit(f"{ls.path}: recorded in {len(pieces)} pieces and none names the optimum as its best, "
+                     "so no baseline was timed beside it")
 
 
 def knob_loss(ls: Landscape) -> dict[str, float]:

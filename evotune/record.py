@@ -34,7 +34,14 @@ from typing import Any
 from rich.console import Console
 
 from evotune.evaluation.base import Evaluator
-from evotune.evaluation.landscape import LandscapeError, landscape_document, load_landscape, write_landscape
+from evotune.evaluation.landscape import (
+    Landscape,
+    LandscapeError,
+    json_values,
+    landscape_document,
+    load_landscape,
+    write_landscape,
+)
 from evotune.evaluation.result import EvalResult
 from evotune.experiment import Budget, Experiment
 from evotune.runner import (
@@ -129,41 +136,45 @@ def _evaluator(exp: Experiment, target: Target, evaluators: dict[str, Evaluator]
     return evaluators[key]
 
 
-def _import_recorded(store: StudyStore, target: Target, path: Path) -> dict[str, Any]:
-    """Copy the points of an earlier piece's landscape file that the study lacks; that file's metadata."""
+def _import_recorded(store: StudyStore, target: Target, path: Path) -> Landscape | None:
+    """Copy the points of an earlier piece's landscape file that the study lacks; that file, if usable."""
     if not path.is_file():
-        return {}
+        return None
     try:
         old = load_landscape(path)
     except LandscapeError:
-        return {}  # an unreadable earlier piece is measured again, and its file replaced
+        return None  # an unreadable earlier piece is measured again, and its file replaced
     if old.names != target.space.names or old.problem.key != target.problem.key:
-        return {}
+        return None
     have = {r.key for r in store.history()}
     for values, result in old.entries.items():
         point = dict(zip(old.names, values, strict=True))
         if target.space.key(point) not in have and target.space.check(point, target.ctx) is None:
             store.record(point, result, 0.0, {"imported_from": path.name})
-    return old.meta
+    return old
 
 
 def write_recorded(store: StudyStore, target: Target, exp: Experiment, feasible: int, path: Path,
-                   previous: dict[str, Any] | None = None) -> Path:
-    """Write the study as the landscape file; this piece is what the file gains over ``previous`` (its meta)."""
+                   previous: Landscape | None = None) -> Path:
+    """Write the study as the landscape file; this piece is what the file gains over ``previous``."""
     history = store.history()
-    # Counted against the file, not the study: a piece may resume a study that outran an older copy
-    # of the file (a device copies the repository's file afresh each call), and the gain must still show.
-    new_points = max(0, len(history) - int((previous or {}).get("recorded", 0)))
     rows = [(r.point, EvalResult(r.status, time_ms=r.value, samples_ms=r.attrs.get("samples_ms", []),
                                  compile_s=r.attrs.get("compile_s", 0.0), bench_s=r.attrs.get("bench_s", 0.0),
                                  error=r.attrs.get("error"), message=r.attrs.get("message", "")))
             for r in history]
+    # Counted against the file, not the study: a piece may resume a study that outran an older copy
+    # of the file (a device copies the repository's file afresh each call), and the gain must still show.
+    new = [(p, r) for p, r in rows if previous is None or previous.lookup(p) is None]
+    fastest = min(((r.time_ms, p) for p, r in new if r.time_ms is not None), default=None, key=lambda t: t[0])
     attrs = store.study.user_attrs
     piece = {"date": _dt.date.today().isoformat(), "device": attrs.get("device"),
              "device_info": attrs.get("device_info", {}), "baselines": attrs.get("baselines", {}),
-             "new_points": new_points}
-    pieces = list((previous or {}).get("pieces", []))
-    if new_points or not pieces:
+             "new_points": len(new),
+             # the fastest point this piece measured: a report finds the baselines timed beside the optimum
+             "best": None if fastest is None else {"params": json_values(fastest[1], target.space.names),
+                                                   "time_ms": fastest[0]}}
+    pieces = list(previous.meta.get("pieces", [])) if previous is not None else []
+    if new or not pieces:
         pieces.append(piece)
     meta = {
         # the top level speaks for the latest piece that measured something

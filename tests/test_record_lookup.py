@@ -48,6 +48,11 @@ def test_a_piece_on_a_fresh_machine_resumes_from_the_landscape_file(tmp_path, pn
     full = load_landscape(path)
     assert full.meta["complete"] is True and len(full) == len(pnpoly)
     assert [p["new_points"] for p in full.meta["pieces"]] == [len(part), len(pnpoly) - len(part)]
+    # each piece names its fastest new point, so a report can take the baselines timed beside the optimum
+    later = min(r.time_ms for k, r in full.entries.items() if k not in part.entries and r.time_ms is not None)
+    assert [p["best"]["time_ms"] for p in full.meta["pieces"]] == pytest.approx([part.optimum_ms, later], rel=1e-5)
+    first_best = full.meta["pieces"][0]["best"]["params"]
+    assert full.lookup(dict(zip(full.names, first_best, strict=True))).time_ms == pytest.approx(part.optimum_ms)
     store_b = optuna.load_study(study_name=optuna.get_all_study_names(
         JournalStorage(JournalFileBackend(str(tmp_path / "b.journal"))))[0],
         storage=JournalStorage(JournalFileBackend(str(tmp_path / "b.journal"))))

@@ -243,7 +243,7 @@ def landscape_document(
             step = (len(ordered) - 1) / (max_samples - 1)
             samples = [ordered[round(i * step)] for i in range(max_samples)]
         points.append([
-            [list(v) if isinstance(v, tuple) else v for v in (point[p.name] for p in params)],
+            json_values(point, [p.name for p in params]),
             r.status.value, _round(r.time_ms), _round(r.compile_s, 4), _round(r.bench_s, 4),
             _round(r.error), [_round(s) for s in samples], r.message,
         ])
@@ -256,6 +256,11 @@ def landscape_document(
     doc.update({k: v for k, v in meta.items() if k not in doc})
     doc.setdefault("date", _dt.date.today().isoformat())
     return doc
+
+
+def json_values(point: Point, names: Iterable[str]) -> list[Any]:
+    """A point's values in ``names`` order as a landscape row holds them (tuples as JSON arrays)."""
+    return [list(v) if isinstance(v, tuple) else v for v in (point[n] for n in names)]
 
 
 def _round(x: float | None, digits: int = 6) -> float | None:
