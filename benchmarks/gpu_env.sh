@@ -6,7 +6,9 @@
 #   echo /.whl/ >> .git/info/exclude; python3 -m pip download --no-deps --only-binary=:all: \
 #     --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 -d .whl \
 #     rich==15.0.0 mdurl cmaes networkx   # not pygments or markdown-it-py: evotune never uses rich.syntax or
-#     rich.markdown, and the device call carries at most 64 MiB (networkx: cutlass.operators imports it)
+#     rich.markdown, and the device call carries at most 64 MiB (networkx: cutlass.operators imports it;
+#     its tests/ folders, 3 MB unpacked, are left out of the wheel: unzip, delete them and their RECORD
+#     lines, zip again)
 set -e
 mkdir -p /tmp/site && tar xJf .gpu/bundle.tar.xz -C /tmp/site
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl

@@ -32,7 +32,7 @@ def test_each_landscape_matches_its_space_and_carries_its_baseline(path):
     ctx = Context(get_hardware("H100"), ls.problem)
     feasible = space.feasible(ctx)
     assert ls.names == space.names and ls.meta["feasible"] == len(feasible)
-    assert ls.meta["complete"] == (len(ls) == len(feasible))
+    assert ls.meta["complete"] and len(ls) == len(feasible)  # every listed shape, every feasible point
     for values in ls.entries:  # every recorded point is one the space calls feasible
         assert space.check(dict(zip(ls.names, values, strict=True)), ctx) is None
     assert ls.meta["device"] == "NVIDIA H100 80GB HBM3" and ls.meta["pieces"]
@@ -40,6 +40,9 @@ def test_each_landscape_matches_its_space_and_carries_its_baseline(path):
     assert baseline["verified"] and baseline["time_ms"] > 0 and len(baseline["samples_ms"]) >= 10
     ok = [r for r in ls.entries.values() if r.status is Status.OK]
     assert ok and all(0 < len(r.samples_ms) <= 8 and r.error is not None for r in ok)
+    # the piece that measured the optimum names it, so its baselines are the ones timed beside it
+    bests = [p["best"]["time_ms"] for p in ls.meta["pieces"] if p.get("best")]
+    assert min(bests) == pytest.approx(ls.optimum_ms, rel=1e-5)
 
 
 @pytest.mark.parametrize("space", ["cute_hopper_gemm", "triton_matmul"])
