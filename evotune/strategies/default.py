@@ -1,44 +1,32 @@
-"""``default``: Gaussian-process-guided search with local moves around the incumbent.
+"""``default``: a genetic algorithm whose children are screened by a Gaussian process.
 
-Design (each ingredient kept because a measurement supported it; see the numbers
-in the report of issue #5 and ``benchmarks/strategies.py``):
+Design (see issue #5's numbers in ``benchmarks/RESULTS.md``):
 
-1. **Start**: ``startup`` points spread out by greedy max-min distance
-   (:func:`seeding.initial_rows`; with ``seeding = "hardware"`` half come from the
-   hardware model's ranking).
-2. **Surrogate**: a Gaussian process on standardised log-time (Matérn-5/2 on
-   the normalised choice indices, one-hot for categories; single-valued
-   parameters dropped), its length-scale chosen by marginal likelihood every
-   ``refit`` observations, as in :mod:`evotune.strategies.gp`. A failed point
-   (told ``None``) is learnt as twice the slowest time seen, so the model steers
-   away from failing regions. Points handed out but not yet told (``ask(n)``
-   with n > 1) are constant liars at the best value.
-3. **Global step** (probability ``1 - local``): expected improvement over a
-   random sample of ``candidates`` fresh feasible points plus the fresh one-move
-   neighbours of the ``elite`` best points, so the sample never misses the
-   incumbent's surroundings on large spaces.
-4. **Local step** (probability ``local``): the fresh one-move neighbour of the
-   incumbent with the best predicted time. A move changes one ordered parameter
-   to the nearest *feasible* choice below or above (skipping constraint gaps) or
-   one category to another. When the incumbent's neighbourhood is spent, its
-   two-move neighbourhood is used. Measured on convolution_MI250X (tuning half,
-   5 seeds): pure GP-EI stalled at a median fraction of 0.675 from 100 to 200
-   evaluations (the optimum lies two moves of ``tile_size_y`` away, across a
-   worse point); the two-move fallback reached 1.0 by 200.
+1. **Start**: the GA's first population (``population`` points: half ranked by the
+   hardware model with ``seeding = "hardware"``, the rest a greedy max-min spread).
+2. **Children**: bred as :mod:`evotune.strategies.genetic` breeds them (tournament
+   parents, uniform crossover, one-step mutation, repair to the nearest fresh
+   feasible point), and survive by (mu + lambda) selection.
+3. **Screening** (the surrogate, in the style of Ansor / MetaSchedule): with
+   probability ``screened`` a proposal is not the first child bred but the best of
+   ``screen`` children (plus ``explore`` x ``screen`` fresh random points) by expected
+   improvement under a GP on standardised log-time (:class:`gp.Surrogate`: Matérn-5/2,
+   length-scale by marginal likelihood every ``refit`` results, failed points learnt
+   as twice the slowest time). The other proposals are plain children, which keep
+   the population diverse.
 
-What did not help (measured, not kept): a larger candidate sample (5000, the whole
-convolution space) left the same stall on convolution_MI250X and tripled ask() time;
-skipping infeasible gaps alone (without the two-move fallback) did not lift it either.
+Measured on the tuning half of the shared landscapes (10 seeds, budgets 25-200): always
+screening (``screened = 1``) stalled on convolution_MI250X and convolution_A4000 (0.86 and
+0.83 of the optimum at 200, against 1.00 and 0.93 for the plain GA); screening half of the
+proposals reached 0.99 and 0.93 there and led the plain GA at every budget in the geometric
+mean. A smaller population (12) was worse on that half (0.67 at 200 on convolution_MI250X).
+The earlier ``default`` (GP expected improvement with local moves, no GA) was ahead at
+budget 25 on the H100 landscapes but stalled on convolution_A6000; it is recorded in
+RESULTS.md.
 
-Every proposal is a fresh feasible row; the base class's ledger repairs anything
-else. Deterministic per seed: all randomness comes from ``self.rng``.
+Example::
 
-Status (2026-11-22): work in progress for issue #5 (numbers in benchmarks/RESULTS.md). On the 43
-H100 CuTe DSL landscapes it leads ``ga`` at budgets 25-100 and ties it at 200, reaching 0.99 of the
-optimum within 10% of the points on 41 of 43. On the 12 shared Kernel Tuner landscapes it beats
-``ga`` only at budgets 50 and 100: it loses at 25 (convolution_MI250X) and stalls on
-convolution_A6000 (0.82 against 0.98 at 200), and its ask() cost exceeds 50 ms on some landscapes.
-``ga`` stays the strategy the examples use until ``benchmarks/strategies.py`` shows otherwise.
+    s = make_strategy("default", space, feasible, seed=0, screen=24, screened=0.5)
 """
 
 from __future__ import annotations
@@ -48,88 +36,41 @@ from typing import Any
 import numpy as np
 
 from evotune.strategies import gp
-from evotune.strategies.base import Option, Strategy
+from evotune.strategies.base import Option
+from evotune.strategies.genetic import GeneticAlgorithm
 
 
-class Default(Strategy):
+class Default(GeneticAlgorithm):
     name = "default"
     schema = {
-        "startup": Option(8, int, 1),
-        "candidates": Option(1500, int, 1),
-        "local": Option(0.3, float, 0.0, 1.0),
-        "elite": Option(3, int, 1),
+        **GeneticAlgorithm.schema,
+        "screen": Option(24, int, 1),  # children bred per screened proposal
+        "screened": Option(0.5, float, 0.0, 1.0),  # share of proposals that are screened
+        "explore": Option(0.1, float, 0.0, 1.0),  # fresh random points screened beside them, per child
+        "min_train": Option(8, int, 2),  # results before the GP is trusted
         "noise": Option(1e-3, float, 1e-9, 1.0),
-        "xi": Option(0.0, float, 0.0, 10.0),
         "refit": Option(10, int, 1),
     }
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.model = gp.Surrogate(self, float(self.options["noise"]), int(self.options["refit"]))
-        self._nbr: dict[int, np.ndarray] = {}
 
-    def _propose(self) -> int | None:
-        if len(self.values) < int(self.options["startup"]):
-            return self.startup_row(int(self.options["startup"]))
-        return self._model_step()
-
-    def _neighbours_of(self, row: int) -> np.ndarray:
-        """Feasible rows one move from ``row``: one ordered index +-1, or one category changed (cached)."""
-        got = self._nbr.get(row)
-        if got is None:
-            fs = self.feasible
-            code = [int(c) for c in fs.codes[row]]
-            found = []
-            for j, p in enumerate(self.space.params):
-                k = len(p.choices)
-                if p.ordered:  # the nearest feasible choice below and above, skipping infeasible gaps
-                    for span in (range(code[j] - 1, -1, -1), range(code[j] + 1, k)):
-                        for c in span:
-                            r = fs.row_of((*code[:j], c, *code[j + 1:]))
-                            if r is not None:
-                                found.append(r)
-                                break
-                else:
-                    for c in range(k):
-                        r = fs.row_of((*code[:j], c, *code[j + 1:])) if c != code[j] else None
-                        if r is not None:
-                            found.append(r)
-            got = self._nbr[row] = np.array(found, dtype=np.int64)
-        return got
-
-    def _neighbours(self, rows: list[int]) -> np.ndarray:
-        """Fresh rows one move from any of ``rows``."""
-        if not rows:
-            return np.zeros(0, dtype=np.int64)
-        cand = np.unique(np.concatenate([self._neighbours_of(r) for r in rows]))
-        return cand[~self.taken[cand]]
-
-    def _model_step(self) -> int | None:
-        told = list(self.values)
-        ok_rows = [r for r in told if self.values[r] is not None]
-        if not ok_rows:
-            return self.random_fresh()
-        ranked = sorted(ok_rows, key=lambda r: self.values[r])  # type: ignore[arg-type, return-value]
-        elite = ranked[: int(self.options["elite"])]
-        local = self.rng.random() < float(self.options["local"])
-        if local:
-            cand = self._neighbours(elite[:1])
-            if not len(cand):  # the incumbent's one-move neighbourhood is spent: two moves away
-                cand = self._neighbours([int(r) for r in self._neighbours_of(elite[0])])
-            if not len(cand):
-                cand = self._neighbours(elite)
-            if not len(cand):
-                local = False
-        if not local:
-            free = np.flatnonzero(~self.taken)  # never empty: ask() stops when every point is taken
-            ncand = int(self.options["candidates"])
-            cand = self.rng.choice(free, size=ncand, replace=False) if len(free) > ncand else free
-            cand = np.unique(np.concatenate([cand, self._neighbours(elite)]))
+    def _breed(self) -> int | None:
+        o = self.options
+        if len(self.values) < int(o["min_train"]) or self.rng.random() >= float(o["screened"]):
+            return super()._breed()
+        bred = [GeneticAlgorithm._breed(self) for _ in range(int(o["screen"]))]
+        cand = {r for r in bred if r is not None}
+        free = np.flatnonzero(~self.taken)
+        n_explore = min(len(free), round(float(o["explore"]) * int(o["screen"])))
+        if n_explore:
+            cand.update(int(r) for r in self.rng.choice(free, size=n_explore, replace=False))
+        if not cand:
+            return None
+        rows = np.array(sorted(cand), dtype=np.int64)
         model = self.model.fit()
         if model is None:
-            return int(self.rng.choice(cand))
-        mu, sigma = self.model.predict(model, cand)
-        if local:
-            return int(cand[int(np.argmin(mu))])
-        ei = gp.expected_improvement(mu, sigma, model.best - float(self.options["xi"]))
-        return int(cand[int(np.argmax(ei))])
+            return int(rows[0])
+        mu, sigma = self.model.predict(model, rows)
+        return int(rows[int(np.argmax(gp.expected_improvement(mu, sigma, model.best)))])
