@@ -49,8 +49,9 @@ def recheck(paths: list[Path], top: int, oracle: dict) -> list[dict]:
             if space.name not in evaluators:
                 evaluators[space.name] = GpuEvaluator(space, Context(hardware, ls.problem), timeout_s=120,
                                                       oracle=oracle)
-            work.append((path, ls, evaluators[space.name], top_points(ls, top)))
-            work[-1][2].prefetch(work[-1][3], ls.problem)
+            ev, points = evaluators[space.name], top_points(ls, top)
+            ev.prefetch(points, ls.problem)
+            work.append((path, ls, ev, points))
         for path, ls, ev, points in work:
             base = {k: v.get("time_ms") for k, v in ev.baselines(ls.problem).items()}
             recorded_base = {k: v.get("time_ms") for k, v in ls.baselines.items()}

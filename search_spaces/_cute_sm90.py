@@ -57,13 +57,19 @@ def _cache_key(point: Point, problem: Problem) -> str:
                            problem.layout, sorted(point.items()))
 
 
+def _object_path(key: str) -> Any:
+    """Where the kernel's object file lives in the on-disk cache."""
+    from evotune.evaluation.kernel_cache import KernelCache
+
+    return KernelCache().path("cute", key, ".o")
+
+
 def _object_file(key: str) -> Any:
     """The kernel's object file in the on-disk cache, or None when it has not been built."""
     from evotune.evaluation.kernel_cache import KernelCache
 
-    cache = KernelCache()
-    path = cache.path("cute", key, ".o")
-    return path if cache.has(key) and path.is_file() else None
+    path = _object_path(key)
+    return path if KernelCache().has(key) and path.is_file() else None
 
 
 def operator(point: Point, problem: Problem, a: Any, b: Any, c: Any) -> tuple[Any, Any]:
@@ -100,9 +106,8 @@ def _compile(point: Point, problem: Problem, key: str, a: Any, b: Any, c: Any) -
     op, args = operator(point, problem, a, b, c)
     started = time.perf_counter()
     compiled = op.compile(args, target_sm="90a").compiled_obj
-    cache = KernelCache()
-    compiled.export_to_c(str(cache.path("cute", key, ".o")), function_name=f"k{key}")
-    cache.add(key, f"cute_sm90 {problem.dtype} {problem.layout} {point}", time.perf_counter() - started)
+    compiled.export_to_c(str(_object_path(key)), function_name=f"k{key}")
+    KernelCache().add(key, f"cute_sm90 {problem.dtype} {problem.layout} {point}", time.perf_counter() - started)
     return compiled
 
 

@@ -234,6 +234,7 @@ def landscape_document(
 ) -> dict[str, Any]:
     """The JSON document of an evotune landscape; ``max_samples`` bounds the samples kept per point."""
     params = list(space_params)
+    names = [p.name for p in params]
     points = []
     for point, r in rows:
         samples = list(r.samples_ms)
@@ -243,7 +244,7 @@ def landscape_document(
             step = (len(ordered) - 1) / (max_samples - 1)
             samples = [ordered[round(i * step)] for i in range(max_samples)]
         points.append([
-            json_values(point, [p.name for p in params]),
+            json_values(point, names),
             r.status.value, _round(r.time_ms), _round(r.compile_s, 4), _round(r.bench_s, 4),
             _round(r.error), [_round(s) for s in samples], r.message,
         ])

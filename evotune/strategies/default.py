@@ -59,11 +59,10 @@ class Default(GeneticAlgorithm):
         self.model = gp.Surrogate(self, float(self.options["noise"]), int(self.options["refit"]))
 
     def _breed(self) -> int | None:
-        o = self.options
+        o, breed = self.options, super()._breed
         if len(self.values) < int(o["min_train"]) or self.rng.random() >= float(o["screened"]):
-            return super()._breed()
-        bred = [GeneticAlgorithm._breed(self) for _ in range(int(o["screen"]))]
-        cand = {r for r in bred if r is not None}
+            return breed()
+        cand = {r for r in (breed() for _ in range(int(o["screen"]))) if r is not None}
         free = np.flatnonzero(~self.taken)
         n_explore = min(len(free), round(float(o["explore"]) * int(o["screen"])))
         if n_explore:
