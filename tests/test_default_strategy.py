@@ -66,9 +66,11 @@ def test_failed_points_are_learnt_from(gemm):
 def test_options_are_checked(gemm):
     space, fs, _, ctx = gemm
     with pytest.raises(OptionError):
-        make_strategy("default", space, fs, ctx=ctx, screen=0)
+        make_strategy("default", space, fs, ctx=ctx, pool=0)
     with pytest.raises(OptionError):
-        make_strategy("default", space, fs, ctx=ctx, screened=1.5)
+        make_strategy("default", space, fs, ctx=ctx, relevance="yes")
+    with pytest.raises(OptionError):
+        make_strategy("default", space, fs, ctx=ctx, screened=0.5)  # an option of the earlier default
 
 
 def test_ask_overhead_at_400_evaluations(gemm):
