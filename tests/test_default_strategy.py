@@ -92,3 +92,20 @@ def test_ask_overhead_at_400_evaluations(gemm):
     print(f"default: mean ask() {ask_ms:.1f} ms at 390..399 evaluations")
     assert s.remaining == len(fs) - 400
     assert ask_ms < 200.0  # the target is < 50 ms; generous here so a loaded CI machine does not flake
+
+
+def test_local_steps_stay_one_parameter_from_the_best(gemm):
+    """With local = 1 every proposal after the start is a fresh one-parameter neighbour of the best point."""
+    space, fs, row_times, ctx = gemm
+    s = make_strategy("default", space, fs, seed=0, ctx=ctx, local=1.0, startup=10)
+    told: dict[int, float] = {}
+    for i in range(30):
+        (p,) = s.ask(1)
+        row = fs.row(p)
+        if i >= 10:
+            best = min(told, key=told.get)
+            assert int((fs.codes[row] != fs.codes[best]).sum()) == 1
+        t = float(row_times[row])
+        s.tell([(p, None if math.isnan(t) else t)])
+        if not math.isnan(t):
+            told[row] = t
