@@ -95,9 +95,9 @@ def test_ask_overhead_at_400_evaluations(gemm):
 
 
 def test_local_steps_stay_one_parameter_from_the_best(gemm):
-    """With local = 1 every proposal after the start is a fresh one-parameter neighbour of the best point."""
+    """With local = 1 and patience = 0 every proposal after the start is a fresh neighbour of the best point."""
     space, fs, row_times, ctx = gemm
-    s = make_strategy("default", space, fs, seed=0, ctx=ctx, local=1.0, startup=10)
+    s = make_strategy("default", space, fs, seed=0, ctx=ctx, local=1.0, patience=0, startup=10)
     told: dict[int, float] = {}
     for i in range(30):
         (p,) = s.ask(1)
