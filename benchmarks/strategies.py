@@ -4,7 +4,8 @@ Runs :func:`evotune.compare.compare` once per strategy (each into its own
 sub-folder of ``--out``, so a strategy that already has results for the same
 landscapes, budgets, repeats and seed is reused with ``--reuse``), then writes
 and prints, per budget, a markdown table of the fraction of the optimum per
-strategy, the acceptance checks of issue #5 and ``default``'s ask() overhead.
+strategy, the acceptance checks of issue #5 and ``default``'s ask() overhead, and draws
+``strategies.png`` (the geometric means against the budget, all / tuning / held-out).
 
 Aggregation: for each (landscape, strategy, budget) the **median over repeats**
 of the fraction of the optimum (``compare``'s ``median_fraction``); across
@@ -156,6 +157,37 @@ def report(summary: list[dict[str, str]], runs: list[dict[str, str]], strategies
     return "\n".join(lines) + "\n"
 
 
+def figure(summary: list[dict[str, str]], strategies: list[str], budgets: list[int], path: Path) -> None:
+    """Geometric mean over landscapes of the median fraction against the budget: all, tuning and held-out."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    med = {(r["landscape"], r["strategy"], int(r["budget"])): float(r["median_fraction"]) for r in summary}
+    names = sorted({r["landscape"] for r in summary})
+    tune, held = halves(names)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6), sharey=True)
+    for ax, (label, which) in zip(axes, [("all", names), ("tuning half", tune), ("held-out half", held)],
+                                  strict=True):
+        for s in strategies:
+            ys = [gmean([med[(n, s, b)] for n in which]) for b in budgets]
+            style = {"color": "black", "lw": 2.6, "zorder": 3} if s == "default" else (
+                {"ls": "--", "lw": 1.2} if s.startswith(KT_PREFIX) else {"lw": 1.6})
+            ax.plot(budgets, ys, marker="o", ms=3, label=s, **style)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(budgets, [str(b) for b in budgets])
+        ax.set_title(f"{label} ({len(which)} landscapes)")
+        ax.set_xlabel("evaluations (budget)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("fraction of the optimum\n(gmean over landscapes of the median over repeats)")
+    axes[-1].legend(fontsize=8, loc="lower right")
+    fig.suptitle("Strategies on the shared Kernel Tuner landscapes (higher is better; dashed: Kernel Tuner)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="folder for the per-strategy results and RESULTS.md")
@@ -180,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     text = report(summary, runs, strategies, budgets)
     (out / "RESULTS.md").write_text(f"# benchmarks/strategies.py\n\n`{' '.join(sys.argv)}` "
                                     f"({args.repeats} repeats, seed {args.seed})\n\n{text}")
+    figure(summary, strategies, budgets, out / "strategies.png")
     write_csv(out / "summary.csv", SUMMARY_COLUMNS, summary)
     write_csv(out / "runs.csv", RUN_COLUMNS, runs)
     print(text)
