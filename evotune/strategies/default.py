@@ -47,11 +47,11 @@ from typing import Any
 
 import numpy as np
 
-from evotune.strategies import gp
-from evotune.strategies.base import Option, Strategy
+from evotune.strategies.base import Option
+from evotune.strategies.gp import GaussianProcess
 
 
-class Default(Strategy):
+class Default(GaussianProcess):
     name = "default"
     schema = {
         "startup": Option(10, int, 1),  # points before the GP is trusted
@@ -67,28 +67,19 @@ class Default(Strategy):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        o = self.options
-        self.model = gp.Surrogate(self, float(o["noise"]), int(o["refit"]), relevance=bool(o["relevance"]))
         self._best: float | None = None
         self._improved_at = 0  # results told when the best time last improved
 
-    def _propose(self) -> int | None:
+    def candidates(self, free: np.ndarray) -> np.ndarray:
         o = self.options
-        if len(self.values) < int(o["startup"]):
-            return self.startup_row(int(o["startup"]))
-        free = np.flatnonzero(~self.taken)
-        if not len(free):
-            return None
         stalled = len(self.values) - self._improved_at >= int(o["patience"])
-        local = stalled and float(o["local"]) and self.rng.random() < float(o["local"])
-        rows = self.neighbours(1) if local else ()
-        if not len(rows):
-            n = int(o["pool"])
-            cand = self.rng.choice(free, size=n, replace=False) if len(free) > n else free
-            rows = np.union1d(np.union1d(cand, self.neighbours(int(o["top"]))),
-                              self.children(int(o["cross"]), 2 * int(o["top"])))
-        ei = self.model.expected_improvement(rows)
-        return self.random_fresh() if ei is None else int(rows[int(np.argmax(ei))])
+        if stalled and float(o["local"]) and self.rng.random() < float(o["local"]):
+            rows = self.neighbours(1)
+            if len(rows):
+                return rows
+        top = int(o["top"])
+        return np.union1d(np.union1d(self.random_subset(free, int(o["pool"])), self.neighbours(top)),
+                          self.children(int(o["cross"]), 2 * top))
 
     def _observe(self, row: int, value: float | None) -> None:
         if value is not None and (self._best is None or value < self._best):
@@ -96,19 +87,18 @@ class Default(Strategy):
 
     def neighbours(self, top: int) -> np.ndarray:
         """Fresh rows that differ in exactly one parameter from one of the ``top`` fastest measured rows."""
-        best = sorted((v, r) for r, v in self.values.items() if v is not None)[:top]
         codes = self.feasible.codes
-        found = [np.flatnonzero(((codes != codes[r]).sum(1) == 1) & ~self.taken) for _, r in best]
+        found = [np.flatnonzero(((codes != codes[r]).sum(1) == 1) & ~self.taken) for r in self.fastest(top)]
         return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
 
     def children(self, n: int, top: int) -> np.ndarray:
         """The fresh feasible ones of ``n`` uniform-crossover children of two of the ``top`` fastest rows."""
-        best = [r for _, r in sorted((v, r) for r, v in self.values.items() if v is not None)[:top]]
+        best = np.array(self.fastest(top), dtype=np.int64)
         if n == 0 or len(best) < 2:
             return np.zeros(0, dtype=np.int64)
         codes = self.feasible.codes
-        pairs = self.rng.integers(len(best), size=(n, 2))
+        pairs = best[self.rng.integers(len(best), size=(n, 2))]
         mask = self.rng.random((n, codes.shape[1])) < 0.5
-        kids = np.where(mask, codes[np.array(best)[pairs[:, 0]]], codes[np.array(best)[pairs[:, 1]]])
-        rows = [self.feasible.row(self.space.decode(list(k))) for k in kids]
-        return np.array(sorted({r for r in rows if r is not None and not self.taken[r]}), dtype=np.int64)
+        kids = np.where(mask, codes[pairs[:, 0]], codes[pairs[:, 1]])
+        rows = {self.feasible.row_of(tuple(int(v) for v in k)) for k in kids}
+        return np.array(sorted(r for r in rows if r is not None and not self.taken[r]), dtype=np.int64)

@@ -212,13 +212,17 @@ class Surrogate:
 
 
 class GaussianProcess(Strategy):
+    """Expected improvement over a random subset of the fresh points; subclasses add candidates."""
+
     name = "gp"
     schema = {"startup": Option(10, int, 1), "candidates": Option(2000, int, 1),
-              "noise": Option(1e-3, float, 1e-9, 1.0)}
+              "noise": Option(1e-3, float, 1e-9, 1.0), "refit": Option(10, int, 1),
+              "relevance": Option(False, bool)}
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.model = Surrogate(self, float(self.options["noise"]), refit_every=10)
+        o = self.options
+        self.model = Surrogate(self, float(o["noise"]), int(o["refit"]), relevance=bool(o["relevance"]))
 
     def _propose(self) -> int | None:
         if len(self.values) < int(self.options["startup"]):
@@ -226,7 +230,17 @@ class GaussianProcess(Strategy):
         free = np.flatnonzero(~self.taken)
         if not len(free):
             return None
-        ncand = int(self.options["candidates"])
-        cand = self.rng.choice(free, size=ncand, replace=False) if len(free) > ncand else free
-        ei = self.model.expected_improvement(cand)
-        return self.random_fresh() if ei is None else int(cand[int(np.argmax(ei))])
+        rows = self.candidates(free)
+        ei = self.model.expected_improvement(rows)
+        return self.random_fresh() if ei is None else int(rows[int(np.argmax(ei))])
+
+    def candidates(self, free: np.ndarray) -> np.ndarray:
+        """The rows scored for one proposal: ``candidates`` of the ``free`` rows at random."""
+        return self.random_subset(free, int(self.options["candidates"]))
+
+    def random_subset(self, free: np.ndarray, n: int) -> np.ndarray:
+        return self.rng.choice(free, size=n, replace=False) if len(free) > n else free
+
+    def fastest(self, n: int) -> list[int]:
+        """The ``n`` fastest measured rows, fastest first."""
+        return [r for _, r in sorted((v, r) for r, v in self.values.items() if v is not None)[:n]]
