@@ -296,11 +296,11 @@ def make_plan(landscapes: Sequence[str], strategies: Sequence[str], budgets: Seq
 
 
 # -- running ------------------------------------------------------------------
-def run_evotune(target: Target, name: str, seed: int, budget: int) -> Run:
-    """Drive an evotune strategy with ask(1) / tell against the landscape, up to ``budget`` evaluations."""
+def run_evotune(target: Target, name: str, seed: int, budget: int, **options: Any) -> Run:
+    """Drive an evotune strategy (with ``options``) by ask(1) / tell against the landscape, up to ``budget``."""
     space, fs, row_times = target.replay()
     ctx = Context(problem=target.landscape.problem)
-    strategy = make_strategy(name, space, fs, seed=seed, ctx=ctx, budget=budget)
+    strategy = make_strategy(name, space, fs, seed=seed, ctx=ctx, budget=budget, **options)
     clock = time.perf_counter
     times: list[float] = []
     steps: list[float] = []
