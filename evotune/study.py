@@ -49,11 +49,13 @@ def sqlite_url(path: str | Path) -> str:
 def make_storage(url: str) -> optuna.storages.BaseStorage:
     """An Optuna storage for ``url``: RDB URLs (sqlite, postgresql, ...) or ``journal:PATH``."""
     if url.startswith("journal:"):
-        from optuna.storages.journal import JournalFileBackend, JournalStorage
+        from optuna.storages.journal import JournalStorage
+
+        from evotune.journal import KillSafeJournal
 
         path = Path(url.removeprefix("journal:"))
         path.parent.mkdir(parents=True, exist_ok=True)
-        return JournalStorage(JournalFileBackend(str(path), lock_obj=_flock(path)))
+        return JournalStorage(KillSafeJournal(path))
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     # heartbeat-free RDB storage; a trial is added whole, so none can be left RUNNING
@@ -95,35 +97,6 @@ def engine_kwargs(url: str) -> dict[str, Any]:
     if url.startswith("sqlite:"):
         kwargs["connect_args"] = {"timeout": 120}
     return kwargs
-
-
-def _flock(path: Path) -> object:
-    """A journal lock the kernel drops when its holder dies.
-
-    Optuna's default lock is a file that a killed process leaves behind, and the
-    next run then waits 30 s before breaking it; ``flock`` has no such leftovers.
-    """
-    import fcntl
-    import os
-
-    from optuna.storages.journal._file import BaseJournalFileLock  # the interface lock_obj must have
-
-    class FlockLock(BaseJournalFileLock):
-        def __init__(self) -> None:
-            self.fd: int | None = None
-
-        def acquire(self) -> bool:
-            self.fd = os.open(f"{path}.flock", os.O_RDWR | os.O_CREAT, 0o644)
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
-            return True
-
-        def release(self) -> None:
-            if self.fd is not None:
-                fcntl.flock(self.fd, fcntl.LOCK_UN)
-                os.close(self.fd)
-                self.fd = None
-
-    return FlockLock()
 
 
 @dataclass
