@@ -30,6 +30,8 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
+from evotune.journal import cut_torn_tail
+
 HOST = socket.gethostname()
 
 
@@ -89,7 +91,7 @@ class FileClaims(Claims):
         f.seek(self._offset)
         for line in f:
             if not line.endswith("\n"):
-                break  # a line cut short by a killed writer: ignored
+                break  # a line cut short by a killed writer: ignored (and cut by the next claim)
             self._offset += len(line.encode())
             try:
                 c = json.loads(line)
@@ -109,6 +111,7 @@ class FileClaims(Claims):
                     return ""
                 line = json.dumps({"study": self.study, "key": key, "owner": self.owner,
                                    "expires": now + self.lease_s}) + "\n"
+                cut_torn_tail(self.path)  # else this line is glued onto a dead writer's half line
                 f.seek(0, os.SEEK_END)
                 f.write(line)
                 f.flush()

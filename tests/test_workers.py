@@ -68,3 +68,15 @@ def test_a_claim_is_exclusive_until_its_owner_dies(tmp_path, kind):
     assert dead.claim("c") == "new"
     assert me.claim("c") == "takeover"  # its owner is a dead process of this host
     assert me.active() == {"b"}
+
+
+def test_a_claim_after_a_torn_line_is_still_seen(tmp_path):
+    path = tmp_path / "c.claims"
+    first = FileClaims(path, "s", lease_s=60, owner="another-host:1:0")
+    assert first.claim("a") == "new"
+    with path.open("a") as f:
+        f.write('{"study": "s", "key": "dead-wri')  # a writer killed inside its write
+    assert first.claim("b") == "new"
+    fresh = FileClaims(path, "s", lease_s=60)
+    assert fresh.claim("b") == ""  # the claim after the torn line is read, not lost in a glued line
+    assert fresh.claim("a") == ""
