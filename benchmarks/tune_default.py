@@ -2,7 +2,7 @@
 
 Runs ``default`` (or another evotune strategy) with the options given by ``--set``
 on the tuning half of the shared landscapes (``--half held-out`` or ``all`` for the
-others; halves as in ``benchmarks/strategies.py``), seeds 0..repeats-1, and prints
+others; halves as in ``benchmarks/strategies.py``), seeds ``--seed`` onwards (0 by default), and prints
 per landscape the median fraction of the optimum at each budget, then the
 geometric mean over the landscapes. Compare two settings by running it twice.
 
@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--half", choices=("tuning", "held-out", "all"), default="tuning")
     ap.add_argument("--budget", action="append", type=int, help="default: 25, 50, 100, 200")
     ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=0, help="the first seed (fresh seeds check a choice made on others)")
     ap.add_argument("--landscapes", type=Path, default=KT_DIR, help="folder of Kernel Tuner landscapes")
     args = ap.parse_args(argv)
     options = {}
@@ -49,14 +50,15 @@ def main(argv: list[str] | None = None) -> int:
     paths = {p.name.removesuffix(".json.gz"): p for p in sorted(args.landscapes.glob("*.json.gz"))}
     tune, held = halves(list(paths))
     names = {"tuning": tune, "held-out": held, "all": sorted(paths)}[args.half]
-    print(f"# {args.strategy} {json.dumps(options)} on the {args.half} landscapes, {args.repeats} seeds; "
+    print(f"# {args.strategy} {json.dumps(options)} on the {args.half} landscapes, seeds {args.seed}.."
+          f"{args.seed + args.repeats - 1}; "
           f"median fraction at {' / '.join(map(str, budgets))}")
     medians: dict[int, list[float]] = {b: [] for b in budgets}
     for name in names:
         target = Target.load(str(paths[name]), max(budgets))
         try:
             runs = [run_evotune(target, args.strategy, seed, max(budgets), **options)
-                    for seed in range(args.repeats)]
+                    for seed in range(args.seed, args.seed + args.repeats)]
         except (KeyError, ValueError) as exc:  # an unknown strategy or a bad option: one line, exit 2
             ap.error(f"--strategy/--set: {exc}")
         row = [statistics.median(measure(r, target, b)["fraction"] for r in runs) for b in budgets]

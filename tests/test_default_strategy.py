@@ -100,18 +100,45 @@ def test_ask_overhead_at_400_evaluations(gemm):
     assert ask_ms < 200.0  # the target is < 50 ms; generous here so a loaded CI machine does not flake
 
 
-def test_local_steps_stay_one_parameter_from_the_best(gemm):
-    """With local = 1 and patience = 0 every proposal after the start is a fresh neighbour of the best point."""
+def test_local_steps_stay_one_parameter_from_the_best_then_two(gemm):
+    """With local = 1 and patience = 0 every proposal after the start is a fresh neighbour of the best point:
+    one parameter away while the best has such neighbours left, else two."""
     space, fs, row_times, ctx = gemm
     s = make_strategy("default", space, fs, seed=0, ctx=ctx, local=1.0, patience=0, startup=10)
     told: dict[int, float] = {}
-    for i in range(30):
-        (p,) = s.ask(1)
-        row = fs.row(p)
+    taken: set[int] = set()
+    seen = []
+    for i in range(80):
         if i >= 10:
             best = min(told, key=told.get)
-            assert int((fs.codes[row] != fs.codes[best]).sum()) == 1
+            differ = (fs.codes != fs.codes[best]).sum(1)
+            near = {int(r) for r in np.flatnonzero(differ == 1)} - taken
+        (p,) = s.ask(1)
+        row = fs.row(p)
+        taken.add(row)
+        if i >= 10:
+            distance = int((fs.codes[row] != fs.codes[best]).sum())
+            assert distance == (1 if near else 2), (i, distance, len(near))
+            seen.append(distance)
         t = float(row_times[row])
         s.tell([(p, None if math.isnan(t) else t)])
         if not math.isnan(t):
             told[row] = t
+    assert {1, 2} <= set(seen), "the walk never used up the best point's one-parameter neighbours"
+
+
+def test_early_proposals_alternate_with_one_shared_length_scale(gemm):
+    """Until ``shared`` results, every other proposal is ranked by the GP with one length-scale for all features."""
+    space, fs, row_times, ctx = gemm
+    s = make_strategy("default", space, fs, seed=1, ctx=ctx, shared=20)
+    uniform = []
+    for i in range(40):
+        (p,) = s.ask(1)
+        if i >= 10:  # after the start every proposal is ranked by a fitted GP
+            scale = s.model._scale
+            uniform.append(bool(np.all(scale == scale[0])))
+        t = float(row_times[fs.row(p)])
+        s.tell([(p, None if math.isnan(t) else t)])
+    # proposals 11..20 alternate (the even ones use the shared scale); from 20 results on, per-feature scales
+    assert uniform[:10] == [i % 2 == 1 for i in range(10)]
+    assert not any(uniform[10:])
