@@ -169,3 +169,19 @@ def test_early_proposals_alternate_with_one_shared_length_scale(gemm):
     # proposals 11..20 alternate (the even ones use the shared scale); from 20 results on, per-feature scales
     assert uniform[:10] == [i % 2 == 1 for i in range(10)]
     assert not any(uniform[10:])
+
+
+@pytest.mark.parametrize("stall_shared", [True, False])
+def test_stalled_proposals_alternate_with_one_shared_length_scale_only_when_asked(gemm, stall_shared):
+    """With ``stall_shared`` a stalled search (patience 0: always) ranks every other proposal with one length-scale."""
+    space, fs, row_times, ctx = gemm
+    s = make_strategy("default", space, fs, seed=1, ctx=ctx, shared=0, patience=0, stall_shared=stall_shared)
+    uniform = []
+    for i in range(24):
+        (p,) = s.ask(1)
+        if i >= 10:
+            scale = s.model._scale
+            uniform.append(bool(np.all(scale == scale[0])))
+        t = float(row_times[fs.row(p)])
+        s.tell([(p, None if math.isnan(t) else t)])
+    assert uniform == [stall_shared and i % 2 == 1 for i in range(14)]
