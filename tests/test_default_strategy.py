@@ -154,18 +154,25 @@ def test_wide_local_steps_look_up_to_two_parameters_away_at_once(gemm):
     assert early_two > 0, "two-parameter moves were only taken once the one-parameter ones were used up"
 
 
-def test_early_proposals_alternate_with_one_shared_length_scale(gemm):
-    """Until ``shared`` results, every other proposal is ranked by the GP with one length-scale for all features."""
-    space, fs, row_times, ctx = gemm
-    s = make_strategy("default", space, fs, seed=1, ctx=ctx, shared=20)
+def _ranked_with_one_length_scale(s, fs, row_times, n: int) -> list[bool]:
+    """Run ``n`` proposals; for each after the 10-point start (ranked by a fitted GP), whether its model had one
+    length-scale for all features."""
     uniform = []
-    for i in range(40):
+    for i in range(n):
         (p,) = s.ask(1)
-        if i >= 10:  # after the start every proposal is ranked by a fitted GP
+        if i >= 10:
             scale = s.model._scale
             uniform.append(bool(np.all(scale == scale[0])))
         t = float(row_times[fs.row(p)])
         s.tell([(p, None if math.isnan(t) else t)])
+    return uniform
+
+
+def test_early_proposals_alternate_with_one_shared_length_scale(gemm):
+    """Until ``shared`` results, every other proposal is ranked by the GP with one length-scale for all features."""
+    space, fs, row_times, ctx = gemm
+    s = make_strategy("default", space, fs, seed=1, ctx=ctx, shared=20)
+    uniform = _ranked_with_one_length_scale(s, fs, row_times, 40)
     # proposals 11..20 alternate (the even ones use the shared scale); from 20 results on, per-feature scales
     assert uniform[:10] == [i % 2 == 1 for i in range(10)]
     assert not any(uniform[10:])
@@ -176,12 +183,5 @@ def test_stalled_proposals_alternate_with_one_shared_length_scale_only_when_aske
     """With ``stall_shared`` a stalled search (patience 0: always) ranks every other proposal with one length-scale."""
     space, fs, row_times, ctx = gemm
     s = make_strategy("default", space, fs, seed=1, ctx=ctx, shared=0, patience=0, stall_shared=stall_shared)
-    uniform = []
-    for i in range(24):
-        (p,) = s.ask(1)
-        if i >= 10:
-            scale = s.model._scale
-            uniform.append(bool(np.all(scale == scale[0])))
-        t = float(row_times[fs.row(p)])
-        s.tell([(p, None if math.isnan(t) else t)])
+    uniform = _ranked_with_one_length_scale(s, fs, row_times, 24)
     assert uniform == [stall_shared and i % 2 == 1 for i in range(14)]

@@ -12,9 +12,9 @@ Design (issue #5; the numbers are in ``benchmarks/RESULTS.md``):
    slow neighbours. With ``relevance`` each feature gets its own length-scale by
    marginal likelihood, so parameters that do not matter stop diluting distances.
    Failed points count as twice the slowest time seen. Until ``shared`` results are
-   in, every other proposal is ranked by the same GP with one length-scale for all
-   features instead, because per-feature length-scales fitted on a few dozen points
-   can over-fit.
+   in, and again once stalled (``stall_shared``), every other proposal is ranked by
+   the same GP with one length-scale for all features instead, because per-feature
+   length-scales fitted on a few dozen points can over-fit.
 3. **Proposal**: the highest expected improvement among ``pool`` fresh random
    feasible points (global search), every fresh point one parameter away from
    the ``top`` best measured points (local search) and ``cross`` uniform-crossover
@@ -110,18 +110,22 @@ class Default(GaussianProcess):
     def _propose(self) -> int | None:
         # Length-scales per feature fitted on a few dozen points can over-fit (gemm: 0.77 of the optimum at
         # budget 25 against 0.85 with one shared length-scale), yet they are what finds the convolution optima;
-        # early on, every other proposal is ranked by the GP with one shared length-scale instead.
+        # early on, and again once stalled (the per-feature model is then sure of its plateau), every other
+        # proposal is ranked by the GP with one shared length-scale instead.
         self._proposals += 1
         o = self.options
-        stalled = bool(o["stall_shared"]) and len(self.values) - self._improved_at >= int(o["patience"])
-        early = (len(self.values) < int(o["shared"]) or stalled) and self._proposals % 2 == 0
-        self.model = self._shared if early and bool(o["relevance"]) else self._relevant
+        uniform = len(self.values) < int(o["shared"]) or (bool(o["stall_shared"]) and self._stalled())
+        use_shared = uniform and self._proposals % 2 == 0 and bool(o["relevance"])
+        self.model = self._shared if use_shared else self._relevant
         return super()._propose()
+
+    def _stalled(self) -> bool:
+        """Whether ``patience`` results have passed without a better time."""
+        return len(self.values) - self._improved_at >= int(self.options["patience"])
 
     def candidates(self, free: np.ndarray) -> np.ndarray:
         o = self.options
-        stalled = len(self.values) - self._improved_at >= int(o["patience"])
-        if stalled and float(o["local"]) and self.rng.random() < float(o["local"]):
+        if self._stalled() and float(o["local"]) and self.rng.random() < float(o["local"]):
             # no draw when wide is 0, so that results for a seed stay as they were before this option
             wide = float(o["wide"]) > 0 and self.rng.random() < float(o["wide"])
             rows = self.neighbours(1, distance=2 if wide else 1)
