@@ -1,4 +1,4 @@
-"""Issue #5's third line: does the median run reach 0.99 of the optimum within 10% of a landscape's points?
+"""Does the median run reach 0.99 of the optimum within 10% of a landscape's points?
 
 Reads the ``runs.csv`` that ``python -m evotune compare`` wrote and the landscapes it ran on,
 and prints, per strategy, on how many landscapes the median (over seeds) of ``evals_to_99`` in
@@ -8,7 +8,7 @@ more than the budget, such a run counts as a miss (it is not known to get there 
 
 Usage::
 
-    python benchmarks/reach99.py runs/h100_v4 experiments/landscapes/h100/*.json.gz
+    python benchmarks/reach99.py runs/h100 experiments/landscapes/h100/*.json.gz
 """
 
 from __future__ import annotations

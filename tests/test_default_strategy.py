@@ -127,33 +127,6 @@ def test_local_steps_stay_one_parameter_from_the_best_then_two(gemm):
     assert {1, 2} <= set(seen), "the walk never used up the best point's one-parameter neighbours"
 
 
-def test_wide_local_steps_look_up_to_two_parameters_away_at_once(gemm):
-    """With wide = 1 the stalled local step ranks the one- and two-parameter neighbours together, so it can
-    move two parameters while one-parameter neighbours of the best are still fresh."""
-    space, fs, row_times, ctx = gemm
-    s = make_strategy("default", space, fs, seed=0, ctx=ctx, local=1.0, patience=0, startup=10, wide=1.0)
-    told: dict[int, float] = {}
-    taken: set[int] = set()
-    early_two = 0
-    for i in range(40):
-        if i >= 10:
-            best = min(told, key=told.get)
-            differ = (fs.codes != fs.codes[best]).sum(1)
-            near = np.flatnonzero(differ == 1)
-        (p,) = s.ask(1)
-        row = fs.row(p)
-        if i >= 10:
-            distance = int((fs.codes[row] != fs.codes[best]).sum())
-            assert distance in (1, 2), (i, distance)
-            early_two += distance == 2 and any(int(r) not in taken for r in near)
-        taken.add(row)
-        t = float(row_times[row])
-        s.tell([(p, None if math.isnan(t) else t)])
-        if not math.isnan(t):
-            told[row] = t
-    assert early_two > 0, "two-parameter moves were only taken once the one-parameter ones were used up"
-
-
 def _ranked_with_one_length_scale(s, fs, row_times, n: int) -> list[bool]:
     """Run ``n`` proposals; for each after the 10-point start (ranked by a fitted GP), whether its model had one
     length-scale for all features."""
