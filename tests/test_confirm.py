@@ -1,0 +1,100 @@
+"""The confirmation stage's logic, driven by a fake timer (no GPU)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from evotune.evaluation.confirm import ConfirmOptions, confirm_rounds
+
+
+class FakeTimer:
+    """Samples around a true time per item, with relative noise and an optional drift per round."""
+
+    def __init__(self, true_ms: dict[str, float], noise: float = 0.002, drift_per_call: dict[str, float] | None = None,
+                 seed: int = 0):
+        self.true_ms, self.noise = dict(true_ms), noise
+        self.drift = drift_per_call or {}
+        self.rng = np.random.default_rng(seed)
+        self.calls: list[str] = []
+        self.events: list[str] = []
+
+    def take(self, name: str, n: int) -> list[float]:
+        self.calls.append(name)
+        self.events.append(f"take:{name}")
+        t = self.true_ms[name]
+        self.true_ms[name] = t * (1.0 + self.drift.get(name, 0.0))
+        return list(t * (1.0 + self.noise * self.rng.standard_normal(n)))
+
+    def warm(self, seconds: float) -> None:
+        self.events.append(f"warm:{seconds}")
+
+
+def test_items_are_timed_in_interleaved_rounds_after_the_warm_up():
+    timer = FakeTimer({"a": 1.0, "b": 2.0, "base": 1.5})
+    result = confirm_rounds(["a", "b", "base"], timer.take, ConfirmOptions(min_rounds=4), warm=timer.warm)
+    assert timer.events[0] == "warm:1.0"
+    assert timer.calls == ["a", "b", "base"] * result.rounds
+    assert result.rounds >= 4
+    assert all(it.samples == 10 * result.rounds for it in result.items.values())
+
+
+def test_rounds_stop_once_every_ci_is_within_the_target():
+    timer = FakeTimer({"a": 1.0, "b": 2.0}, noise=0.002)
+    result = confirm_rounds(["a", "b"], timer.take, ConfirmOptions(ci_target=0.005, min_rounds=3))
+    assert result.converged and result.rounds == 3  # quiet samples: the minimum is enough
+    assert all(it.ci95_rel <= 0.005 for it in result.items.values())
+    assert result.items["a"].median_ms == pytest.approx(1.0, rel=0.005)
+    assert result.warnings == []
+
+
+def test_noisy_items_take_more_rounds_and_never_beyond_the_limit():
+    quiet = confirm_rounds(["a"], FakeTimer({"a": 1.0}, noise=0.002).take, ConfirmOptions(min_rounds=1))
+    noisy = confirm_rounds(["a"], FakeTimer({"a": 1.0}, noise=0.03).take, ConfirmOptions(min_rounds=1))
+    assert noisy.rounds > quiet.rounds
+    assert noisy.converged and noisy.items["a"].ci95_rel <= 0.005
+    capped = confirm_rounds(["a"], FakeTimer({"a": 1.0}, noise=0.5).take, ConfirmOptions(max_rounds=5))
+    assert capped.rounds == 5 and not capped.converged
+    assert any("stopped after 5 rounds" in w for w in capped.warnings)
+
+
+def test_the_time_limit_ends_the_rounds():
+    ticks = iter(range(1000))
+    result = confirm_rounds(["a"], FakeTimer({"a": 1.0}, noise=0.5).take, ConfirmOptions(max_seconds=3.5),
+                            clock=lambda: float(next(ticks)))
+    assert not result.converged and result.rounds < 10
+
+
+def test_a_baseline_that_drifts_during_the_stage_is_reported():
+    # the baseline gets 0.5% slower every round: about 10% over 20 rounds
+    timer = FakeTimer({"cfg": 1.0, "base": 1.0}, noise=0.001, drift_per_call={"base": 0.005})
+    result = confirm_rounds(["cfg", "base"], timer.take, ConfirmOptions(min_rounds=20, max_rounds=20))
+    assert result.items["base"].drift_rel > 0.03
+    assert result.items["cfg"].drift_rel < 0.01
+    moved = [w for w in result.warnings if "machine's speed moved" in w]
+    assert [w.split(":")[0] for w in moved] == ["base"]
+
+
+def test_a_configuration_far_from_its_search_time_is_reported():
+    timer = FakeTimer({"lucky": 1.0, "honest": 1.0}, noise=0.001)
+    result = confirm_rounds(["lucky", "honest"], timer.take, ConfirmOptions(),
+                            search_ms={"lucky": 0.9, "honest": 1.01})
+    assert result.items["lucky"].search_ms == 0.9
+    assert result.items["lucky"].search_rel == pytest.approx(0.1, rel=0.05)
+    assert len(result.warnings) == 1 and result.warnings[0].startswith("lucky: confirmed at")
+
+
+def test_the_result_is_plain_json():
+    timer = FakeTimer({"a": 1.0, "b": 2.0})
+    result = confirm_rounds(["a", "b"], timer.take, ConfirmOptions(), search_ms={"a": 1.0})
+    doc = json.loads(json.dumps(result.to_dict()))
+    assert set(doc["items"]) == {"a", "b"} and doc["items"]["a"]["search_ms"] == 1.0
+    assert doc["items"]["b"]["search_ms"] is None and len(doc["items"]["a"]["ci95_ms"]) == 2
+
+
+def test_nothing_to_confirm_times_nothing():
+    timer = FakeTimer({})
+    result = confirm_rounds([], timer.take, ConfirmOptions(), warm=timer.warm)
+    assert result.items == {} and timer.events == []
