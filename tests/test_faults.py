@@ -13,6 +13,7 @@ import pytest
 from optuna.trial import TrialState
 
 from evotune.evaluation.cpu import CpuEvaluator
+from evotune.evaluation.options import OracleOptions
 from evotune.evaluation.result import Status
 from evotune.experiment import Budget
 from evotune.plugins import load_space
@@ -24,7 +25,7 @@ from evotune.tuner import tune
 
 PROBLEM = Problem.gemm(64, 48, 32, "fp32")
 CTX = Context(problem=PROBLEM)
-TIMEOUT_S = 3.0
+OPTIONS = OracleOptions(timeout_s=3.0)
 EXPECTED = {  # mode -> the status its trial must end with
     "ok_fast": {Status.OK}, "ok_slow": {Status.OK}, "abort": {Status.CRASH}, "segfault": {Status.CRASH},
     "hang": {Status.TIMEOUT}, "compile_error": {Status.COMPILE_ERROR}, "wrong": {Status.WRONG_RESULT},
@@ -52,7 +53,7 @@ def test_a_run_over_the_whole_fault_space_completes(space, tmp_path):
     store = StudyStore.open(f"sqlite:///{tmp_path / 'faults.db'}", "faults/exhaustive", space)
     strategy = make_strategy("exhaustive", space, space.feasible(CTX), seed=0)
     parent = os.getpid()
-    with CpuEvaluator(space, CTX, timeout_s=TIMEOUT_S, repeats=3, memory_limit_mb=512) as ev:
+    with CpuEvaluator(space, CTX, OPTIONS, repeats=3, memory_limit_mb=512) as ev:
         result = tune(space, CTX, ev, strategy, store, Budget(trials=100))
         restarts = ev.restarts
     assert os.getpid() == parent  # the tuner process is the one that started
@@ -86,13 +87,13 @@ def test_a_run_over_the_whole_fault_space_completes(space, tmp_path):
     assert lost == 0 and duplicates == 0
 
     # resuming measures nothing again
-    again = tune(space, CTX, CpuEvaluator(space, CTX, timeout_s=TIMEOUT_S), make_strategy(
+    again = tune(space, CTX, CpuEvaluator(space, CTX, OPTIONS), make_strategy(
         "exhaustive", space, space.feasible(CTX), seed=0), store, Budget(trials=100))
     assert again.new_trials == 0 and again.trials == 12
 
 
 def test_the_worker_carries_on_after_each_fault(space):
-    with CpuEvaluator(space, CTX, timeout_s=TIMEOUT_S, memory_limit_mb=512) as ev:
+    with CpuEvaluator(space, CTX, OPTIONS, memory_limit_mb=512) as ev:
         for mode in ("wrong", "compile_error", "oom", "abort"):
             assert ev.evaluate({"mode": mode, "size": 1}, PROBLEM).status.failed
             r = ev.evaluate({"mode": "ok_fast", "size": 2}, PROBLEM)
@@ -109,7 +110,7 @@ def test_a_space_the_worker_cannot_load_is_a_crash_not_an_exception(space, tmp_p
         "    raise ImportError('not in a worker')\n"
         "SPACE = _make_space('cpu')\n")
     flaky = load_space(str(path))
-    with CpuEvaluator(flaky, CTX, timeout_s=TIMEOUT_S) as ev:
+    with CpuEvaluator(flaky, CTX, OPTIONS) as ev:
         r = ev.evaluate({"mode": "ok_fast", "size": 1}, PROBLEM)
     assert r.status is Status.CRASH and "could not load the space" in r.message and "not in a worker" in r.message
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from evotune.evaluation.options import OracleOptions
 from evotune.evaluation.result import Status
 from evotune.hardware import detect
 from evotune.plugins import load_space
@@ -26,7 +27,7 @@ def faults():
     from evotune.evaluation.gpu import GpuEvaluator
 
     space = load_space(FAULTS)
-    ev = GpuEvaluator(space, Context(detect(), PROBLEM), timeout_s=60)
+    ev = GpuEvaluator(space, Context(detect(), PROBLEM), OracleOptions(timeout_s=60))
     yield ev
     ev.close()
 
@@ -61,7 +62,7 @@ def test_a_hanging_kernel_times_out_and_is_isolated():
     from evotune.evaluation.gpu import GpuEvaluator
 
     space = load_space(FAULTS)
-    with GpuEvaluator(space, Context(detect(), PROBLEM), timeout_s=20) as ev:
+    with GpuEvaluator(space, Context(detect(), PROBLEM), OracleOptions(timeout_s=20)) as ev:
         assert ev.evaluate({"mode": "ok"}, PROBLEM).status is Status.OK  # worker warm: CUDA and Triton loaded
         r = ev.evaluate({"mode": "hang"}, PROBLEM)
         assert r.status is Status.TIMEOUT
@@ -127,7 +128,7 @@ def test_second_run_compiles_nothing_and_lookup_returns_a_correct_kernel(tmp_pat
     points = [fs.point(r) for r in range(0, len(fs), max(1, len(fs) // 3))][:3]
     runs = []
     for _ in range(2):
-        with GpuEvaluator(space, ctx, workers=2) as ev:
+        with GpuEvaluator(space, ctx, OracleOptions(workers=2)) as ev:
             ev.prefetch(points, problem)
             results = [ev.evaluate(p, problem) for p in points]
             runs.append((dict(ev.cache_stats), results))
@@ -162,7 +163,7 @@ def test_a_run_over_the_gpu_fault_space_loses_nothing(tmp_path, monkeypatch):
     space.source = "faults"
     ctx = Context(detect(), PROBLEM)
     store = StudyStore.open(f"sqlite:///{tmp_path / 'faults.db'}", "faults_gpu/exhaustive", space)
-    with GpuEvaluator(space, ctx, timeout_s=30) as ev:
+    with GpuEvaluator(space, ctx, OracleOptions(timeout_s=30)) as ev:
         result = tune(space, ctx, ev, make_strategy("exhaustive", space, space.feasible(ctx), seed=0), store,
                       Budget(trials=100))
         restarts = ev.restarts
