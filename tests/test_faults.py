@@ -1,14 +1,17 @@
 """The tuner survives candidates that crash, abort, hang, run out of memory, fail to build or compute wrongly.
 
-The CPU flavour of ``search_spaces/faults.py`` runs in :class:`evotune.evaluation.cpu.CpuEvaluator`'s
+The CPU flavour of ``tests/spaces/faults.py`` runs in :class:`evotune.evaluation.cpu.CpuEvaluator`'s
 worker process; every fault must end as one stored trial with its status and reason, and the tuning
 process itself must carry on.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from pathlib import Path
 
+import optuna
 import pytest
 from optuna.trial import TrialState
 
@@ -23,6 +26,8 @@ from evotune.strategies import make_strategy
 from evotune.study import StudyStore
 from evotune.tuner import tune
 
+FAULTS = Path(__file__).parent / "spaces" / "faults.py"  # a test fixture, named by its path
+EXPERIMENT = Path(__file__).parent / "experiments" / "faults_cpu.toml"
 PROBLEM = Problem.gemm(64, 48, 32, "fp32")
 CTX = Context(problem=PROBLEM)
 OPTIONS = OracleOptions(timeout_s=3.0)
@@ -37,7 +42,7 @@ EXPECTED = {  # mode -> the status its trial must end with
 def space():
     if os.environ.get("EVOTUNE_FAULTS_FLAVOUR", "cpu") != "cpu":
         pytest.skip("EVOTUNE_FAULTS_FLAVOUR selects the GPU flavour")
-    return load_space("faults")
+    return load_space(str(FAULTS))
 
 
 def test_the_space_has_every_fault_once_and_three_correct_sizes(space):
@@ -104,11 +109,13 @@ def test_the_worker_carries_on_after_each_fault(space):
 def test_a_space_the_worker_cannot_load_is_a_crash_not_an_exception(space, tmp_path):
     path = tmp_path / "flaky_space.py"
     path.write_text(
-        "import multiprocessing\n"
-        "from search_spaces.faults import _make_space\n"
+        "import importlib.util, multiprocessing\n"
         "if multiprocessing.parent_process() is not None:\n"
         "    raise ImportError('not in a worker')\n"
-        "SPACE = _make_space('cpu')\n")
+        f"spec = importlib.util.spec_from_file_location('faults_module', {str(FAULTS)!r})\n"
+        "faults = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(faults)\n"
+        "SPACE = faults._make_space('cpu')  # a space of its own, so the worker loads this file\n")
     flaky = load_space(str(path))
     with CpuEvaluator(flaky, CTX, OPTIONS) as ev:
         r = ev.evaluate({"mode": "ok_fast", "size": 1}, PROBLEM)
@@ -130,3 +137,31 @@ def test_a_space_without_build_is_refused():
 
     with pytest.raises(ValueError, match="no build function"):
         CpuEvaluator(SearchSpace("x", [ordinal("a", (1, 2))]), CTX)
+
+
+def test_the_fault_experiment_runs_to_its_end_with_its_oracle_options(space, tmp_path):
+    """The experiment names the space by a path relative to itself; its timeout_s reaches the CPU worker."""
+    from evotune.experiment import load_experiment
+    from evotune.runner import run_experiment
+
+    exp = load_experiment(EXPERIMENT)
+    assert exp.oracle == "cpu" and exp.oracle_options == OracleOptions(timeout_s=10.0)
+    # a shorter timeout than the file's keeps the hang cheap; the storage goes to tmp_path
+    exp = dataclasses.replace(exp, storage=f"sqlite:///{tmp_path / 'faults.db'}",
+                              oracle_options=dataclasses.replace(exp.oracle_options, timeout_s=2.0))
+    (result,) = run_experiment(exp, progress=False)
+    assert result.trials == 12 and result.stopped == "exhausted" and result.best_point["mode"] == "ok_fast"
+    trials = optuna.load_study(study_name=result.study_name, storage=exp.storage).get_trials(deepcopy=False)
+    (hang,) = [t for t in trials if t.params.get("mode") == "hang"]
+    assert hang.user_attrs["status"] == "timeout" and "no answer within 2 s" in hang.user_attrs["message"]
+
+
+def test_the_fault_space_is_not_offered_to_users(monkeypatch, capsys):
+    from evotune import cli
+    from evotune.plugins import builtin_names
+
+    assert "faults" not in builtin_names() and "triton_matmul" in builtin_names()
+    monkeypatch.setenv("COLUMNS", "200")  # one row per space, names unwrapped
+    assert cli.main(["spaces"]) == 0
+    table = capsys.readouterr().out
+    assert "triton_matmul" in table and "faults" not in table

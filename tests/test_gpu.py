@@ -19,6 +19,7 @@ from evotune.space import Context
 pytestmark = pytest.mark.gpu
 
 FAULTS = str(Path(__file__).parent / "spaces" / "gpu_faults.py")
+FAULT_SPACE = str(Path(__file__).parent / "spaces" / "faults.py")  # both flavours; EVOTUNE_FAULTS_FLAVOUR picks
 PROBLEM = Problem.gemm(1024, 1024, 1024, "bf16")
 
 
@@ -148,7 +149,7 @@ def test_second_run_compiles_nothing_and_lookup_returns_a_correct_kernel(tmp_pat
 
 
 def test_a_run_over_the_gpu_fault_space_loses_nothing(tmp_path, monkeypatch):
-    """The GPU flavour of search_spaces/faults.py: illegal address, hang, abort, OOM, wrong result, compile error."""
+    """The GPU flavour of tests/spaces/faults.py: illegal address, hang, abort, OOM, wrong result, compile error."""
     from optuna.trial import TrialState
 
     from evotune.evaluation.gpu import GpuEvaluator
@@ -156,11 +157,10 @@ def test_a_run_over_the_gpu_fault_space_loses_nothing(tmp_path, monkeypatch):
     from evotune.strategies import make_strategy
     from evotune.study import StudyStore
     from evotune.tuner import tune
-    from search_spaces.faults import _make_space
 
-    monkeypatch.setenv("EVOTUNE_FAULTS_FLAVOUR", "gpu")  # the worker processes load the same flavour
-    space = _make_space("gpu")
-    space.source = "faults"
+    monkeypatch.setenv("EVOTUNE_FAULTS_FLAVOUR", "gpu")  # this load and the worker processes' take the same flavour
+    space = load_space(FAULT_SPACE)
+    assert space.name == "faults_gpu"
     ctx = Context(detect(), PROBLEM)
     store = StudyStore.open(f"sqlite:///{tmp_path / 'faults.db'}", "faults_gpu/exhaustive", space)
     with GpuEvaluator(space, ctx, OracleOptions(timeout_s=30)) as ev:
