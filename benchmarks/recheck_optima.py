@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from evotune.evaluation.landscape import Landscape, load_landscape  # noqa: E402
+from evotune.evaluation.options import OracleOptions, TimingOptions  # noqa: E402
 from evotune.evaluation.result import Status  # noqa: E402
 from evotune.hardware import get_hardware  # noqa: E402
 from evotune.plugins import load_space  # noqa: E402
@@ -35,7 +36,7 @@ def top_points(ls: Landscape, top: int) -> list[dict]:
     return [dict(zip(ls.names, values, strict=True)) for _, values in ok[:top]]
 
 
-def recheck(paths: list[Path], top: int, oracle: dict) -> list[dict]:
+def recheck(paths: list[Path], top: int, options: OracleOptions) -> list[dict]:
     from evotune.evaluation.gpu import GpuEvaluator  # the gpu extra
 
     hardware = get_hardware("auto")
@@ -47,8 +48,7 @@ def recheck(paths: list[Path], top: int, oracle: dict) -> list[dict]:
             ls = load_landscape(path)
             space = load_space(ls.space_name)
             if space.name not in evaluators:
-                evaluators[space.name] = GpuEvaluator(space, Context(hardware, ls.problem), timeout_s=120,
-                                                      oracle=oracle)
+                evaluators[space.name] = GpuEvaluator(space, Context(hardware, ls.problem), options)
             ev, points = evaluators[space.name], top_points(ls, top)
             ev.prefetch(points, ls.problem)
             work.append((path, ls, ev, points))
@@ -77,8 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-samples", type=int, default=300)
     ap.add_argument("--out", type=Path, required=True, help="JSON file with one row per re-measured point")
     args = ap.parse_args(argv)
-    oracle = {"min_samples": args.min_samples, "max_samples": args.max_samples, "ci_target": 0.005}
-    rows = recheck(args.landscapes, args.top, oracle)
+    timing = TimingOptions(min_samples=args.min_samples, max_samples=args.max_samples, ci_target=0.005)
+    rows = recheck(args.landscapes, args.top, OracleOptions(timeout_s=120, timing=timing))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(rows, indent=1))
     return 0

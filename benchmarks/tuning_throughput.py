@@ -56,9 +56,10 @@ def serial_loop(points, problem) -> float:
 
 def evotune_loop(points, problem, space, ctx, workers) -> tuple[float, dict]:
     from evotune.evaluation.gpu import GpuEvaluator
+    from evotune.evaluation.options import OracleOptions
 
     started = time.perf_counter()
-    with GpuEvaluator(space, ctx, workers=workers) as ev:
+    with GpuEvaluator(space, ctx, OracleOptions(workers=workers)) as ev:
         depth = max(1, ev.prefetch_depth)
         for i in range(0, len(points), depth):
             batch = points[i:i + depth]

@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from evotune import hardware as hw
+from evotune.evaluation.options import OracleOptions, TimingOptions
 from evotune.problem import DTYPES, LAYOUTS, Problem
 
-ORACLES = ("replay", "gpu", "cpu")  # cpu: numpy kernels in an isolated process (the fault space's CPU flavour)
+ORACLES = ("replay", "gpu", "cpu")  # cpu: numpy kernels in an isolated process (the tests' fault space)
 
 
 class ExperimentError(ValueError):
@@ -72,7 +73,7 @@ class Experiment:
     plots_dir: Path
     best_path: Path
     description: str = ""
-    oracle_options: dict[str, Any] = field(default_factory=dict)
+    oracle_options: OracleOptions = field(default_factory=OracleOptions)  # gpu and cpu oracles
 
     @property
     def base_dir(self) -> Path:
@@ -80,7 +81,7 @@ class Experiment:
 
 
 # [oracle] keys that set how the GPU oracle samples (see evotune/evaluation/oracle.py)
-TIMING_OPTIONS = ("min_samples", "max_samples", "ci_target")
+TIMING_OPTIONS = tuple(f.name for f in fields(TimingOptions))
 _TOP = {"name", "description", "space", "hardware", "oracle", "problem", "strategy", "budget", "storage", "outputs"}
 
 
@@ -189,22 +190,24 @@ class _Parser:
         return Experiment(self.path, name, spaces, oracle, landscapes, problems, hardware, strategies, budget,
                           storage, plots_dir, best_path, description, options)
 
-    def oracle_options(self, oracle_t: dict[str, Any], oracle: str) -> dict[str, Any]:
-        options = {k: v for k, v in oracle_t.items() if k not in ("kind", "landscapes")}
+    def oracle_options(self, oracle_t: dict[str, Any], oracle: str) -> OracleOptions:
+        given = {k: v for k, v in oracle_t.items() if k not in ("kind", "landscapes")}
         allowed = {"gpu": {"timeout_s", "workers", *TIMING_OPTIONS}, "cpu": {"timeout_s"}}.get(oracle, set())
-        for k in options:
+        for k in given:
             if k not in allowed:
                 raise self.fail(f"oracle.{k}", f"not used with oracle.kind = {oracle!r}")
         for k in ("timeout_s", "ci_target"):
-            self.positive_number(options, k, f"oracle.{k}")
+            if self.positive_number(given, k, f"oracle.{k}") is not None:
+                given[k] = float(given[k])
         for k in ("workers", "min_samples", "max_samples"):
-            self.positive_int(options, k, f"oracle.{k}", minimum=0 if k == "workers" else 1)
-        if options.get("max_samples", 300) < options.get("min_samples", 1):
-            raise self.fail("oracle.max_samples", f"must be at least min_samples ({options['min_samples']})")
-        timing = {k: options.pop(k) for k in TIMING_OPTIONS if k in options}
-        if timing:  # the GPU evaluator hands these to its Oracle
-            options["oracle"] = timing
-        return options
+            self.positive_int(given, k, f"oracle.{k}", minimum=0 if k == "workers" else 1)
+        # only the keys the file sets: the rest take the defaults of options.py
+        timing = TimingOptions(**{k: given.pop(k) for k in TIMING_OPTIONS if k in given})
+        if timing.max_samples < timing.min_samples:
+            if "max_samples" in oracle_t:
+                raise self.fail("oracle.max_samples", f"must be at least min_samples ({timing.min_samples})")
+            raise self.fail("oracle.min_samples", f"must be at most max_samples ({timing.max_samples}, the default)")
+        return OracleOptions(**given, timing=timing)
 
     def landscapes(self, oracle_t: dict[str, Any], oracle: str) -> list[Path]:
         value = oracle_t.get("landscapes")

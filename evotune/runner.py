@@ -110,8 +110,8 @@ def make_evaluator(exp: Experiment, target: Target) -> Evaluator:
     if exp.oracle == "cpu":
         from evotune.evaluation.cpu import CpuEvaluator
 
-        return CpuEvaluator(target.space, target.ctx, **exp.oracle_options)
-    return _gpu_evaluator_class(exp)(target.space, target.ctx, **exp.oracle_options)
+        return CpuEvaluator(target.space, target.ctx, exp.oracle_options)
+    return _gpu_evaluator_class(exp)(target.space, target.ctx, exp.oracle_options)
 
 
 def study_attrs(exp: Experiment, target: Target, strategy: str, seed: int) -> dict:
@@ -218,6 +218,6 @@ def _run_one(exp: Experiment, target: Target, evaluator: Evaluator, storage, str
             bar.update(task, completed=n, best=f"{best:.4g} ms" if best is not None else "-")
 
     # a claim outlives any honest evaluation; a killed worker's claims lapse at once (see claims.py)
-    lease = 3.0 * float(exp.oracle_options.get("timeout_s", 300.0)) if exp.oracle == "gpu" else 120.0
+    lease = 3.0 * exp.oracle_options.timeout_s if exp.oracle in ("gpu", "cpu") else 120.0
     return tune(target.space, target.ctx, evaluator, strat, store, exp.budget, on_trial,
                 claims=make_claims(exp.storage, name, lease))

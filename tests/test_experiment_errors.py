@@ -154,6 +154,10 @@ CASES: list[tuple[str, str, str, dict[str, str | bytes]]] = [
     ("oracle-ci-target-zero", gpu_doc(oracle=GPU + "ci_target = 0\n"), "oracle.ci_target", {}),
     ("oracle-min-samples-zero", gpu_doc(oracle=GPU + "min_samples = 0\n"), "oracle.min_samples", {}),
     ("oracle-max-below-min", gpu_doc(oracle=GPU + "min_samples = 20\nmax_samples = 10\n"), "oracle.max_samples", {}),
+    # one side given: checked against the other's default (min_samples 20, max_samples 300)
+    ("oracle-max-below-default-min", gpu_doc(oracle=GPU + "max_samples = 10\n"), "oracle.max_samples", {}),
+    ("oracle-min-above-default-max", gpu_doc(oracle=GPU + "min_samples = 500\n"), "oracle.min_samples", {}),
+    ("oracle-timeout-with-replay", doc(oracle=REPLAY + "timeout_s = 5\n"), "oracle.timeout_s", {}),
     ("oracle-samples-with-replay", doc(oracle=REPLAY + "min_samples = 5\n"), "oracle.min_samples", {}),
     # -- hardware
     ("hardware-unknown", doc(top='hardware = "H900"\n'), "hardware", {}),

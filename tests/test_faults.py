@@ -1,18 +1,22 @@
 """The tuner survives candidates that crash, abort, hang, run out of memory, fail to build or compute wrongly.
 
-The CPU flavour of ``search_spaces/faults.py`` runs in :class:`evotune.evaluation.cpu.CpuEvaluator`'s
+The CPU flavour of ``tests/spaces/faults.py`` runs in :class:`evotune.evaluation.cpu.CpuEvaluator`'s
 worker process; every fault must end as one stored trial with its status and reason, and the tuning
 process itself must carry on.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from pathlib import Path
 
+import optuna
 import pytest
 from optuna.trial import TrialState
 
 from evotune.evaluation.cpu import CpuEvaluator
+from evotune.evaluation.options import OracleOptions
 from evotune.evaluation.result import Status
 from evotune.experiment import Budget
 from evotune.plugins import load_space
@@ -22,9 +26,11 @@ from evotune.strategies import make_strategy
 from evotune.study import StudyStore
 from evotune.tuner import tune
 
+FAULTS = Path(__file__).parent / "spaces" / "faults.py"  # a test fixture, named by its path
+EXPERIMENT = Path(__file__).parent / "experiments" / "faults_cpu.toml"
 PROBLEM = Problem.gemm(64, 48, 32, "fp32")
 CTX = Context(problem=PROBLEM)
-TIMEOUT_S = 3.0
+OPTIONS = OracleOptions(timeout_s=3.0)
 EXPECTED = {  # mode -> the status its trial must end with
     "ok_fast": {Status.OK}, "ok_slow": {Status.OK}, "abort": {Status.CRASH}, "segfault": {Status.CRASH},
     "hang": {Status.TIMEOUT}, "compile_error": {Status.COMPILE_ERROR}, "wrong": {Status.WRONG_RESULT},
@@ -36,7 +42,7 @@ EXPECTED = {  # mode -> the status its trial must end with
 def space():
     if os.environ.get("EVOTUNE_FAULTS_FLAVOUR", "cpu") != "cpu":
         pytest.skip("EVOTUNE_FAULTS_FLAVOUR selects the GPU flavour")
-    return load_space("faults")
+    return load_space(str(FAULTS))
 
 
 def test_the_space_has_every_fault_once_and_three_correct_sizes(space):
@@ -52,7 +58,7 @@ def test_a_run_over_the_whole_fault_space_completes(space, tmp_path):
     store = StudyStore.open(f"sqlite:///{tmp_path / 'faults.db'}", "faults/exhaustive", space)
     strategy = make_strategy("exhaustive", space, space.feasible(CTX), seed=0)
     parent = os.getpid()
-    with CpuEvaluator(space, CTX, timeout_s=TIMEOUT_S, repeats=3, memory_limit_mb=512) as ev:
+    with CpuEvaluator(space, CTX, OPTIONS, repeats=3, memory_limit_mb=512) as ev:
         result = tune(space, CTX, ev, strategy, store, Budget(trials=100))
         restarts = ev.restarts
     assert os.getpid() == parent  # the tuner process is the one that started
@@ -86,13 +92,13 @@ def test_a_run_over_the_whole_fault_space_completes(space, tmp_path):
     assert lost == 0 and duplicates == 0
 
     # resuming measures nothing again
-    again = tune(space, CTX, CpuEvaluator(space, CTX, timeout_s=TIMEOUT_S), make_strategy(
+    again = tune(space, CTX, CpuEvaluator(space, CTX, OPTIONS), make_strategy(
         "exhaustive", space, space.feasible(CTX), seed=0), store, Budget(trials=100))
     assert again.new_trials == 0 and again.trials == 12
 
 
 def test_the_worker_carries_on_after_each_fault(space):
-    with CpuEvaluator(space, CTX, timeout_s=TIMEOUT_S, memory_limit_mb=512) as ev:
+    with CpuEvaluator(space, CTX, OPTIONS, memory_limit_mb=512) as ev:
         for mode in ("wrong", "compile_error", "oom", "abort"):
             assert ev.evaluate({"mode": mode, "size": 1}, PROBLEM).status.failed
             r = ev.evaluate({"mode": "ok_fast", "size": 2}, PROBLEM)
@@ -103,13 +109,15 @@ def test_the_worker_carries_on_after_each_fault(space):
 def test_a_space_the_worker_cannot_load_is_a_crash_not_an_exception(space, tmp_path):
     path = tmp_path / "flaky_space.py"
     path.write_text(
-        "import multiprocessing\n"
-        "from search_spaces.faults import _make_space\n"
+        "import importlib.util, multiprocessing\n"
         "if multiprocessing.parent_process() is not None:\n"
         "    raise ImportError('not in a worker')\n"
-        "SPACE = _make_space('cpu')\n")
+        f"spec = importlib.util.spec_from_file_location('faults_module', {str(FAULTS)!r})\n"
+        "faults = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(faults)\n"
+        "SPACE = faults._make_space('cpu')  # a space of its own, so the worker loads this file\n")
     flaky = load_space(str(path))
-    with CpuEvaluator(flaky, CTX, timeout_s=TIMEOUT_S) as ev:
+    with CpuEvaluator(flaky, CTX, OPTIONS) as ev:
         r = ev.evaluate({"mode": "ok_fast", "size": 1}, PROBLEM)
     assert r.status is Status.CRASH and "could not load the space" in r.message and "not in a worker" in r.message
 
@@ -129,3 +137,31 @@ def test_a_space_without_build_is_refused():
 
     with pytest.raises(ValueError, match="no build function"):
         CpuEvaluator(SearchSpace("x", [ordinal("a", (1, 2))]), CTX)
+
+
+def test_the_fault_experiment_runs_to_its_end_with_its_oracle_options(space, tmp_path):
+    """The experiment names the space by a path relative to itself; its timeout_s reaches the CPU worker."""
+    from evotune.experiment import load_experiment
+    from evotune.runner import run_experiment
+
+    exp = load_experiment(EXPERIMENT)
+    assert exp.oracle == "cpu" and exp.oracle_options == OracleOptions(timeout_s=10.0)
+    # a shorter timeout than the file's keeps the hang cheap; the storage goes to tmp_path
+    exp = dataclasses.replace(exp, storage=f"sqlite:///{tmp_path / 'faults.db'}",
+                              oracle_options=dataclasses.replace(exp.oracle_options, timeout_s=2.0))
+    (result,) = run_experiment(exp, progress=False)
+    assert result.trials == 12 and result.stopped == "exhausted" and result.best_point["mode"] == "ok_fast"
+    trials = optuna.load_study(study_name=result.study_name, storage=exp.storage).get_trials(deepcopy=False)
+    (hang,) = [t for t in trials if t.params.get("mode") == "hang"]
+    assert hang.user_attrs["status"] == "timeout" and "no answer within 2 s" in hang.user_attrs["message"]
+
+
+def test_the_fault_space_is_not_offered_to_users(monkeypatch, capsys):
+    from evotune import cli
+    from evotune.plugins import builtin_names
+
+    assert "faults" not in builtin_names() and "triton_matmul" in builtin_names()
+    monkeypatch.setenv("COLUMNS", "200")  # one row per space, names unwrapped
+    assert cli.main(["spaces"]) == 0
+    table = capsys.readouterr().out
+    assert "triton_matmul" in table and "faults" not in table

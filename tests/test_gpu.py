@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from evotune.evaluation.options import OracleOptions
 from evotune.evaluation.result import Status
 from evotune.hardware import detect
 from evotune.plugins import load_space
@@ -18,6 +19,7 @@ from evotune.space import Context
 pytestmark = pytest.mark.gpu
 
 FAULTS = str(Path(__file__).parent / "spaces" / "gpu_faults.py")
+FAULT_SPACE = str(Path(__file__).parent / "spaces" / "faults.py")  # both flavours; EVOTUNE_FAULTS_FLAVOUR picks
 PROBLEM = Problem.gemm(1024, 1024, 1024, "bf16")
 
 
@@ -26,7 +28,7 @@ def faults():
     from evotune.evaluation.gpu import GpuEvaluator
 
     space = load_space(FAULTS)
-    ev = GpuEvaluator(space, Context(detect(), PROBLEM), timeout_s=60)
+    ev = GpuEvaluator(space, Context(detect(), PROBLEM), OracleOptions(timeout_s=60))
     yield ev
     ev.close()
 
@@ -61,7 +63,7 @@ def test_a_hanging_kernel_times_out_and_is_isolated():
     from evotune.evaluation.gpu import GpuEvaluator
 
     space = load_space(FAULTS)
-    with GpuEvaluator(space, Context(detect(), PROBLEM), timeout_s=20) as ev:
+    with GpuEvaluator(space, Context(detect(), PROBLEM), OracleOptions(timeout_s=20)) as ev:
         assert ev.evaluate({"mode": "ok"}, PROBLEM).status is Status.OK  # worker warm: CUDA and Triton loaded
         r = ev.evaluate({"mode": "hang"}, PROBLEM)
         assert r.status is Status.TIMEOUT
@@ -127,7 +129,7 @@ def test_second_run_compiles_nothing_and_lookup_returns_a_correct_kernel(tmp_pat
     points = [fs.point(r) for r in range(0, len(fs), max(1, len(fs) // 3))][:3]
     runs = []
     for _ in range(2):
-        with GpuEvaluator(space, ctx, workers=2) as ev:
+        with GpuEvaluator(space, ctx, OracleOptions(workers=2)) as ev:
             ev.prefetch(points, problem)
             results = [ev.evaluate(p, problem) for p in points]
             runs.append((dict(ev.cache_stats), results))
@@ -147,7 +149,7 @@ def test_second_run_compiles_nothing_and_lookup_returns_a_correct_kernel(tmp_pat
 
 
 def test_a_run_over_the_gpu_fault_space_loses_nothing(tmp_path, monkeypatch):
-    """The GPU flavour of search_spaces/faults.py: illegal address, hang, abort, OOM, wrong result, compile error."""
+    """The GPU flavour of tests/spaces/faults.py: illegal address, hang, abort, OOM, wrong result, compile error."""
     from optuna.trial import TrialState
 
     from evotune.evaluation.gpu import GpuEvaluator
@@ -155,14 +157,13 @@ def test_a_run_over_the_gpu_fault_space_loses_nothing(tmp_path, monkeypatch):
     from evotune.strategies import make_strategy
     from evotune.study import StudyStore
     from evotune.tuner import tune
-    from search_spaces.faults import _make_space
 
-    monkeypatch.setenv("EVOTUNE_FAULTS_FLAVOUR", "gpu")  # the worker processes load the same flavour
-    space = _make_space("gpu")
-    space.source = "faults"
+    monkeypatch.setenv("EVOTUNE_FAULTS_FLAVOUR", "gpu")  # this load and the worker processes' take the same flavour
+    space = load_space(FAULT_SPACE)
+    assert space.name == "faults_gpu"
     ctx = Context(detect(), PROBLEM)
     store = StudyStore.open(f"sqlite:///{tmp_path / 'faults.db'}", "faults_gpu/exhaustive", space)
-    with GpuEvaluator(space, ctx, timeout_s=30) as ev:
+    with GpuEvaluator(space, ctx, OracleOptions(timeout_s=30)) as ev:
         result = tune(space, ctx, ev, make_strategy("exhaustive", space, space.feasible(ctx), seed=0), store,
                       Budget(trials=100))
         restarts = ev.restarts

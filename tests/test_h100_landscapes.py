@@ -86,12 +86,13 @@ def test_kernel_quality_report_covers_every_recorded_shape(tmp_path, monkeypatch
 
 
 def test_the_recording_experiments_name_every_listed_shape():
+    from evotune.evaluation.options import TimingOptions
     from evotune.experiment import load_experiment
 
     shapes = {}
     for name in ("int8", "bf16", "fp16_small", "triton"):
         exp = load_experiment(ROOT / "experiments" / f"h100_record_{name}.toml")
-        assert exp.oracle_options["oracle"] == {"min_samples": 10, "max_samples": 60, "ci_target": 0.01}
+        assert exp.oracle_options.timing == TimingOptions(min_samples=10, max_samples=60, ci_target=0.01)
         for space in exp.spaces:
             shapes.setdefault(space, set()).update(p.key for p in exp.problems)
     llama = {(m, n, k) for m in (16, 64, 256, 1024) for n, k in ((4096, 11008), (12288, 4096), (22016, 4096),

@@ -3,7 +3,7 @@
 The CPU twin of :mod:`evotune.evaluation.gpu`, with the same isolation design,
 for spaces whose ``build(point, problem)`` returns a numpy callable
 ``fn(a, b) -> c`` (no GPU, no torch): the fault-injection space
-(``search_spaces/faults.py``) and tests of the tuner's fault handling.
+(``tests/spaces/faults.py``) and tests of the tuner's fault handling.
 
 * The worker is a spawned process that loads the space by name
   (``SearchSpace.source``); nothing of the user's is pickled.
@@ -14,14 +14,14 @@ for spaces whose ``build(point, problem)`` returns a numpy callable
   ``a @ b`` by more than ``TOLERANCE`` (relative Frobenius norm) is
   ``wrong_result``. The worker carries on after each of these.
 * A worker that dies (abort, segfault, killed for memory) is a ``crash`` with
-  its exit code or signal; one that does not answer within ``timeout_s`` is
-  killed and the point is a ``timeout``. Either way a fresh worker takes over.
+  its exit code or signal; one that does not answer within ``options.timeout_s``
+  is killed and the point is a ``timeout``. Either way a fresh worker takes over.
 
 Timing is a median of a few ``time.perf_counter`` runs: only a value to rank by.
 
 Example::
 
-    with CpuEvaluator(load_space("search_spaces/faults.py"), Context(problem=problem), timeout_s=5) as ev:
+    with CpuEvaluator(load_space("tests/spaces/faults.py"), Context(problem=problem), OracleOptions(timeout_s=5)) as ev:
         ev.evaluate({"mode": "ok_fast", "size": 1}, problem).status   # Status.OK
 """
 
@@ -33,6 +33,7 @@ from typing import Any
 
 from evotune.evaluation.base import Evaluator
 from evotune.evaluation.isolation import WorkerProcess, serve
+from evotune.evaluation.options import OracleOptions
 from evotune.evaluation.result import EvalResult
 from evotune.problem import Problem
 from evotune.space import Context, Point, SearchSpace
@@ -44,12 +45,13 @@ MEMORY_LIMIT_MB = 2048  # address space the worker may add to what it holds once
 class CpuEvaluator(Evaluator):
     kind = "cpu"
 
-    def __init__(self, space: SearchSpace, ctx: Context, timeout_s: float = 60.0, repeats: int = 5,
-                 memory_limit_mb: int = MEMORY_LIMIT_MB, startup_timeout_s: float = 120.0):
+    def __init__(self, space: SearchSpace, ctx: Context, options: OracleOptions | None = None,
+                 repeats: int = 5, memory_limit_mb: int = MEMORY_LIMIT_MB, startup_timeout_s: float = 120.0):
         if not space.source or space.build is None:
             raise ValueError(f"space {space.name!r} cannot run on the CPU: it has no build function")
-        self.space, self.ctx = space, ctx
-        self.timeout_s, self.startup_timeout_s = float(timeout_s), float(startup_timeout_s)
+        options = options or OracleOptions()
+        self.space, self.ctx, self.options = space, ctx, options
+        self.timeout_s, self.startup_timeout_s = float(options.timeout_s), float(startup_timeout_s)
         self.repeats, self.memory_limit_mb = max(1, int(repeats)), int(memory_limit_mb)
         self._worker = WorkerProcess(_worker_main, (self.space.source, self.memory_limit_mb), "CPU worker",
                                      self.timeout_s, self.startup_timeout_s)

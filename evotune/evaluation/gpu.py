@@ -8,8 +8,8 @@ context (an illegal address), or hangs, fails only its own trial:
   worker carries on;
 * an error that poisons the CUDA context makes the worker report ``crash``
   and exit; a worker that dies without a word (segfault, abort) is a
-  ``crash`` too; one that does not answer within ``timeout_s`` is killed and
-  the point is a ``timeout``. Either way a fresh worker takes over.
+  ``crash`` too; one that does not answer within ``options.timeout_s`` is
+  killed and the point is a ``timeout``. Either way a fresh worker takes over.
 
 Compiling overlaps timing: when the space can ``precompile`` (fill its
 on-disk kernel cache without launching), a pool of compile processes, sized
@@ -19,11 +19,12 @@ the GPU worker then loads them from the cache. A compile process that dies
 fails only the point it was compiling.
 
 Spaces are loaded in each process by name (``SearchSpace.source``), so
-nothing of the user's is pickled.
+nothing of the user's is pickled; the worker gets ``options.timing``, how its
+oracle samples.
 
 Example::
 
-    with GpuEvaluator(space, Context(get_hardware("auto"), problem)) as ev:
+    with GpuEvaluator(space, Context(get_hardware("auto"), problem), OracleOptions(timeout_s=60)) as ev:
         ev.evaluate(point, problem).time_ms
 """
 
@@ -38,6 +39,7 @@ from typing import Any
 
 from evotune.evaluation.base import Evaluator
 from evotune.evaluation.isolation import WorkerProcess, serve
+from evotune.evaluation.options import OracleOptions, TimingOptions
 from evotune.evaluation.result import EvalResult
 from evotune.problem import Problem
 from evotune.space import Context, Point, SearchSpace
@@ -48,18 +50,19 @@ KEEP_KERNELS = 64  # built kernels a GPU worker keeps, most recently used first
 class GpuEvaluator(Evaluator):
     kind = "gpu"
 
-    def __init__(self, space: SearchSpace, ctx: Context, timeout_s: float = 300.0, workers: int | None = None,
-                 oracle: dict[str, Any] | None = None):
+    def __init__(self, space: SearchSpace, ctx: Context, options: OracleOptions | None = None):
         if not space.source or space.build is None:
             raise ValueError(f"space {space.name!r} cannot run on a GPU: it has no build function")
-        self.space, self.ctx, self.timeout_s = space, ctx, float(timeout_s)
-        self.oracle_options = dict(oracle or {})
+        options = options or OracleOptions()
+        self.space, self.ctx, self.options = space, ctx, options
+        self.timeout_s = float(options.timeout_s)
         self._mp = mp.get_context("spawn")  # the compile pool too: never fork a process that may hold CUDA
-        self._worker = WorkerProcess(_worker_main, (self.space.source, self.oracle_options), "GPU worker",
+        self._worker = WorkerProcess(_worker_main, (self.space.source, options.timing), "GPU worker",
                                      self.timeout_s)
         self._seed = 0
         self.cache_stats: dict[str, int] = {}  # compiled-kernel cache: hit / miss / memory -> count
-        self.workers = (default_workers() if workers is None else int(workers)) if space.precompile else 0
+        workers = default_workers() if options.workers is None else options.workers
+        self.workers = workers if space.precompile else 0
         self.prefetch_depth = max(1, self.workers)
         self._pool: Any = None
         self._compiling: dict[tuple[str, str], Any] = {}  # (problem key, point key) -> future of its precompile
@@ -164,22 +167,22 @@ def _precompile(space_source: str, point: Point, problem: dict[str, Any]) -> tup
 
 
 # -- inside the worker process ----------------------------------------------
-def _worker_main(conn: Any, space_source: str, oracle_options: dict[str, Any]) -> None:
+def _worker_main(conn: Any, space_source: str, timing: TimingOptions) -> None:
     from evotune.evaluation.kernel_cache import cache_root
 
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     os.environ.setdefault("TRITON_CACHE_DIR", str(cache_root() / "triton"))  # before triton is imported
     # a reply marked fatal (a CUDA context a candidate broke) ends this process; the parent starts another
-    serve(conn, lambda: _Worker(space_source, oracle_options))
+    serve(conn, lambda: _Worker(space_source, timing))
 
 
 class _Worker:
-    def __init__(self, space_source: str, oracle_options: dict[str, Any]):
+    def __init__(self, space_source: str, timing: TimingOptions):
         from evotune.evaluation.oracle import Oracle
         from evotune.plugins import load_space
 
         self.space = load_space(space_source)
-        self.oracle = Oracle(**oracle_options)
+        self.oracle = Oracle(timing)
         # (problem key, point key) -> built kernel, the most recent few: a built kernel may hold device
         # buffers, and a recording builds thousands (spaces keep their own cheaper caches of binaries)
         self.kernels: OrderedDict[tuple[str, str], Any] = OrderedDict()

@@ -9,8 +9,8 @@ Method (see benchmarks/RESULTS.md for what it measured):
    sample reads its inputs from HBM as a real layer would;
 4. one sample = CUDA events recorded right before and after one launch;
 5. take samples in batches until the 95% confidence interval of the median
-   (distribution-free, from order statistics) is within ``ci_target`` of it,
-   or ``max_samples`` / ``max_seconds`` is reached;
+   (distribution-free, from order statistics) is within ``timing.ci_target``
+   of it, or ``timing.max_samples`` / ``max_seconds`` is reached;
 6. drop outliers outside Tukey's fences (1.5 IQR) for the summary; keep every
    sample in the record.
 
@@ -31,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from evotune.evaluation.options import TimingOptions
 
 
 @dataclass
@@ -66,14 +68,15 @@ def summarize(samples: list[float]) -> tuple[float, tuple[float, float], int]:
 class Oracle:
     """Times a zero-argument callable that launches GPU work on the current torch stream."""
 
-    def __init__(self, *, warmup: int = 3, min_samples: int = 20, max_samples: int = 300, batch: int = 20,
-                 ci_target: float = 0.01, max_seconds: float = 15.0, use_graph: bool = True, flush_l2: bool = True):
+    def __init__(self, timing: TimingOptions | None = None, *, warmup: int = 3, batch: int = 20,
+                 max_seconds: float = 15.0, use_graph: bool = True, flush_l2: bool = True):
         import torch
 
         self.torch = torch
-        self.warmup, self.min_samples, self.max_samples = warmup, min_samples, max_samples
-        self.batch = min(batch, min_samples)  # a first batch larger than asked for would waste samples
-        self.ci_target, self.max_seconds, self.use_graph = ci_target, max_seconds, use_graph
+        timing = timing or TimingOptions()
+        self.warmup, self.min_samples, self.max_samples = warmup, timing.min_samples, timing.max_samples
+        self.batch = min(batch, timing.min_samples)  # a first batch larger than asked for would waste samples
+        self.ci_target, self.max_seconds, self.use_graph = timing.ci_target, max_seconds, use_graph
         self._flush = None
         if flush_l2:
             l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 * 2**20)

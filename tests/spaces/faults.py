@@ -1,5 +1,8 @@
 """A search space whose points misbehave on purpose: for testing that the tuner survives them.
 
+A test fixture, not a space for users: experiments and tests name it by its
+path (``tests/experiments/faults_cpu.toml`` has ``space = "../spaces/faults.py"``).
+
 ``mode`` picks the behaviour and ``size`` (1, 2, 3) gives the correct modes
 several points with different times; the faulty modes exist at ``size = 1``
 only (a named constraint prunes the rest), so the space has 12 feasible points:
@@ -29,14 +32,14 @@ inherits it, so it loads the same flavour):
   the machine.
 * ``gpu``: :func:`gpu_build` returns ``fn(a, b, c)`` for
   :class:`evotune.evaluation.gpu.GpuEvaluator`, delegating to the Triton
-  kernels of ``tests/spaces/gpu_faults.py`` (``ok``, ``wrong``, ``crash``: an
+  kernels of ``gpu_faults.py`` beside this file (``ok``, ``wrong``, ``crash``: an
   illegal address, ``hang``, ``compile``); ``abort`` aborts the host process and
   ``oom`` allocates GPU memory until torch raises OutOfMemoryError.
 
 Example::
 
     from evotune.plugins import load_space
-    space = load_space("faults")
+    space = load_space("tests/spaces/faults.py")
     len(space.feasible(Context()))   # 12
 """
 
@@ -119,11 +122,11 @@ def _exhaust_memory(a: Any, b: Any) -> Any:
 # -- the GPU flavour: fn(a, b, c) on CUDA tensors ----------------------------------
 GPU_MODES = {"ok_fast": "ok", "ok_slow": "ok", "wrong": "wrong", "segfault": "crash", "hang": "hang",
              "compile_error": "compile"}
-GPU_FAULTS = Path(__file__).resolve().parents[1] / "tests" / "spaces" / "gpu_faults.py"
+GPU_FAULTS = Path(__file__).resolve().parent / "gpu_faults.py"
 
 
 def gpu_build(point: Point, problem: Problem):
-    """What ``tests/spaces/gpu_faults.py`` builds for the same fault (``segfault`` is its illegal address).
+    """What ``gpu_faults.py`` builds for the same fault (``segfault`` is its illegal address).
 
     Not exercised without a GPU: ``tests/test_gpu.py`` covers the delegated modes.
     """
@@ -139,8 +142,6 @@ def gpu_build(point: Point, problem: Problem):
         return oom
     from evotune.plugins import load_space
 
-    if not GPU_FAULTS.is_file():
-        raise RuntimeError(f"the GPU flavour needs {GPU_FAULTS} (a source checkout of evotune)")
     return load_space(str(GPU_FAULTS)).build({"mode": GPU_MODES[mode]}, problem)
 
 

@@ -1,0 +1,36 @@
+"""Options of the measuring oracles (``gpu`` and ``cpu``): one typed object from the experiment file to the worker.
+
+The experiment parser builds an :class:`OracleOptions` from the ``[oracle]``
+table and checks it there, where errors can name the file and the field;
+the evaluator reads ``timeout_s`` and ``workers``, and hands ``timing`` to the
+GPU worker process (both classes are frozen and picklable), whose
+:class:`evotune.evaluation.oracle.Oracle` samples by it. Every default is
+written here and nowhere else.
+
+Example::
+
+    OracleOptions(timeout_s=60, timing=TimingOptions(min_samples=10, max_samples=60))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class TimingOptions:
+    """How the GPU oracle samples one kernel: at least ``min_samples`` timed launches and at most
+    ``max_samples``, stopping once the 95% CI of the median is within ``ci_target`` of it."""
+
+    min_samples: int = 20
+    max_samples: int = 300
+    ci_target: float = 0.01
+
+
+@dataclass(frozen=True)
+class OracleOptions:
+    """What a measuring evaluator needs from the ``[oracle]`` table."""
+
+    timeout_s: float = 300.0  # a candidate that takes longer is killed and marked timeout
+    workers: int | None = None  # gpu: compile processes; None: sized by cores and memory (gpu.default_workers)
+    timing: TimingOptions = field(default_factory=TimingOptions)
