@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from evotune import hardware as hw
-from evotune.evaluation.options import OracleOptions, TimingOptions
+from evotune.evaluation.options import ConfirmOptions, OracleOptions, TimingOptions
 from evotune.problem import DTYPES, LAYOUTS, Problem
 
 ORACLES = ("replay", "gpu", "cpu")  # cpu: numpy kernels in an isolated process (the tests' fault space)
@@ -82,6 +82,8 @@ class Experiment:
 
 # [oracle] keys that set how the GPU oracle samples (see evotune/evaluation/oracle.py)
 TIMING_OPTIONS = tuple(f.name for f in fields(TimingOptions))
+# [oracle] keys of the confirmation stage -> ConfirmOptions fields
+CONFIRM_OPTIONS = {"confirm_top": "top_k", "confirm_ci": "ci_target"}
 _TOP = {"name", "description", "space", "hardware", "oracle", "problem", "strategy", "budget", "storage", "outputs"}
 
 
@@ -162,7 +164,8 @@ class _Parser:
         if not isinstance(description, str):
             raise self.fail("description", f"must be a string, got {description!r}")
         spaces = self.space_names(raw.get("space"))
-        oracle_t = self.table(raw, "oracle", {"kind", "landscapes", "timeout_s", "workers", *TIMING_OPTIONS}, "")
+        oracle_t = self.table(raw, "oracle", {"kind", "landscapes", "timeout_s", "workers", *TIMING_OPTIONS,
+                                              *CONFIRM_OPTIONS}, "")
         oracle = self.string(oracle_t, "kind", "oracle.kind", default="replay")
         if oracle not in ORACLES:
             raise self.fail("oracle.kind", f"unknown oracle {oracle!r}; accepted: {', '.join(ORACLES)}")
@@ -192,22 +195,24 @@ class _Parser:
 
     def oracle_options(self, oracle_t: dict[str, Any], oracle: str) -> OracleOptions:
         given = {k: v for k, v in oracle_t.items() if k not in ("kind", "landscapes")}
-        allowed = {"gpu": {"timeout_s", "workers", *TIMING_OPTIONS}, "cpu": {"timeout_s"}}.get(oracle, set())
+        allowed = {"gpu": {"timeout_s", "workers", *TIMING_OPTIONS, *CONFIRM_OPTIONS},
+                   "cpu": {"timeout_s"}}.get(oracle, set())
         for k in given:
             if k not in allowed:
                 raise self.fail(f"oracle.{k}", f"not used with oracle.kind = {oracle!r}")
-        for k in ("timeout_s", "ci_target"):
+        for k in ("timeout_s", "ci_target", "confirm_ci"):
             if self.positive_number(given, k, f"oracle.{k}") is not None:
                 given[k] = float(given[k])
-        for k in ("workers", "min_samples", "max_samples"):
-            self.positive_int(given, k, f"oracle.{k}", minimum=0 if k == "workers" else 1)
+        for k in ("workers", "min_samples", "max_samples", "confirm_top"):
+            self.positive_int(given, k, f"oracle.{k}", minimum=0 if k in ("workers", "confirm_top") else 1)
+        confirm = ConfirmOptions(**{field: given.pop(key) for key, field in CONFIRM_OPTIONS.items() if key in given})
         # only the keys the file sets: the rest take the defaults of options.py
         timing = TimingOptions(**{k: given.pop(k) for k in TIMING_OPTIONS if k in given})
         if timing.max_samples < timing.min_samples:
             if "max_samples" in oracle_t:
                 raise self.fail("oracle.max_samples", f"must be at least min_samples ({timing.min_samples})")
             raise self.fail("oracle.min_samples", f"must be at most max_samples ({timing.max_samples}, the default)")
-        return OracleOptions(**given, timing=timing)
+        return OracleOptions(**given, timing=timing, confirm=confirm)
 
     def landscapes(self, oracle_t: dict[str, Any], oracle: str) -> list[Path]:
         value = oracle_t.get("landscapes")

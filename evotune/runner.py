@@ -9,6 +9,7 @@ Example::
 
 from __future__ import annotations
 
+import datetime as _dt
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -168,6 +169,7 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
                     for seed in spec.seeds:
                         results.append(_run_one(exp, target, evaluator, storage, spec.name, seed, spec.options, bar,
                                                 draw_seed))
+                confirm_target(exp, target, evaluator, storage, console)
             finally:
                 evaluator.close()
             summary = cache_summary(evaluator)
@@ -188,6 +190,33 @@ def measure_baselines(exp: Experiment, target: Target, evaluator: Evaluator) -> 
     if exp.oracle == "gpu":
         target.device = evaluator.device_info()
         target.baselines = evaluator.baselines(target.problem)
+
+
+def confirm_target(exp: Experiment, target: Target, evaluator: Evaluator, storage: optuna.storages.BaseStorage,
+                   console: Console) -> dict | None:
+    """The confirmation stage for one problem and space: its best configurations over every study of the
+    experiment, re-timed beside the baselines; the record is kept in each of those studies."""
+    if not evaluator.confirms or exp.oracle_options.confirm.top_k <= 0:
+        return None
+    names = [study_name(exp, target, spec.name, seed) for spec in exp.strategies for seed in spec.seeds]
+    best: dict[str, tuple[float, dict]] = {}
+    for name in names:
+        store = StudyStore.open(storage, name, target.space)
+        for r in store.history():
+            if r.value is not None and (r.key not in best or r.value < best[r.key][0]):
+                best[r.key] = (r.value, r.point)
+    top = sorted(best.values(), key=lambda t: t[0])[:exp.oracle_options.confirm.top_k]
+    record = evaluator.confirm([p for _, p in top], target.problem, [t for t, _ in top])
+    if record is None:
+        return None
+    record["date"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    for name in names:
+        StudyStore.open(storage, name, target.space, {"confirmation": record})
+    if "error" in record:
+        console.print(f"  [yellow]confirmation of {target.problem.key} failed:[/] {record['error']}")
+    for warning in record.get("warnings", []):
+        console.print(f"  [yellow]{target.problem.key}:[/] {warning}")
+    return record
 
 
 def cache_summary(evaluator: Evaluator) -> str:

@@ -32,21 +32,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from evotune.evaluation.options import ConfirmOptions
 from evotune.evaluation.oracle import summarize
-
-
-@dataclass(frozen=True)
-class ConfirmOptions:
-    """How the confirmation stage runs; ``top_k = 0`` turns it off."""
-
-    top_k: int = 5  # best configurations re-timed beside the baselines
-    ci_target: float = 0.005  # stop once every median's 95% CI is within this fraction of it
-    per_round: int = 10  # samples per item per round
-    min_rounds: int = 3
-    max_rounds: int = 60
-    max_seconds: float = 120.0  # wall time for the rounds, after the warm-up
-    warmup_s: float = 1.0  # work before the first round, to bring the clocks up
-    drift: float = 0.03  # relative change that is reported (start vs end, confirmed vs search)
 
 
 @dataclass

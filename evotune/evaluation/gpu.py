@@ -49,6 +49,7 @@ KEEP_KERNELS = 64  # built kernels a GPU worker keeps, most recently used first
 
 class GpuEvaluator(Evaluator):
     kind = "gpu"
+    confirms = True
 
     def __init__(self, space: SearchSpace, ctx: Context, options: OracleOptions | None = None):
         if not space.source or space.build is None:
@@ -59,6 +60,7 @@ class GpuEvaluator(Evaluator):
         self._mp = mp.get_context("spawn")  # the compile pool too: never fork a process that may hold CUDA
         self._worker = WorkerProcess(_worker_main, (self.space.source, options.timing), "GPU worker",
                                      self.timeout_s)
+        self._worker.spawn()  # its imports and CUDA start-up overlap the first compiles
         self._seed = 0
         self.cache_stats: dict[str, int] = {}  # compiled-kernel cache: hit / miss / memory -> count
         workers = default_workers() if options.workers is None else options.workers
@@ -132,6 +134,22 @@ class GpuEvaluator(Evaluator):
     def device_info(self) -> dict[str, Any]:
         return self._worker.call(("info",)).get("info", {})
 
+    def confirm(self, points: list[Point], problem: Problem, search_ms: list[float]) -> dict[str, Any] | None:
+        """Re-time ``points`` (the best of a search, with the times it measured) and every baseline,
+        interleaved in one GPU worker (see :mod:`evotune.evaluation.confirm`); the stage's record.
+
+        The record's ``items`` are keyed by each point's key and by each baseline's name; ``configs``
+        maps each point's key to its parameters. None when the stage is off.
+        """
+        opts = self.options.confirm
+        if opts.top_k <= 0 or not points:
+            return None
+        budget = opts.max_seconds + opts.warmup_s + self.timeout_s * (len(points) + 1)
+        reply = self._worker.call(("confirm", points, problem.to_dict(), search_ms, opts), timeout_s=budget)
+        if reply.get("status") != "ok":
+            return {"error": reply.get("message", reply.get("status"))}
+        return reply["confirmation"]
+
 
 def default_workers() -> int:
     """Compile processes for this machine: cores less two (the tuner and the GPU worker), about 1.5 GB each."""
@@ -139,7 +157,7 @@ def default_workers() -> int:
         mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES") / 2**30
     except (ValueError, OSError):
         mem_gb = 8.0
-    return max(0, min((os.cpu_count() or 2) - 2, int(mem_gb / 1.5), 8))
+    return max(0, min((os.cpu_count() or 2) - 2, int(mem_gb / 1.5)))
 
 
 def _pool_init() -> None:
@@ -203,6 +221,8 @@ class _Worker:
             return reply
         if kind == "baselines":
             return {"status": "ok", "baselines": self.baselines(Problem.from_dict(message[1]))}
+        if kind == "confirm":
+            return self.confirm(message[1], Problem.from_dict(message[2]), message[3], message[4])
         if kind == "info":
             info = device_info()
             info["copy_gbps"] = self.oracle.copy_bandwidth_gbps()
@@ -230,22 +250,14 @@ class _Worker:
 
         from evotune.evaluation.gemm import make_inputs, poison, verify
 
-        key = (problem.key, self.space.key(point))
-        compile_s = 0.0
-        kernel = self.kernels.get(key)
-        if kernel is not None:
-            self.kernels.move_to_end(key)
-        else:
-            started = time.perf_counter()
-            try:
-                kernel = self.space.build(point, problem)
-            except Exception as exc:
-                return self._failure("compile_error", exc, time.perf_counter() - started)
-            compile_s = time.perf_counter() - started
-            self.kernels[key] = kernel
-            if len(self.kernels) > KEEP_KERNELS:
-                self.kernels.popitem(last=False)
+        kept = (problem.key, self.space.key(point)) in self.kernels
+        started = time.perf_counter()
+        kernel = self._kernel(point, problem)
+        if isinstance(kernel, dict):
+            return kernel
+        compile_s = 0.0 if kept else time.perf_counter() - started
         stage = "verify"
+        checked = time.perf_counter()
         try:
             a, b, c = make_inputs(problem, seed=seed)  # fresh data for every check
             kernel(a, b, c)
@@ -255,12 +267,15 @@ class _Worker:
             if not ok:
                 return {"status": "wrong_result", "error": err, "message": why, "compile_s": compile_s}
             stage = "time"
+            verify_s = time.perf_counter() - checked
             a, b, c = self._inputs(problem)
             poison(c)
             timing = self.oracle.time(lambda: kernel(a, b, c))
         except Exception as exc:
             return self._failure("runtime_error", exc, 0.0, compile_s, stage)
-        extra: dict[str, Any] = {"ci95_ms": list(timing.ci95_ms), "graph": timing.graph, "trimmed": timing.trimmed}
+        # what the point cost beside compiling: verification and timing (preparing the graph included)
+        extra: dict[str, Any] = {"ci95_ms": list(timing.ci95_ms), "graph": timing.graph, "trimmed": timing.trimmed,
+                                 "verify_s": verify_s}
         if timing.notes:
             extra["notes"] = timing.notes
         hit = getattr(kernel, "cache_hit", None)  # set by builds that use the on-disk kernel cache
@@ -284,6 +299,78 @@ class _Worker:
         if _context_poisoned():
             reply.update(status="crash", fatal=True)
         return reply
+
+    def confirm(self, points: list[Point], problem: Problem, search_ms: list[float], opts: Any) -> dict[str, Any]:
+        """The confirmation stage in this worker: every point and baseline prepared once (verified on fresh
+        data first), the GPU warmed up, then interleaved rounds of samples until the medians are tight."""
+        import time as _time
+
+        import torch
+
+        from evotune.evaluation.confirm import confirm_rounds
+        from evotune.evaluation.gemm import baselines, make_inputs, verify
+
+        launches: dict[str, Any] = {}
+        configs: dict[str, Point] = {}
+        search: dict[str, float] = {}
+        skipped: dict[str, str] = {}
+        a, b, c = self._inputs(problem)
+        for point, ms in zip(points, search_ms, strict=True):
+            name = self.space.key(point)
+            reply_or_kernel = self._kernel(point, problem)
+            if isinstance(reply_or_kernel, dict):
+                skipped[name] = reply_or_kernel.get("message", "could not be built")
+                continue
+            kernel = reply_or_kernel
+            try:
+                fa, fb, fc = make_inputs(problem, seed=4242)
+                kernel(fa, fb, fc)
+                torch.cuda.synchronize()
+                ok, _, why = verify(problem, fa, fb, fc)
+                del fa, fb, fc
+                if ok:
+                    launches[name], _ = self.oracle.prepare(lambda kernel=kernel: kernel(a, b, c))
+            except Exception as exc:  # it ran in the search; if it fails now, it is left out, not trusted
+                ok, why = False, f"{type(exc).__name__}: {exc}"[:500]
+            if not ok:
+                skipped[name] = why
+                continue
+            configs[name], search[name] = point, float(ms)
+        for name, fn in baselines(problem).items():
+            try:
+                launches[name], _ = self.oracle.prepare(lambda fn=fn: fn(a, b, c))
+            except Exception as exc:  # a baseline the library does not support for this shape
+                skipped[name] = f"{type(exc).__name__}: {exc}"[:500]
+        names = list(launches)
+
+        def warm(seconds: float) -> None:
+            until = _time.perf_counter() + seconds
+            while _time.perf_counter() < until:
+                for n in names:
+                    launches[n]()
+                torch.cuda.synchronize()
+
+        result = confirm_rounds(names, lambda n, k: self.oracle.sample(launches[n], k), opts, search, warm)
+        doc = result.to_dict()
+        doc.update(configs=configs, baselines=[n for n in names if n not in configs], skipped=skipped)
+        return {"status": "ok", "confirmation": doc}
+
+    def _kernel(self, point: Point, problem: Problem) -> Any:
+        """The built kernel of ``point`` (kept, or built now), or a failure reply when it cannot be built."""
+        key = (problem.key, self.space.key(point))
+        kernel = self.kernels.get(key)
+        if kernel is not None:
+            self.kernels.move_to_end(key)
+            return kernel
+        started = time.perf_counter()
+        try:
+            kernel = self.space.build(point, problem)
+        except Exception as exc:
+            return self._failure("compile_error", exc, time.perf_counter() - started)
+        self.kernels[key] = kernel
+        if len(self.kernels) > KEEP_KERNELS:
+            self.kernels.popitem(last=False)
+        return kernel
 
     def baselines(self, problem: Problem) -> dict[str, dict[str, Any]]:
         from evotune.evaluation.gemm import baselines, make_inputs, verify

@@ -38,17 +38,27 @@ class WorkerProcess:
         self._proc: Any = None
         self._conn: Any = None
         self.restarts = 0  # workers replaced after a crash or a timeout
+        self._ready = False
 
-    def _start(self) -> Reply | None:
-        """Start a worker unless one is alive; a failure reply when it cannot start, else None."""
+    def spawn(self) -> None:
+        """Start a worker process unless one is alive, without waiting for it: its imports and CUDA
+        start-up then overlap whatever the parent does next (compiling, say)."""
         if self._proc is not None and self._proc.is_alive():
-            return None
+            return
         self._proc = self._conn = None
+        self._ready = False
         parent, child = self._mp.Pipe()
         proc = self._mp.Process(target=self.target, args=(child, *self.args), daemon=True)
         proc.start()
         child.close()
         self._proc, self._conn = proc, parent
+
+    def _start(self) -> Reply | None:
+        """Start a worker unless one is alive and wait until it is ready; a failure reply when it cannot start."""
+        self.spawn()
+        if self._ready:
+            return None
+        parent = self._conn
         if not parent.poll(self.startup_timeout_s):
             self.kill()
             return {"status": "crash",
@@ -61,6 +71,7 @@ class WorkerProcess:
             self.kill()
             return {"status": "crash",
                     "message": f"the {self.name} could not load the space: {ready.get('message')}"}
+        self._ready = True
         return None
 
     def kill(self) -> None:
@@ -80,8 +91,12 @@ class WorkerProcess:
             reply["bench_s"] = time.perf_counter() - started
         return reply
 
-    def call(self, message: tuple) -> Reply:
-        """Send one request; the worker's reply, or a crash / timeout reply when it could not give one."""
+    def call(self, message: tuple, timeout_s: float | None = None) -> Reply:
+        """Send one request; the worker's reply, or a crash / timeout reply when it could not give one.
+
+        ``timeout_s`` replaces the worker's own limit for this request (one that does more than one point's work).
+        """
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
         failed = self._start()
         if failed is not None:
             return failed
@@ -91,9 +106,9 @@ class WorkerProcess:
         except (BrokenPipeError, OSError):
             self.kill()
             return {"status": "crash", "message": f"the {self.name} was gone before the request"}
-        if not self._conn.poll(self.timeout_s):
+        if not self._conn.poll(timeout_s):
             self.kill()
-            return {"status": "timeout", "message": f"no answer within {self.timeout_s:g} s; worker killed",
+            return {"status": "timeout", "message": f"no answer within {timeout_s:g} s; worker killed",
                     "bench_s": time.perf_counter() - started}
         try:
             reply = self._conn.recv()

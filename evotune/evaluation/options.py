@@ -9,7 +9,8 @@ written here and nowhere else.
 
 Example::
 
-    OracleOptions(timeout_s=60, timing=TimingOptions(min_samples=10, max_samples=60))
+    OracleOptions(timeout_s=60, timing=TimingOptions(min_samples=10, max_samples=60),
+                  confirm=ConfirmOptions(top_k=3))
 """
 
 from __future__ import annotations
@@ -28,9 +29,24 @@ class TimingOptions:
 
 
 @dataclass(frozen=True)
+class ConfirmOptions:
+    """How the confirmation stage runs; ``top_k = 0`` turns it off."""
+
+    top_k: int = 5  # best configurations re-timed beside the baselines
+    ci_target: float = 0.005  # stop once every median's 95% CI is within this fraction of it
+    per_round: int = 10  # samples per item per round
+    min_rounds: int = 3
+    max_rounds: int = 60
+    max_seconds: float = 120.0  # wall time for the rounds, after the warm-up
+    warmup_s: float = 1.0  # work before the first round, to bring the clocks up
+    drift: float = 0.03  # relative change that is reported (start vs end, confirmed vs search)
+
+
+@dataclass(frozen=True)
 class OracleOptions:
     """What a measuring evaluator needs from the ``[oracle]`` table."""
 
     timeout_s: float = 300.0  # a candidate that takes longer is killed and marked timeout
     workers: int | None = None  # gpu: compile processes; None: sized by cores and memory (gpu.default_workers)
     timing: TimingOptions = field(default_factory=TimingOptions)
+    confirm: ConfirmOptions = field(default_factory=ConfirmOptions)  # gpu: the confirmation stage after a search

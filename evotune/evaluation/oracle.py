@@ -99,9 +99,9 @@ class Oracle:
             torch.cuda.synchronize()
             return None
 
-    def time(self, fn: Callable[[], object]) -> Timing:
+    def prepare(self, fn: Callable[[], object]) -> tuple[Callable[[], object], bool]:
+        """Warm ``fn`` up and capture it in a CUDA graph when it can be: (the launch to time, whether a graph)."""
         torch = self.torch
-        started = time.perf_counter()
         for _ in range(self.warmup):
             fn()
         torch.cuda.synchronize()
@@ -110,19 +110,29 @@ class Oracle:
         launch = launch or fn
         launch()
         torch.cuda.synchronize()
+        return launch, graph
+
+    def sample(self, launch: Callable[[], object], n: int) -> list[float]:
+        """``n`` samples (ms) of a prepared launch, each its own pair of CUDA events after a cold L2."""
+        torch = self.torch
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        for s, e in zip(starts, ends, strict=True):
+            if self._flush is not None:
+                self._flush.zero_()
+            s.record()
+            launch()
+            e.record()
+        torch.cuda.synchronize()
+        return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+
+    def time(self, fn: Callable[[], object]) -> Timing:
+        started = time.perf_counter()
+        launch, graph = self.prepare(fn)
         samples: list[float] = []
         notes = []
         while True:
-            starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.batch)]
-            ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.batch)]
-            for s, e in zip(starts, ends, strict=True):
-                if self._flush is not None:
-                    self._flush.zero_()
-                s.record()
-                launch()
-                e.record()
-            torch.cuda.synchronize()
-            samples += [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+            samples += self.sample(launch, self.batch)
             if len(samples) < self.min_samples:
                 continue
             med, ci, _ = summarize(samples)
