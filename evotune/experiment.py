@@ -277,10 +277,19 @@ class _Parser:
     def check_space(self, space: str) -> None:
         if space == "landscape":
             return
-        from evotune.plugins import SpaceLoadError, SpaceNotFound, builtin_names, entry_point_names, load_space
+        from evotune.plugins import (
+            SpaceInvalid,
+            SpaceLoadError,
+            SpaceNotFound,
+            builtin_names,
+            entry_point_names,
+            load_space,
+        )
 
         try:
             load_space(space, self.path.parent)
+        except SpaceInvalid as exc:
+            raise self.fail("space", str(exc)) from None
         except SpaceLoadError as exc:
             raise self.fail("space", f"cannot load {space!r}: {exc}") from None
         except SpaceNotFound:

@@ -34,6 +34,10 @@ class SpaceLoadError(SpaceNotFound):
     """The space's module was found but raised while loading."""
 
 
+class SpaceInvalid(SpaceLoadError):
+    """The space's module loaded, but its ``SPACE`` is missing or not a :class:`SearchSpace`."""
+
+
 def builtin_names() -> list[str]:
     import search_spaces
 
@@ -76,13 +80,19 @@ def _from_file(name: str, base_dir: Path | None) -> SearchSpace:
                 spec.loader.exec_module(module)
             except Exception as exc:  # the user's code: any error is theirs to see, in one line
                 raise SpaceLoadError(f"{path}: {type(exc).__name__}: {exc}".replace("\n", " ")) from exc
-            return _space_of(module, str(path))
+            return _space_of(module, name, source=str(path))
     raise SpaceNotFound(name)
 
 
-def _space_of(module: object, name: str) -> SearchSpace:
-    space = getattr(module, "SPACE", None)
+def _space_of(module: object, name: str, source: str | None = None) -> SearchSpace:
+    """The module's ``SPACE``; ``name`` is how the user named it (in errors), ``source`` how workers load it."""
+    if not hasattr(module, "SPACE"):
+        raise SpaceInvalid(f"{name} defines no SPACE; it must define SPACE = evotune.space.SearchSpace(...)")
+    space = module.SPACE
     if not isinstance(space, SearchSpace):
-        raise SpaceNotFound(f"{name} (its module defines no SPACE = SearchSpace(...))")
-    space.source = space.source or name
+        kind = type(space).__name__
+        shown = repr(space) if len(repr(space)) <= 40 else repr(space)[:37] + "..."
+        raise SpaceInvalid(f"{name} defines SPACE = {shown} ({'an' if kind[0] in 'aeiou' else 'a'} {kind}), "
+                           "not an evotune.space.SearchSpace")
+    space.source = space.source or source or name
     return space

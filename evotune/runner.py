@@ -84,10 +84,16 @@ def targets(exp: Experiment) -> list[Target]:
 
 
 def preflight(exp: Experiment, resolved: list[Target]) -> None:
-    """Build each strategy once, so that a bad option fails before any storage is touched."""
+    """Check what the evaluator needs and build each strategy once, so that a space that cannot run or a
+    bad option fails before any storage is touched."""
     if exp.oracle == "gpu":
         _gpu_evaluator_class(exp)
     for target in resolved:
+        if exp.oracle != "replay" and target.space.build is None:
+            # the CPU and GPU evaluators build every point with it, in a worker that loads the space by source
+            raise ExperimentError(exp.path, "space", f"{target.space.source or target.space.name} defines SPACE "
+                                  f"without build(point, problem), which oracle.kind = {exp.oracle!r} needs to "
+                                  "run a point")
         for spec in exp.strategies:
             try:
                 make_strategy(spec.name, target.space, target.space.feasible(target.ctx), seed=spec.seed,

@@ -19,14 +19,13 @@ from dataclasses import dataclass, field
 
 from evotune.claims import Claims, NoClaims
 from evotune.evaluation.base import Evaluator
-from evotune.evaluation.result import Status
+from evotune.evaluation.result import EvalResult, Status
 from evotune.experiment import Budget
 from evotune.space import Context, Point, SearchSpace
 from evotune.strategies.base import Strategy
 from evotune.study import StudyStore
 
 OnTrial = Callable[[int, float | None], None]  # (trials so far, best so far)
-NEAR_BUDGET = 8  # within this many trials of the budget, re-read the study before each point
 
 
 @dataclass
@@ -50,81 +49,136 @@ def tune(space: SearchSpace, ctx: Context, evaluator: Evaluator, strategy: Strat
     With ``claims``, several workers (processes or hosts) can run this loop on the
     same study: each claims a point before measuring it, reads the others' trials
     back every ``sync_s`` seconds and tells them to its strategy (so a GA's
-    generations mix every worker's children), and counts their points in flight
-    against the budget.
+    generations mix every worker's children), and the claims keep the trials
+    budget for all of them together (see :mod:`evotune.claims`).
     """
     assert ctx.problem is not None, "tune() needs a problem in its context"
     claims = claims or NoClaims(store.study.study_name, 0.0)
-    state = _State()
-    history = store.history()
-    strategy.warm_start([(r.point, r.value) for r in history])
-    for r in history:
-        state.add(r.number, r.key, r.point, r.value, r.clock_s)
-    simulated = evaluator.kind == "replay"
-    if on_trial:
-        on_trial(state.trials, state.best_ms)
+    return _Run(space, ctx, evaluator, strategy, store, budget, on_trial, claims, sync_s).run()
 
-    def sync() -> None:
-        fresh = [r for r in store.history() if r.number not in state.numbers]
-        strategy.tell([(r.point, r.value) for r in fresh])
-        for r in fresh:
-            state.add(r.number, r.key, r.point, r.value, r.clock_s)
-        state.synced = time.monotonic()
 
-    def counted() -> int:
-        """Finished trials plus the points other live workers hold (their finished ones included)."""
-        state.in_flight = len(claims.active() - state.done)
-        return state.trials + state.in_flight
+class _Run:
+    """One call of :func:`tune`. ``run`` reads in the order things happen: resume, then for each point
+    sync, check the budget, take the next point, claim it, measure it, record it."""
 
-    # Evaluators that compile ahead (a pool) get a batch of proposals to start on; the rest get one.
-    depth = evaluator.prefetch_depth
-    queue: list[Point] = []
-    while True:
-        if claims.shared and time.monotonic() - state.synced > sync_s:
-            sync()
-        count = counted()
-        if claims.shared and budget.trials is not None and count >= budget.trials - NEAR_BUDGET:
-            sync()  # close to the end, look at the study itself before every point: others may have finished
-            count = counted()
-        stopped = _stop_reason(budget, count, state.clock, state.since_best)
-        if stopped:
-            break
-        if not queue:
-            queue = strategy.ask(depth)
-            if not queue:
+    def __init__(self, space: SearchSpace, ctx: Context, evaluator: Evaluator, strategy: Strategy,
+                 store: StudyStore, budget: Budget, on_trial: OnTrial | None, claims: Claims, sync_s: float):
+        self.space, self.ctx, self.evaluator, self.strategy = space, ctx, evaluator, strategy
+        self.store, self.budget, self.on_trial, self.claims, self.sync_s = store, budget, on_trial, claims, sync_s
+        self.state = _State()
+        self.simulated = evaluator.kind == "replay"  # the clock adds recorded costs instead of wall time
+        self.queue: list[Point] = []  # proposals asked for and not yet taken
+
+    def run(self) -> TuneResult:
+        self.resume()
+        while True:
+            stopped = self.stop_reason()
+            if stopped:
+                break
+            point = self.next_point()
+            if point is None:
                 stopped = "exhausted"
                 break
-            if depth > 1:
-                evaluator.prefetch(queue, ctx.problem)
-        point = queue.pop(0)
-        key = space.key(point)
-        if key in state.done or space.check(point, ctx) is not None:
-            # strategies never hand these out; if one ever did, it must cost nothing and teach nothing wrong
-            strategy.tell([(point, None)])
-            continue
-        claimed = claims.claim(key)
+            claimed = self.claim(point)
+            if claimed == "full":
+                self.sync()  # the study's own count, for the result
+                stopped = "trials"
+                break
+            if not claimed:
+                continue  # another worker has it; its result reaches the strategy at the next sync
+            measured = self.measure(point)
+            self.record(point, *measured)
+        s = self.state
+        return TuneResult(self.store.study.study_name, s.trials, s.new, s.best_point, s.best_ms, s.clock,
+                          stopped, s.failures, s.skipped)
+
+    def resume(self) -> None:
+        """Take in what the study holds: told to the strategy, counted, never measured again."""
+        history = self.store.history()
+        self.strategy.warm_start([(r.point, r.value) for r in history])
+        for r in history:
+            self.state.add(r.number, r.key, r.point, r.value, r.clock_s)
+        self.claims.begin(self.state.done)
+        self.report()
+
+    def sync(self) -> set[str]:
+        """Tell the strategy the trials other workers stored since the last look; the keys of all stored trials."""
+        fresh = [r for r in self.store.history() if r.number not in self.state.numbers]
+        self.strategy.tell([(r.point, r.value) for r in fresh])
+        for r in fresh:
+            self.state.add(r.number, r.key, r.point, r.value, r.clock_s)
+        self.state.synced = time.monotonic()
+        return self.state.done
+
+    def stop_reason(self) -> str | None:
+        """Why to stop before the next point, as far as this worker knows (the claim has the last word on trials)."""
+        if self.claims.shared and time.monotonic() - self.state.synced > self.sync_s:
+            self.sync()
+        s = self.state
+        return _stop_reason(self.budget, s.trials, s.clock, s.since_best)
+
+    def next_point(self) -> Point | None:
+        """The strategy's next proposal that is feasible and not stored yet; None when it has nothing left.
+
+        Evaluators that compile ahead (a pool) get a batch of proposals to start on; the rest get one.
+        """
+        depth = self.evaluator.prefetch_depth
+        while True:
+            if not self.queue:
+                self.queue = self.strategy.ask(depth)
+                if not self.queue:
+                    return None
+                if depth > 1:
+                    self.evaluator.prefetch(self.queue, self.ctx.problem)
+            point = self.queue.pop(0)
+            if self.space.key(point) in self.state.done or self.space.check(point, self.ctx) is not None:
+                # strategies never hand these out; if one ever did, it must cost nothing and teach nothing wrong
+                self.strategy.tell([(point, None)])
+                continue
+            return point
+
+    def claim(self, point: Point) -> str:
+        """Claim ``point`` within the budget: "new" or "takeover" to measure it, "" to leave it, "full" to stop."""
+        key = self.space.key(point)
+        claimed = self.claims.claim(key, self.budget.trials, self.state.done, self.sync)
         if claimed == "takeover":
-            sync()  # its last owner is gone: it may have finished the point after our last look
-        if not claimed or key in state.done:
-            continue  # another worker has it; its result reaches the strategy at the next sync
+            self.sync()  # its last owner is gone: it may have stored the point after our last look
+        if claimed in ("new", "takeover") and key in self.state.done:
+            self.claims.finish(key)  # stored after all: it counts, and nobody measures it again
+            return ""
+        return claimed
+
+    def measure(self, point: Point) -> tuple[EvalResult, float]:
+        """The evaluator's result and the wall seconds it took; an interrupted evaluation gives its claim back."""
         started = time.perf_counter()
-        result = evaluator.evaluate(point, ctx.problem)
-        elapsed = time.perf_counter() - started
+        try:
+            result = self.evaluator.evaluate(point, self.ctx.problem)
+        except BaseException:
+            self.claims.release(self.space.key(point))
+            raise
+        return result, time.perf_counter() - started
+
+    def record(self, point: Point, result: EvalResult, elapsed: float) -> None:
+        """Store the trial, mark its claim done, then tell the strategy: the study hears first."""
+        key, s = self.space.key(point), self.state
         if result.status is Status.INFEASIBLE:
-            state.skipped += 1
-            strategy.tell([(point, None)])
-            continue
-        clock = state.clock + (result.cost_s if simulated else elapsed)
-        number = store.record(point, result, clock)
-        strategy.tell([(point, result.value)])
-        state.add(number, key, point, result.value, clock)
-        state.new += 1
+            s.skipped += 1
+            self.claims.finish(key, counted=False)
+            self.strategy.tell([(point, None)])
+            return
+        clock = s.clock + (result.cost_s if self.simulated else elapsed)
+        number = self.store.record(point, result, clock)
+        self.claims.finish(key)
+        self.strategy.tell([(point, result.value)])
+        s.add(number, key, point, result.value, clock)
+        s.new += 1
         if result.status.failed:
-            state.failures[result.status.value] = state.failures.get(result.status.value, 0) + 1
-        if on_trial:
-            on_trial(state.trials, state.best_ms)
-    return TuneResult(store.study.study_name, state.trials, state.new, state.best_point, state.best_ms, state.clock,
-                      stopped, state.failures, state.skipped)
+            s.failures[result.status.value] = s.failures.get(result.status.value, 0) + 1
+        self.report()
+
+    def report(self) -> None:
+        if self.on_trial:
+            self.on_trial(self.state.trials, self.state.best_ms)
 
 
 @dataclass
@@ -140,7 +194,6 @@ class _State:
     since_best: int = 0
     new: int = 0
     skipped: int = 0
-    in_flight: int = 0  # points other workers hold claims on and have not finished
     synced: float = field(default_factory=time.monotonic)
     failures: dict[str, int] = field(default_factory=dict)
 

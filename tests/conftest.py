@@ -13,7 +13,7 @@ GEMM = LANDSCAPES / "gemm_RTX_2080_Ti.evotune.json.gz"  # evotune format
 
 
 def replay_experiment(path: Path, *, name: str, url: str, trials: int, strategy: str = "ga",
-                      seed: int = 0, options: str = "", extra: str = "") -> Path:
+                      seed: int = 0, repeats: int = 1, options: str = "", extra: str = "") -> Path:
     """Write a replay experiment over the shipped pnpoly landscape (Kernel Tuner format, with failures)."""
     path.write_text(f"""
 name = "{name}"
@@ -24,6 +24,7 @@ landscapes = ["{PNPOLY}"]
 [strategy]
 name = "{strategy}"
 seed = {seed}
+repeats = {repeats}
 {f"options = {{ {options} }}" if options else ""}
 [budget]
 trials = {trials}

@@ -1,4 +1,4 @@
-"""The ``default`` strategy on the shipped GEMM landscape: budget, no repeats, feasibility, seeds, ask() time."""
+"""The ``default`` strategy on the shipped GEMM landscape: budget, no repeats, feasibility, seeds."""
 
 from __future__ import annotations
 
@@ -73,31 +73,24 @@ def test_options_are_checked(gemm):
         make_strategy("default", space, fs, ctx=ctx, screened=0.5)  # an option of the earlier default
 
 
-def test_ask_overhead_at_400_evaluations(gemm):
-    """ask() once 390 points are told (told directly: a full 400-evaluation run is too slow for the suite).
-
-    The figure for issue #5 comes from benchmarks/strategies.py (single-threaded BLAS, whole runs).
-    """
+def test_ask_after_390_evaluations_hands_out_fresh_feasible_points(gemm):
+    """ask() once 390 points are told (told directly: a full 400-evaluation run is too slow for the suite)
+    still hands out fresh feasible points; its time is benchmarks/ask_overhead.py's to measure."""
     space, fs, row_times, ctx = gemm
     s = make_strategy("default", space, fs, seed=0, ctx=ctx)
     rng = np.random.default_rng(0)
-    for row in rng.choice(len(fs), size=389, replace=False):
+    told = {int(r) for r in rng.choice(len(fs), size=390, replace=False)}
+    for row in told:
         t = float(row_times[row])
-        s.tell([(fs.point(int(row)), None if math.isnan(t) else t)])
-    (p,) = s.ask(1)  # untimed: the first ask imports scipy (~0.5 s once per process)
-    t = float(row_times[fs.row(p)])
-    s.tell([(p, None if math.isnan(t) else t)])
-    spent = []
+        s.tell([(fs.point(row), None if math.isnan(t) else t)])
     for _ in range(10):
-        t0 = time.perf_counter()
         (p,) = s.ask(1)
-        spent.append(time.perf_counter() - t0)
-        t = float(row_times[fs.row(p)])
+        row = fs.row(p)
+        assert row is not None and row not in told and space.check(p, ctx) is None
+        told.add(row)
+        t = float(row_times[row])
         s.tell([(p, None if math.isnan(t) else t)])
-    ask_ms = 1e3 * sum(spent) / len(spent)
-    print(f"default: mean ask() {ask_ms:.1f} ms at 390..399 evaluations")
     assert s.remaining == len(fs) - 400
-    assert ask_ms < 200.0  # the target is < 50 ms; generous here so a loaded CI machine does not flake
 
 
 def test_local_steps_stay_one_parameter_from_the_best_then_two(gemm):

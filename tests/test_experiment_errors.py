@@ -30,6 +30,9 @@ STORAGE = '[storage]\nurl = "sqlite:///@DB@"\n'
 OUTPUTS = '[outputs]\nplots = "@TMP@/plots"\nbest = "@TMP@/best.json"\n'
 GPU = '[oracle]\nkind = "gpu"\n'
 PROBLEM = '[[problem]]\nm = 1024\nn = 1024\nk = 1024\ndtype = "bf16"\n'
+CPU = '[oracle]\nkind = "cpu"\n'
+CPU_PROBLEM = '[[problem]]\nm = 64\nn = 64\nk = 64\ndtype = "fp32"\n'
+NO_BUILD = 'from evotune.space import SearchSpace, ordinal\nSPACE = SearchSpace("nobuild", [ordinal("x", (1, 2))])\n'
 _DEFAULT = object()
 
 
@@ -78,6 +81,10 @@ CASES: list[tuple[str, str, str, dict[str, str | bytes]]] = [
      {"broken.py": "raise RuntimeError('boom')\n"}),
     ("space-py-syntax-error", doc(space='space = "syntax.py"\n'), "space", {"syntax.py": "def (:\n"}),
     ("space-does-not-match-landscape", doc(space='space = "triton_matmul"\n'), "space", {}),
+    ("space-py-SPACE-not-a-SearchSpace", doc(space='space = "int.py"\n'), "space", {"int.py": "SPACE = 42\n"}),
+    # the CPU oracle builds every point with the space's build(): found out before the storage is opened
+    ("space-py-without-build-on-cpu", doc(space='space = "nobuild.py"\n', oracle=CPU, problem=CPU_PROBLEM), "space",
+     {"nobuild.py": NO_BUILD}),
     ("space-landscape-with-gpu-oracle", gpu_doc(space=SPACE), "space", {}),
     # -- budget
     ("budget-misspelled-trails", doc(budget="[budget]\ntrails = 5\n"), "budget.trails", {}),
@@ -270,6 +277,21 @@ def test_hardware_auto_without_a_gpu(tmp_path, monkeypatch, capsys):
 def test_gpu_oracle_without_the_gpu_evaluator(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     _assert_refused(tmp_path, capsys, gpu_doc(), "oracle.kind", {})
+
+@pytest.mark.parametrize(("content", "says"), [
+    ("SPACE = 42\n", "x.py defines SPACE = 42 (an int), not an evotune.space.SearchSpace"),
+    ("SPACE = 'gemm'\n", "x.py defines SPACE = 'gemm' (a str), not an evotune.space.SearchSpace"),
+    ("X = 1\n", "x.py defines no SPACE; it must define SPACE = evotune.space.SearchSpace(...)"),
+])
+def test_a_space_file_is_told_what_is_wrong_with_its_SPACE(tmp_path, monkeypatch, capsys, content, says):
+    """Not "unknown space": the file was found and loaded, and what it defines is the problem."""
+    monkeypatch.chdir(tmp_path)
+    path, _ = _write_case(tmp_path, doc(space='space = "x.py"\n'), {"x.py": content})
+    assert cli.main(["run", str(path), "--no-progress", "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    _check_line(err, path, "space")
+    assert says in err
+
 
 def test_file_does_not_exist(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
