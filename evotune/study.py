@@ -46,6 +46,62 @@ def sqlite_url(path: str | Path) -> str:
     return f"sqlite:///{path}"
 
 
+def record_storage_url(url: str) -> str:
+    """Where ``evotune record`` keeps its studies, derived from the experiment's storage ``url``.
+
+    Recording is kept out of the storage that ``best``, ``plot`` and the dashboard read, so
+    that its exhaustive study is never counted, drawn or listed as a tuning result. A file
+    gets a sibling (``runs/NAME.db`` -> ``runs/NAME_record.db``, ``journal:runs/NAME.journal``
+    -> ``journal:runs/NAME_record.journal``); a database server gets a database of its own on
+    the same server (``postgresql://host/evotune`` -> ``postgresql://host/evotune_record``),
+    which :func:`create_database` makes when it is missing.
+    """
+    for prefix in ("journal:", "sqlite:///"):
+        if url.startswith(prefix):
+            path = url.removeprefix(prefix)
+            if path in ("", ":memory:"):
+                return url  # nothing on disk to share: a private in-memory database already
+            p = Path(path)
+            return f"{prefix}{p.with_name(f'{p.stem}_record{p.suffix}')}"
+    import sqlalchemy
+
+    parsed = sqlalchemy.engine.make_url(url)
+    return parsed.set(database=f"{parsed.database or 'optuna'}_record").render_as_string(hide_password=False)
+
+
+def create_database(url: str) -> None:
+    """Create the database of a server ``url`` (PostgreSQL, MySQL) when it does not exist yet.
+
+    Files (sqlite, journal) are created on first use and need nothing. On a server the
+    database is made through the server's maintenance database, with the same credentials;
+    a user without the right to create databases gets the driver's error.
+    """
+    if url.startswith(("journal:", "sqlite:")):
+        return
+    import sqlalchemy
+
+    parsed = sqlalchemy.engine.make_url(url)
+    name = parsed.database
+    if not name:
+        return
+    postgres = parsed.get_backend_name() == "postgresql"
+    admin = parsed.set(database="postgres" if postgres else None)
+    engine = sqlalchemy.create_engine(admin, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            if postgres:
+                exists = conn.execute(sqlalchemy.text("SELECT 1 FROM pg_database WHERE datname = :n"),
+                                      {"n": name}).first()
+                if not exists:
+                    quoted = name.replace('"', '""')
+                    conn.execute(sqlalchemy.text(f'CREATE DATABASE "{quoted}"'))
+            else:
+                quoted = name.replace("`", "``")
+                conn.execute(sqlalchemy.text(f"CREATE DATABASE IF NOT EXISTS `{quoted}`"))
+    finally:
+        engine.dispose()
+
+
 def make_storage(url: str) -> optuna.storages.BaseStorage:
     """An Optuna storage for ``url``: RDB URLs (sqlite, postgresql, ...) or ``journal:PATH``."""
     if url.startswith("journal:"):
