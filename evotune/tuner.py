@@ -13,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+import datetime as _dt
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -107,7 +108,7 @@ def tune(space: SearchSpace, ctx: Context, evaluator: Evaluator, strategy: Strat
             sync()  # its last owner is gone: it may have finished the point after our last look
         if not claimed or key in state.done:
             continue  # another worker has it; its result reaches the strategy at the next sync
-        started = time.perf_counter()
+        began, started = _dt.datetime.now(), time.perf_counter()
         result = evaluator.evaluate(point, ctx.problem)
         elapsed = time.perf_counter() - started
         if result.status is Status.INFEASIBLE:
@@ -115,7 +116,7 @@ def tune(space: SearchSpace, ctx: Context, evaluator: Evaluator, strategy: Strat
             strategy.tell([(point, None)])
             continue
         clock = state.clock + (result.cost_s if simulated else elapsed)
-        number = store.record(point, result, clock)
+        number = store.record(point, result, clock, started=began, wall_s=elapsed)
         strategy.tell([(point, result.value)])
         state.add(number, key, point, result.value, clock)
         state.new += 1
