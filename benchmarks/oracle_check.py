@@ -10,8 +10,8 @@ median of do_bench / oracle, and the same against the times in the landscape.
 
 Usage (on the GPU machine, with the gpu extra)::
 
-    python benchmarks/oracle_check.py experiments/landscapes/h100/cute_hopper_gemm_gemm_bf16_tn_4096x4096x4096.json.gz \\
-        --top 50 --random 50 --out runs/oracle_check.json
+    python benchmarks/oracle_check.py --top 50 --random 50 --out runs/oracle_check.json \\
+        experiments/landscapes/h100/cute_hopper_gemm_gemm_bf16_tn_4096x4096x4096.json.gz
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ def check(path: Path, top: int, random: int, seed: int, workers: int) -> list[di
     from triton.testing import do_bench
 
     from evotune.evaluation.gemm import make_inputs, poison, verify
+    from evotune.evaluation.options import TimingOptions
     from evotune.evaluation.oracle import Oracle
     from evotune.plugins import load_space
 
@@ -74,14 +75,14 @@ def check(path: Path, top: int, random: int, seed: int, workers: int) -> list[di
         with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
             list(pool.map(_precompile, [space.source] * len(chosen), [p for _, p in chosen],
                           [problem.to_dict()] * len(chosen)))
-    oracle = Oracle(min_samples=50, max_samples=300, ci_target=0.005)
+    oracle = Oracle(TimingOptions(min_samples=50, max_samples=300, ci_target=0.005))
     rows = []
     for i, (group, point) in enumerate(chosen):
         kernel = space.build(point, problem)
         a, b, c = make_inputs(problem, seed=100 + i)
         kernel(a, b, c)
         torch.cuda.synchronize()
-        ok, err, why = verify(problem, a, b, c)
+        ok, _, why = verify(problem, a, b, c)
         if not ok:
             rows.append({"group": group, "point": point, "error": why})
             continue

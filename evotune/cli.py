@@ -268,7 +268,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     except CompareError as exc:
         raise UsageError(str(exc)) from None
     _console().print(summary_table(result.summary))
-    print(KT_CAVEAT)
+    if any(name.startswith("kt:") for name in args.strategy):  # the caveat is about Kernel Tuner's strategies
+        print(KT_CAVEAT)
     for path in result.files:
         print(path)
     return 0

@@ -74,6 +74,7 @@ class Experiment:
     best_path: Path
     description: str = ""
     oracle_options: OracleOptions = field(default_factory=OracleOptions)  # gpu and cpu oracles
+    record_storage: str = ""  # where `evotune record` keeps its studies: never the tuning storage
 
     @property
     def base_dir(self) -> Path:
@@ -181,17 +182,33 @@ class _Parser:
             self.check_space(space)
         strategies = self.strategies(raw.get("strategy"))
         budget = self.budget()
-        storage_t = self.table(raw, "storage", {"url"}, "")
-        storage = self.string(storage_t, "url", "storage.url", default=f"sqlite:///runs/{name}.db")
-        if not (storage.startswith(("sqlite:///", "postgresql", "mysql", "journal:"))):
-            raise self.fail("storage.url", f"unsupported URL {storage!r}; accepted: sqlite:///PATH, "
-                                           "postgresql://..., mysql://..., journal:PATH")
+        storage_t = self.table(raw, "storage", {"url", "record_url"}, "")
+        storage = self.storage_url(storage_t, "url", f"sqlite:///runs/{name}.db")
+        record_storage = self.storage_url(storage_t, "record_url", self.derived_record_url(storage))
+        if record_storage == storage and not storage.endswith(":memory:"):
+            raise self.fail("storage.record_url", "must differ from storage.url: recording is kept apart "
+                                                  "from the tuning results that best, plot and dashboard read")
         outputs = self.table(raw, "outputs", {"plots", "best"}, "")
         plots_dir = Path(self.string(outputs, "plots", "outputs.plots", default="plots"))
         best_path = Path(self.string(outputs, "best", "outputs.best", default=f"runs/{name}_best.json"))
         options = self.oracle_options(oracle_t, oracle)
         return Experiment(self.path, name, spaces, oracle, landscapes, problems, hardware, strategies, budget,
-                          storage, plots_dir, best_path, description, options)
+                          storage, plots_dir, best_path, description, options, record_storage)
+
+    def derived_record_url(self, storage: str) -> str:
+        from evotune.study import record_storage_url  # optuna and sqlalchemy: only once the rest is checked
+
+        try:
+            return record_storage_url(storage)
+        except Exception as exc:  # sqlalchemy's URL parser: any error is a bad URL
+            raise self.fail("storage.url", f"cannot read {storage!r} as a database URL: {exc}") from None
+
+    def storage_url(self, storage_t: dict[str, Any], key: str, default: str) -> str:
+        url = self.string(storage_t, key, f"storage.{key}", default=default)
+        if not (url.startswith(("sqlite:///", "postgresql", "mysql", "journal:"))):
+            raise self.fail(f"storage.{key}", f"unsupported URL {url!r}; accepted: sqlite:///PATH, "
+                                              "postgresql://..., mysql://..., journal:PATH")
+        return url
 
     def oracle_options(self, oracle_t: dict[str, Any], oracle: str) -> OracleOptions:
         given = {k: v for k, v in oracle_t.items() if k not in ("kind", "landscapes")}

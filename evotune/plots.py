@@ -4,6 +4,12 @@
   and against the tuning clock, one curve per strategy, the median over its
   seeds with the inter-quartile band. When the landscape's optimum is known,
   the y axis is the fraction of the optimum reached (1.0 = the optimum).
+  Every point of a curve is taken over all of its seeds: a seed with no valid
+  result yet at that x (not started yet on the tuning clock, or only failures
+  so far) counts as having found nothing, a fraction of 0 (or, without a known
+  optimum, an infinitely slow time, which is not drawn). So the median never
+  falls as x grows, as a best-so-far must not; a median over only the seeds
+  that have started would jump down when a slower seed starts.
 * ``<experiment>_<problem>_params.png``: for each parameter, how the measured
   points spread per choice (relative to the best point seen).
 
@@ -14,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import textwrap
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass
@@ -25,6 +32,7 @@ matplotlib.use("Agg")  # files only: no display is needed or wanted
 import matplotlib.pyplot as plt
 import numpy as np
 import optuna
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from optuna.trial import TrialState
 
 from evotune.study import make_storage
@@ -69,7 +77,12 @@ def load_runs(storage: str | optuna.storages.BaseStorage, experiment: str | None
     return [groups[k] for k in sorted(groups)]
 
 
-def _band(curves: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _band(curves: list[np.ndarray], missing: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """25th, 50th and 75th percentiles over ``curves`` at each x; shorter curves keep their last value.
+
+    With ``missing``, a NaN (no result yet) counts as that value, so every x is taken over every
+    curve; infinite percentiles come back as NaN (not drawn). Without it, NaNs are left out.
+    """
     n = max(len(c) for c in curves)
     m = np.full((len(curves), n), np.nan)
     for i, c in enumerate(curves):
@@ -77,8 +90,12 @@ def _band(curves: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]
         if len(c):
             m[i, len(c):] = c[-1]  # a finished run keeps its best
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-nan columns before a first success
-        return tuple(np.nanpercentile(m, q, axis=0) for q in (25, 50, 75))  # type: ignore[return-value]
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-nan columns; inf - inf while interpolating
+        if missing is None:
+            return tuple(np.nanpercentile(m, q, axis=0) for q in (25, 50, 75))  # type: ignore[return-value]
+        m[np.isnan(m)] = missing
+        out = [np.percentile(m, q, axis=0) for q in (25, 50, 75)]
+    return tuple(np.where(np.isfinite(b), b, np.nan) for b in out)  # type: ignore[return-value]
 
 
 def plot_convergence(runs: ProblemRuns, path: str | Path) -> Path:
@@ -91,10 +108,12 @@ def plot_convergence(runs: ProblemRuns, path: str | Path) -> Path:
     def y(values: np.ndarray) -> np.ndarray:
         return opt / values if opt else values
 
+    nothing = 0.0 if opt else np.inf  # what a seed without a valid result yet has found (see the module docstring)
+
     fig, (ax_e, ax_t) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
     for i, (strategy, curves) in enumerate(sorted(by_strategy.items())):
         color = f"C{i}"
-        lo, med, hi = _band([y(c.values) for c in curves])
+        lo, med, hi = _band([y(c.values) for c in curves], nothing)
         x = np.arange(1, len(med) + 1)
         label = f"{strategy} ({len(curves)} seed{'s' if len(curves) > 1 else ''})"
         ax_e.plot(x, med, color=color, label=label)
@@ -106,7 +125,7 @@ def plot_convergence(runs: ProblemRuns, path: str | Path) -> Path:
             idx = np.searchsorted(c.clock, grid, side="right") - 1
             vals = np.where(idx >= 0, y(c.values)[np.clip(idx, 0, None)], np.nan) if len(c.values) else grid * np.nan
             on_grid.append(vals)
-        glo, gmed, ghi = _band(on_grid)
+        glo, gmed, ghi = _band(on_grid, nothing)
         ax_t.plot(grid, gmed, color=color, label=label)
         ax_t.fill_between(grid, glo, ghi, color=color, alpha=0.2, linewidth=0)
     ylabel = "fraction of optimum reached (1 = best in landscape)" if opt else "best time so far (ms, lower is better)"
@@ -163,9 +182,37 @@ def _sort_key(v: object) -> tuple[int, object]:
 def _save(fig: plt.Figure, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if _fit_titles(fig):
+        fig.tight_layout()  # make room for the extra lines
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _fit_titles(fig: plt.Figure) -> bool:
+    """Wrap the figure's and the axes' titles that would be cut off at the figure's edges; whether any was."""
+    canvas = fig.canvas if hasattr(fig.canvas, "get_renderer") else FigureCanvasAgg(fig)  # a Figure made without pyplot
+    renderer = canvas.get_renderer()
+    width = fig.bbox.width
+    margin = 0.01 * width  # text extents differ a little between resolutions: keep clear of the edge
+    titles = [*fig.texts, *(ax.title for ax in fig.axes)]  # fig.texts holds the suptitle
+    wrapped = False
+    for title in titles:
+        text = title.get_text()
+        if not text:
+            continue
+        for _ in range(8):  # each pass narrows the lines; a handful is plenty for any title
+            box = title.get_window_extent(renderer)
+            if box.x0 >= margin and box.x1 <= width - margin:
+                break
+            # the room on the title's narrower side of its anchor, twice, is what a centred line may use
+            centre = (box.x0 + box.x1) / 2
+            room = 2 * (min(centre, width - centre) - margin) * 0.95
+            longest = max(len(line) for line in title.get_text().splitlines())
+            chars = max(10, int(longest * room / box.width))
+            title.set_text(textwrap.fill(text, chars, break_on_hyphens=False))
+            wrapped = True
+    return wrapped
 
 
 def plot_experiment(storage: str | optuna.storages.BaseStorage, experiment: str | None,

@@ -77,12 +77,15 @@ class Problem:
         return DTYPES[self.dtype]["out_bytes"]
 
     @property
-    def flops(self) -> int:
-        return 2 * self.m * self.n * self.k
+    def flops(self) -> int | None:
+        """Floating-point (int8: integer) operations of a GEMM; None for a recorded kernel, whose count is unknown."""
+        return 2 * self.m * self.n * self.k if self.kind == "gemm" else None
 
     @property
-    def min_bytes(self) -> int:
-        """The fewest bytes a GEMM must move: each input read once, the output written once."""
+    def min_bytes(self) -> int | None:
+        """The fewest bytes a GEMM must move: each input read once, the output written once (None if not a GEMM)."""
+        if self.kind != "gemm":
+            return None
         return (self.m * self.k + self.n * self.k) * self.in_bytes + self.m * self.n * self.out_bytes
 
     def k_major(self, operand: str) -> bool:
@@ -98,8 +101,16 @@ class Problem:
         return Problem("gemm", r(self.m), r(self.n), r(self.k), self.dtype, self.layout)
 
     def to_dict(self) -> dict[str, Any]:
+        """The problem as JSON holds it (study attributes, landscapes, ``best`` exports).
+
+        A recorded kernel that is not a GEMM (a Kernel Tuner file's) is known by its kernel name
+        and problem size only: it is written as ``kind``, ``label`` and ``extra``, with no GEMM
+        shape, dtype or layout that would describe it as something it is not.
+        """
         d = asdict(self)
         d["extra"] = dict(self.extra)
+        if self.kind != "gemm":
+            d = {"kind": self.kind, "label": self.label, "extra": d["extra"]}
         return d
 
     @classmethod

@@ -16,6 +16,17 @@ and not measured again. So a piece may run on a fresh machine that has only
 the repository; each piece's date, device and baselines are kept in the
 file's ``pieces`` list.
 
+The recording studies live in a storage of their own, ``storage.record_url``
+(default: derived from ``storage.url``, e.g. ``runs/NAME.db`` ->
+``runs/NAME_record.db``; see :func:`evotune.study.record_storage_url`), never in
+the storage that ``best``, ``plot`` and the dashboard read: an exhaustive
+recording is not a tuning result, and counting it as one would swell the trial
+counts and draw a curve nobody asked for.
+
+Landscape files are named ``SPACE_PROBLEM.json.gz`` with every character that
+some file system refuses (``:`` of ``landscape:NAME`` spaces, ``/``, ``\\``, ...)
+replaced by ``_``, so the files can be copied to any OS.
+
 On a GPU one evaluator (one GPU worker) serves every problem of a space, so a
 kernel whose binary does not depend on the shape is loaded once for them all.
 
@@ -43,20 +54,19 @@ from evotune.evaluation.landscape import (
     write_landscape,
 )
 from evotune.evaluation.result import EvalResult
-from evotune.experiment import Budget, Experiment
+from evotune.experiment import Budget, Experiment, ExperimentError
 from evotune.runner import (
     Target,
     cache_summary,
     make_evaluator,
     measure_baselines,
-    open_storage,
     preflight,
     study_attrs,
     study_name,
     targets,
 )
 from evotune.strategies import make_strategy
-from evotune.study import StudyStore
+from evotune.study import StudyStore, create_database, make_storage
 from evotune.tuner import tune
 
 WRITE_EVERY_S = 60.0  # rewrite the landscape file this often while a problem is being recorded
@@ -64,14 +74,22 @@ MAX_SAMPLES = 8  # per point in the written landscape: keeps shipped files small
 
 
 def landscape_path(out_dir: Path, target: Target) -> Path:
-    return out_dir / f"{target.space.name}_{target.problem.key}.json.gz"
+    """Where the landscape of ``target`` is written: a name every OS accepts."""
+    return out_dir / f"{safe_filename(f'{target.space.name}_{target.problem.key}')}.json.gz"
+
+
+def safe_filename(name: str) -> str:
+    """``name`` with what Windows, macOS or Linux refuse in a file name (``<>:"/\\|?*``, control
+    characters, a trailing dot or space) replaced by ``_``."""
+    out = "".join("_" if ch in '<>:"/\\|?*' or ord(ch) < 32 else ch for ch in name)
+    return out.rstrip(". ") or "_"
 
 
 def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, console: Console) -> list[Path]:
     """Record each problem of ``exp`` in turn, for at most ``seconds`` of tuning time in all; the files written."""
     resolved = targets(exp)
     preflight(exp, resolved)
-    storage = open_storage(exp)
+    storage = open_record_storage(exp)
     written: list[Path] = []
     evaluators: dict[str, Evaluator] = {}
     spent = 0.0
@@ -88,6 +106,15 @@ def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, con
         for ev in evaluators.values():
             ev.close()
     return written
+
+
+def open_record_storage(exp: Experiment) -> Any:
+    """The recording studies' own storage (``exp.record_storage``), made on a server when missing."""
+    try:
+        create_database(exp.record_storage)
+        return make_storage(exp.record_storage)
+    except Exception as exc:  # any storage driver error: the URL is what the user can fix
+        raise ExperimentError(exp.path, "storage.record_url", f"cannot open {exp.record_storage!r}: {exc}") from None
 
 
 def _record_one(exp: Experiment, target: Target, evaluator: Evaluator, storage: Any, out_dir: Path,

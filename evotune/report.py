@@ -89,11 +89,14 @@ def collect_best(storage: str | optuna.storages.BaseStorage, experiment: str | N
 
 
 def throughput(problem: Problem, time_ms: float, peak_tflops: float | None,
-               copy_gbps: float | None) -> tuple[float, float | None, float | None]:
+               copy_gbps: float | None) -> tuple[float | None, float | None, float | None]:
     """(TFLOP/s, % of ``peak_tflops``, % of the HBM roofline) of a GEMM that takes ``time_ms``.
 
     The roofline is the fewest bytes the GEMM must move, at ``copy_gbps`` (measured copy bandwidth).
+    A problem with no FLOP count (not a GEMM) has none of the three.
     """
+    if problem.flops is None or problem.min_bytes is None:
+        return None, None, None
     tflops = problem.flops / (time_ms * 1e-3) / 1e12
     pct_peak = 100.0 * tflops / peak_tflops if peak_tflops else None
     pct_roofline = 100.0 * (problem.min_bytes / (copy_gbps * 1e9)) / (time_ms * 1e-3) if copy_gbps else None
@@ -123,13 +126,18 @@ def best_table(rows: list[Best], title: str = "Best configurations") -> Group:
     for b in rows:
         frac = f"{100 * b.fraction_of_optimum:.1f}%" if b.fraction_of_optimum else "-"
         base = ", ".join(f"{v / b.time_ms:.2f}x {k}" for k, v in b.baselines.items()) or "-"
-        tput = f"{b.tflops:.0f} ({b.pct_peak:.0f}%)" if b.tflops and b.pct_peak else (
-            f"{b.tflops:.0f}" if b.tflops else "-")
+        tput = "-" if b.tflops is None else _tflops_text(b.tflops) + (
+            f" ({b.pct_peak:.0f}%)" if b.pct_peak is not None else "")
         roof = f"{b.pct_hbm_roofline:.0f}%" if b.pct_hbm_roofline else "-"
         table.add_row(b.problem_key, b.space, f"{b.time_ms:.4g}", frac, base, tput, roof, str(b.trials),
                       f"{b.strategy} s{b.seed}")
         configs.append(Text.assemble((b.problem_key, "bold"), ": ", " ".join(f"{k}={v}" for k, v in b.config.items())))
     return Group(table, *configs)
+
+
+def _tflops_text(tflops: float) -> str:
+    """Whole TFLOP/s where that says enough; 3 significant digits for small ones, so none reads as 0."""
+    return f"{tflops:.0f}" if tflops >= 100 else f"{tflops:.3g}"
 
 
 def export_best(rows: list[Best], path: str | Path) -> Path:

@@ -191,6 +191,15 @@ class SearchSpace:
     ``build(point, problem)`` returns a compiled kernel, ``run(kernel, inputs)``
     launches it and ``reference(problem, inputs)`` gives the expected output;
     they are optional so that recorded landscapes and CPU tests need no GPU.
+
+    For the CPU oracle (``oracle.kind = "cpu"``, :mod:`evotune.evaluation.cpu`)
+    ``build(point, problem)`` is all that is needed: it returns a callable
+    ``fn(a, b) -> c`` on numpy float64 arrays, ``a`` of shape (m, k) and ``b``
+    of shape (k, n), and ``c`` is checked against ``a @ b`` (relative Frobenius
+    error at most ``evotune.evaluation.cpu.TOLERANCE``, 1e-9, else the point is
+    ``wrong_result``). Both run in a worker process that loads the space again
+    from ``source``; an exception in ``build`` is a ``compile_error``, one in
+    ``fn`` a ``runtime_error``, and a crash or a hang fails only that point.
     ``estimate(point, ctx)`` returns a predicted time (lower is better) from the
     hardware model; seeding ranks points by it.
     """

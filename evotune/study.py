@@ -9,9 +9,13 @@ lost to an interruption.
 Trial user attributes (see docs/ARCHITECTURE.md):
 ``key`` (canonical point text), ``status``, ``samples_ms``, ``compile_s``,
 ``bench_s``, ``clock_s`` (the tuning clock after this trial: simulated for
-replay, wall time on a GPU), ``wall_s`` (when it finished), and, only when
-they have a value, ``error`` (verification error) and ``message`` (why it failed).
-The trial's value is the time in ms (COMPLETE); failed points are FAIL.
+replay, wall time on a GPU), ``wall_s`` (how long the evaluation took on this
+machine's clock, in seconds; in replay that is the lookup, not the recorded
+cost), and, only when they have a value, ``error`` (verification error) and
+``message`` (why it failed). The trial's start and completion times are the
+evaluation's own, so its duration is ``wall_s`` and its completion says when
+it finished. The trial's value is the time in ms (COMPLETE), the study's one
+metric, named :data:`METRIC_NAME`; failed points are FAIL.
 
 Example::
 
@@ -22,8 +26,10 @@ Example::
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import time
+import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,11 +45,69 @@ from evotune.space import Point, SearchSpace
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
+METRIC_NAME = "time (ms)"  # what a trial's value is: shown by the dashboard instead of "Objective 0"
+
 
 def sqlite_url(path: str | Path) -> str:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{path}"
+
+
+def record_storage_url(url: str) -> str:
+    """Where ``evotune record`` keeps its studies, derived from the experiment's storage ``url``.
+
+    Recording is kept out of the storage that ``best``, ``plot`` and the dashboard read, so
+    that its exhaustive study is never counted, drawn or listed as a tuning result. A file
+    gets a sibling (``runs/NAME.db`` -> ``runs/NAME_record.db``, ``journal:runs/NAME.journal``
+    -> ``journal:runs/NAME_record.journal``); a database server gets a database of its own on
+    the same server (``postgresql://host/evotune`` -> ``postgresql://host/evotune_record``),
+    which :func:`create_database` makes when it is missing.
+    """
+    for prefix in ("journal:", "sqlite:///"):
+        if url.startswith(prefix):
+            path = url.removeprefix(prefix)
+            if path in ("", ":memory:"):
+                return url  # nothing on disk to share: a private in-memory database already
+            p = Path(path)
+            return f"{prefix}{p.with_name(f'{p.stem}_record{p.suffix}')}"
+    import sqlalchemy
+
+    parsed = sqlalchemy.engine.make_url(url)
+    return parsed.set(database=f"{parsed.database or 'optuna'}_record").render_as_string(hide_password=False)
+
+
+def create_database(url: str) -> None:
+    """Create the database of a server ``url`` (PostgreSQL, MySQL) when it does not exist yet.
+
+    Files (sqlite, journal) are created on first use and need nothing. On a server the
+    database is made through the server's maintenance database, with the same credentials;
+    a user without the right to create databases gets the driver's error.
+    """
+    if url.startswith(("journal:", "sqlite:")):
+        return
+    import sqlalchemy
+
+    parsed = sqlalchemy.engine.make_url(url)
+    name = parsed.database
+    if not name:
+        return
+    postgres = parsed.get_backend_name() == "postgresql"
+    admin = parsed.set(database="postgres" if postgres else None)
+    engine = sqlalchemy.create_engine(admin, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            if postgres:
+                exists = conn.execute(sqlalchemy.text("SELECT 1 FROM pg_database WHERE datname = :n"),
+                                      {"n": name}).first()
+                if not exists:
+                    quoted = name.replace('"', '""')
+                    conn.execute(sqlalchemy.text(f'CREATE DATABASE "{quoted}"'))
+            else:
+                quoted = name.replace("`", "``")
+                conn.execute(sqlalchemy.text(f"CREATE DATABASE IF NOT EXISTS `{quoted}`"))
+    finally:
+        engine.dispose()
 
 
 def make_storage(url: str) -> optuna.storages.BaseStorage:
@@ -137,6 +201,10 @@ class StudyStore:
         for k, v in (attrs or {}).items():
             if study.user_attrs.get(k) != _jsonable(v):
                 study.set_user_attr(k, _jsonable(v))
+        if study.metric_names != [METRIC_NAME]:  # also names the objective of studies made before it was named
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # stable since optuna 3.2
+                study.set_metric_names([METRIC_NAME])
         return cls(study, space, st)
 
     def history(self) -> list[Record]:
@@ -152,13 +220,19 @@ class StudyStore:
                               t.value if t.state == TrialState.COMPLETE else None, dict(t.user_attrs)))
         return out
 
-    def record(self, point: Point, result: EvalResult, clock_s: float, extra: Mapping[str, Any] | None = None) -> int:
-        """Write one finished evaluation as one trial (COMPLETE when OK, else FAIL with its reason); its number."""
+    def record(self, point: Point, result: EvalResult, clock_s: float, extra: Mapping[str, Any] | None = None,
+               *, started: _dt.datetime | None = None, wall_s: float | None = None) -> int:
+        """Write one finished evaluation as one trial (COMPLETE when OK, else FAIL with its reason); its number.
+
+        ``started`` is when the evaluation began and ``wall_s`` how long it took: they become the
+        trial's start and completion times. Without them (a point copied from elsewhere, not
+        evaluated here) the trial starts and completes now and has no ``wall_s``.
+        """
         # Few attributes on purpose: each costs a row (and ~1 ms) in an RDB storage.
         # The value is the trial's own; problem, strategy and seed are the study's.
         attrs = {
             "key": self.space.key(point), "status": result.status.value, "samples_ms": list(result.samples_ms),
-            "compile_s": result.compile_s, "bench_s": result.bench_s, "clock_s": clock_s, "wall_s": time.time(),
+            "compile_s": result.compile_s, "bench_s": result.bench_s, "clock_s": clock_s, "wall_s": wall_s,
             "error": result.error, "message": result.message[:2000] or None,
         }
         attrs.update({k: _jsonable(v) for k, v in result.extra.items()})
@@ -169,6 +243,9 @@ class StudyStore:
             value=result.time_ms if ok else None, state=TrialState.COMPLETE if ok else TrialState.FAIL,
             user_attrs={k: v for k, v in attrs.items() if v is not None},
         )
+        if started is not None:  # create_trial stamps both with "now": the evaluation's own times instead
+            trial.datetime_start = started
+            trial.datetime_complete = started + _dt.timedelta(seconds=wall_s or 0.0)
         # Study.add_trial does not say which number the trial got; the storage's own call does
         trial_id = self.storage.create_new_trial(self.study_id, template_trial=trial)
         return self.storage.get_trial_number_from_id(trial_id)

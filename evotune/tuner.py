@@ -13,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+import datetime as _dt
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -148,17 +149,18 @@ class _Run:
             return ""
         return claimed
 
-    def measure(self, point: Point) -> tuple[EvalResult, float]:
-        """The evaluator's result and the wall seconds it took; an interrupted evaluation gives its claim back."""
-        started = time.perf_counter()
+    def measure(self, point: Point) -> tuple[EvalResult, _dt.datetime, float]:
+        """The evaluator's result, when it began and the wall seconds it took; an interrupted evaluation gives
+        its claim back."""
+        began, started = _dt.datetime.now(), time.perf_counter()
         try:
             result = self.evaluator.evaluate(point, self.ctx.problem)
         except BaseException:
             self.claims.release(self.space.key(point))
             raise
-        return result, time.perf_counter() - started
+        return result, began, time.perf_counter() - started
 
-    def record(self, point: Point, result: EvalResult, elapsed: float) -> None:
+    def record(self, point: Point, result: EvalResult, began: _dt.datetime, elapsed: float) -> None:
         """Store the trial, mark its claim done, then tell the strategy: the study hears first."""
         key, s = self.space.key(point), self.state
         if result.status is Status.INFEASIBLE:
@@ -167,7 +169,7 @@ class _Run:
             self.strategy.tell([(point, None)])
             return
         clock = s.clock + (result.cost_s if self.simulated else elapsed)
-        number = self.store.record(point, result, clock)
+        number = self.store.record(point, result, clock, started=began, wall_s=elapsed)
         self.claims.finish(key)
         self.strategy.tell([(point, result.value)])
         s.add(number, key, point, result.value, clock)

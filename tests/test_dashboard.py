@@ -6,12 +6,18 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from html import unescape
 from pathlib import Path
 
 import optuna
@@ -26,8 +32,9 @@ PNPOLY = ROOT / "experiments/landscapes/kerneltuner/pnpoly_RTX_2080_Ti.json.gz"
 TRIALS = 15
 
 
-def write_experiment(tmp_path: Path, db: Path) -> Path:
+def write_experiment(tmp_path: Path, db: Path, strategies: tuple[str, ...] = ("random",)) -> Path:
     path = tmp_path / "dash.toml"
+    tables = "".join(f'[[strategy]]\nname = "{name}"\nseed = 0\n\n' for name in strategies)
     path.write_text(f"""\
 name = "dash"
 space = "landscape"
@@ -36,10 +43,7 @@ space = "landscape"
 kind = "replay"
 landscapes = ["{PNPOLY.as_posix()}"]
 
-[[strategy]]
-name = "random"
-seed = 0
-
+{tables}
 [budget]
 trials = {TRIALS}
 
@@ -65,7 +69,7 @@ def get_json(url: str) -> dict:
         return json.loads(resp.read())
 
 
-def wait_for(url: str, proc: subprocess.Popen, log: Path, timeout: float = 30.0) -> dict:
+def wait_for(url: str, proc: subprocess.Popen, log: Path, timeout: float) -> dict:
     deadline = time.monotonic() + timeout
     while True:
         if proc.poll() is not None:
@@ -89,15 +93,7 @@ def test_dashboard_serves_the_trials_of_a_finished_experiment(tmp_path, monkeypa
     expected = {t.number: t for t in stored.get_trials(deepcopy=False)}
     assert len(expected) == TRIALS
 
-    port = free_port()
-    log = tmp_path / "dashboard.log"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "evotune", "dashboard", str(exp), "--port", str(port)],
-                                cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        summaries = wait_for(f"{base}/api/studies", proc, log)["study_summaries"]
+    with dashboard(exp, tmp_path) as (base, summaries):
         name = "dash/cn_pnpoly_20000000/landscape:pnpoly_RTX_2080_Ti/random/seed0"
         assert [s["study_name"] for s in summaries] == [name]
         assert summaries[0]["directions"] == ["minimize"]
@@ -119,6 +115,25 @@ def test_dashboard_serves_the_trials_of_a_finished_experiment(tmp_path, monkeypa
         assert any(t["state"] == "Complete" for t in trials)
         best = min(t.value for t in expected.values() if t.value is not None)
         assert [b["values"][0] for b in detail["best_trials"]] == [pytest.approx(best)]
+        assert detail["objective_names"] == ["time (ms)"]
+        for t in trials:  # each trial lasts as long as its evaluation took
+            want = expected[t["number"]]
+            assert want.duration.total_seconds() == pytest.approx(want.user_attrs["wall_s"], abs=1e-5)
+            assert t["datetime_start"] != t["datetime_complete"]
+
+
+@contextmanager
+def dashboard(exp: Path, tmp_path: Path, timeout: float = 300.0) -> Iterator[tuple[str, list[dict]]]:
+    """``evotune dashboard`` (the real command) on a free loopback port: its base URL and study summaries."""
+    port = free_port()
+    log = tmp_path / "dashboard.log"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "evotune", "dashboard", str(exp), "--port", str(port)],
+                                cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        yield base, wait_for(f"{base}/api/studies", proc, log, timeout)["study_summaries"]
     finally:
         proc.terminate()
         try:
@@ -126,6 +141,45 @@ def test_dashboard_serves_the_trials_of_a_finished_experiment(tmp_path, monkeypa
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+
+CHROMIUM = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
+
+
+def rendered_text(url: str, tmp_path: Path) -> str:
+    """The page's text once headless Chromium has run its scripts (the DOM as rendered, tags dropped)."""
+    profile = tempfile.mkdtemp(dir=tmp_path, prefix="chromium-")
+    proc = subprocess.run([CHROMIUM, "--headless", "--disable-gpu", "--no-sandbox", f"--user-data-dir={profile}",
+                           "--window-size=1600,1000", "--virtual-time-budget=60000", "--dump-dom", url],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    html = re.sub(r"<(script|style)\b.*?</\1>", " ", proc.stdout, flags=re.S)
+    return " ".join(unescape(re.sub(r"<[^>]+>", " ", html)).split())
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (apt-get install chromium; .ci/run installs it)")
+def test_dashboard_pages_render_the_studies_in_a_browser(tmp_path, monkeypatch, capsys):
+    """The study list, a study's page, its trial list and the old trial-table address, as a browser draws them."""
+    monkeypatch.chdir(tmp_path)
+    exp = write_experiment(tmp_path, tmp_path / "dash.db", strategies=("random", "ga"))
+    assert cli.main(["run", str(exp), "--no-progress", "--no-plots"]) == 0
+    capsys.readouterr()
+    with dashboard(exp, tmp_path) as (base, summaries):
+        names = sorted(s["study_name"] for s in summaries)
+        assert len(names) == 2
+        top = rendered_text(f"{base}/dashboard", tmp_path)
+        for name in names:
+            assert name in top, top[:2000]
+        study_id = next(s["study_id"] for s in summaries if s["study_name"].endswith("/random/seed0"))
+        page = rendered_text(f"{base}/dashboard/studies/{study_id}", tmp_path)
+        assert "time (ms)" in page and "Objective 0" not in page, page[:3000]
+        trials = rendered_text(f"{base}/dashboard/studies/{study_id}/trials", tmp_path)
+        assert f"{TRIALS} Trials" in trials, trials[:3000]
+        for n in range(TRIALS):
+            assert f"Trial {n} " in trials
+        assert "samples_ms" in trials and "wall_s" in trials  # the user attributes, lists included
+        table = rendered_text(f"{base}/dashboard/studies/{study_id}/trialTable", tmp_path)
+        assert f"{TRIALS} Trials" in table, table[:3000]
 
 
 def test_dashboard_refuses_an_experiment_that_has_not_run(tmp_path, monkeypatch, capsys):

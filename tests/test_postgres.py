@@ -53,3 +53,18 @@ def postgres_url():
 
 def test_four_workers_share_one_study_in_postgresql(tmp_path, postgres_url):
     check_shared_study(tmp_path, postgres_url, "postgresql")
+
+
+def test_record_on_postgresql_gets_a_database_of_its_own(tmp_path, postgres_url):
+    """A server storage's recording goes to DB_record on the same server, created when missing."""
+    from conftest import replay_experiment
+
+    from evotune.cli import main
+    from evotune.study import study_names
+
+    exp = replay_experiment(tmp_path / "rec.toml", name="rec", url=postgres_url, trials=5)
+    assert main(["record", str(exp), "--out", str(tmp_path / "out"), "--seconds", "5"]) == 0
+    assert study_names(postgres_url) == []
+    (name,) = study_names(postgres_url.removesuffix("/postgres") + "/postgres_record")
+    assert name.endswith("/record")
+    assert main(["record", str(exp), "--out", str(tmp_path / "out"), "--seconds", "5"]) == 0  # it exists now

@@ -40,17 +40,19 @@ def test_quickstart_runs_resumes_and_writes_its_outputs(tmp_path):
     proc, seconds = run(tmp_path)
     print(f"quickstart: {seconds:.1f} s on this machine")
     first = study_sizes(tmp_path)
-    ga = {k: v for k, v in first.items() if "/ga/" in k}
-    assert len(ga) == 3 and all(len(v) == 200 for v in ga.values())
+    for strategy in ("default", "ga", "random"):  # default: the strategy the README recommends
+        runs = {k: v for k, v in first.items() if f"/{strategy}/" in k}
+        assert len(runs) == 3 and all(len(v) == 200 for v in runs.values()), strategy
+    assert len(first) == 9
     assert all(len(set(v)) == len(v) for v in first.values()), "a point was measured twice in one study"
     plots = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
     assert plots == ["quickstart_Xgemm_4096x4096_convergence.png", "quickstart_Xgemm_4096x4096_params.png"]
     best = json.loads((tmp_path / "runs" / "quickstart_best.json").read_text())
-    assert best[0]["fraction_of_optimum"] > 0.9 and best[0]["trials"] == 1200
+    assert best[0]["fraction_of_optimum"] > 0.9 and best[0]["trials"] == 1800
     assert "Best configurations: quickstart" in proc.stdout
 
     proc, _ = run(tmp_path)  # the same command again resumes: nothing new is measured
-    assert proc.stderr.count("(0 new)") == 6
+    assert proc.stderr.count("(0 new)") == 9
     assert study_sizes(tmp_path) == first
 
 

@@ -53,9 +53,9 @@ def test_a_piece_on_a_fresh_machine_resumes_from_the_landscape_file(tmp_path, pn
     assert [p["best"]["time_ms"] for p in full.meta["pieces"]] == pytest.approx([part.optimum_ms, later], rel=1e-5)
     first_best = full.meta["pieces"][0]["best"]["params"]
     assert full.lookup(dict(zip(full.names, first_best, strict=True))).time_ms == pytest.approx(part.optimum_ms)
-    store_b = optuna.load_study(study_name=optuna.get_all_study_names(
-        JournalStorage(JournalFileBackend(str(tmp_path / "b.journal"))))[0],
-        storage=JournalStorage(JournalFileBackend(str(tmp_path / "b.journal"))))
+    # the recording study is in the experiment's record storage, beside its tuning journal
+    recorded = JournalStorage(JournalFileBackend(str(tmp_path / "b_record.journal")))
+    store_b = optuna.load_study(study_name=optuna.get_all_study_names(recorded)[0], storage=recorded)
     imported = [t for t in store_b.trials if t.user_attrs.get("imported_from") == path.name]
     assert len(imported) == len(part)  # copied from the file, with the first piece's values
     for t in imported:
@@ -120,3 +120,60 @@ def test_a_piece_counts_what_the_file_gains_when_the_study_outran_it(tmp_path, p
     full = load_landscape(path)
     assert full.meta["complete"] is True
     assert [p["new_points"] for p in full.meta["pieces"]] == [len(first), len(pnpoly) - len(first)]
+
+
+def test_record_keeps_its_study_out_of_the_tuning_results(tmp_path, pnpoly, monkeypatch, capsys):
+    """best, plot and the dashboard read the tuning storage; recording has a storage of its own."""
+    from evotune.report import collect_best
+    from evotune.study import study_names
+
+    monkeypatch.chdir(tmp_path)
+    tuning = f"journal:{tmp_path / 'rec.journal'}"
+    exp = replay_experiment(tmp_path / "rec.toml", name="rec", url=tuning, trials=10, strategy="random",
+                            extra=f'[outputs]\nplots = "{tmp_path / "plots"}"\n')
+    assert main(["run", str(exp), "--no-progress", "--no-plots"]) == 0
+    before = study_names(tuning)
+    assert main(["record", str(exp), "--out", str(tmp_path / "out"), "--seconds", "20"]) == 0
+    capsys.readouterr()
+    assert study_names(tuning) == before  # no ".../record" study among the tuning results
+    (row,) = collect_best(tuning, "rec")
+    assert row.trials == 10 and row.strategy == "random"
+    recording = study_names(f"journal:{tmp_path / 'rec_record.journal'}")
+    assert len(recording) == 1 and recording[0].endswith("/record")
+    assert main(["plot", str(exp)]) == 0
+    from evotune.plots import load_runs
+
+    (runs,) = load_runs(tuning, "rec")
+    assert {c.strategy for c in runs.curves} == {"random"}  # no "exhaustive" curve
+    (path,) = (tmp_path / "out").glob("*.json.gz")
+    assert not set(path.name) & set('<>:"/\\|?*'), path.name
+    assert path.name == "landscape_pnpoly_RTX_2080_Ti_cn_pnpoly_20000000.json.gz"
+
+
+@pytest.mark.parametrize(("url", "derived"), [
+    ("sqlite:///runs/h100.db", "sqlite:///runs/h100_record.db"),
+    ("sqlite:////abs/path/x.sqlite3", "sqlite:////abs/path/x_record.sqlite3"),
+    ("journal:runs/quickstart.journal", "journal:runs/quickstart_record.journal"),
+    ("journal:/tmp/a/b", "journal:/tmp/a/b_record"),
+    ("postgresql+psycopg2://u:p%40ss@db.example:5432/evotune?sslmode=require",
+     "postgresql+psycopg2://u:p%40ss@db.example:5432/evotune_record?sslmode=require"),
+    ("mysql://u@127.0.0.1/tune", "mysql://u@127.0.0.1/tune_record"),
+])
+def test_the_record_storage_is_derived_from_the_tuning_storage(url, derived):
+    from evotune.study import record_storage_url
+
+    assert record_storage_url(url) == derived
+
+
+def test_record_url_can_be_named_but_not_the_tuning_storage(tmp_path):
+    from evotune.experiment import ExperimentError, load_experiment
+
+    exp = replay_experiment(tmp_path / "a.toml", name="a", url="sqlite:///runs/a.db", trials=5,
+                            extra='record_url = "journal:elsewhere/rec.journal"\n')
+    assert load_experiment(exp).record_storage == "journal:elsewhere/rec.journal"
+    assert load_experiment(replay_experiment(tmp_path / "b.toml", name="b", url="sqlite:///runs/b.db",
+                                             trials=5)).record_storage == "sqlite:///runs/b_record.db"
+    same = replay_experiment(tmp_path / "c.toml", name="c", url="sqlite:///runs/c.db", trials=5,
+                             extra='record_url = "sqlite:///runs/c.db"\n')
+    with pytest.raises(ExperimentError, match=r"storage\.record_url"):
+        load_experiment(same)

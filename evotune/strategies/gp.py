@@ -22,6 +22,7 @@ from itertools import pairwise
 from typing import Any
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from evotune.space import FeasibleSet, SearchSpace
 from evotune.strategies.base import Option, Strategy
@@ -204,11 +205,15 @@ class Surrogate:
 
     def expected_improvement(self, rows: np.ndarray) -> np.ndarray | None:
         """EI of each of ``rows`` under a fresh fit; None when the GP cannot be fitted."""
-        model = self.fit()
-        if model is None:
-            return None
-        mu, sigma = self.predict(model, rows)
-        return expected_improvement(mu, sigma, model.best)
+        # The matrices are budget-sized (a few hundred rows): a multi-threaded BLAS spends more on
+        # waking its threads than it saves, several times more on a busy machine. One thread gives
+        # the same proposals.
+        with threadpool_limits(1, user_api="blas"):
+            model = self.fit()
+            if model is None:
+                return None
+            mu, sigma = self.predict(model, rows)
+            return expected_improvement(mu, sigma, model.best)
 
 
 class GaussianProcess(Strategy):

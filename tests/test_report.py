@@ -1,0 +1,73 @@
+"""What ``best`` prints and exports: only what is known of a problem; and ``compare``'s Kernel Tuner caveat."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import GEMM, PNPOLY
+from rich.console import Console
+
+from evotune.cli import main
+from evotune.evaluation.landscape import load_landscape
+from evotune.problem import Problem
+from evotune.report import Best, best_table, export_best, throughput
+
+
+def table_text(rows: list[Best]) -> str:
+    console = Console(width=200, record=True)
+    console.print(best_table(rows))
+    return console.export_text()
+
+
+def tflops_cell(rows: list[Best]) -> str:
+    line = next(x for x in table_text(rows).splitlines() if rows[0].problem_key in x and "│" in x)
+    return line.split("│")[6].strip()
+
+
+def test_a_recorded_kernel_is_not_exported_as_a_bf16_gemm(tmp_path):
+    """The quickstart's Xgemm landscape (Kernel Tuner) is a kernel name and a problem size, nothing more."""
+    problem = load_landscape(GEMM).problem
+    assert problem.kind != "gemm"
+    assert problem.to_dict() == {"kind": problem.kind, "label": "4096x4096", "extra": {}}
+    assert Problem.from_dict(problem.to_dict()) == problem
+    assert Problem.from_dict(Problem.gemm(64, 128, 256, "int8").to_dict()) == Problem.gemm(64, 128, 256, "int8")
+    row = Best("q", problem.key, problem.to_dict(), "landscape:x", {"MWG": 64}, 11.5, "s", 0, "ga", 0, 10)
+    (exported,) = json.loads(export_best([row], tmp_path / "best.json").read_text())
+    assert exported["problem"] == {"kind": "Xgemm", "label": "4096x4096", "extra": {}}
+    assert exported["problem_key"] == "Xgemm_4096x4096" and exported["tflops"] is None
+
+
+def test_throughput_is_unknown_without_a_flop_count_and_never_shown_as_zero():
+    kernel = load_landscape(PNPOLY).problem
+    assert kernel.flops is None and throughput(kernel, 0.02, 989.4, 3000.0) == (None, None, None)
+    row = Best("e", kernel.key, kernel.to_dict(), "s", {}, 0.02, "s", 0, "random", 0, 10)
+    assert tflops_cell([row]) == "-"
+    # a small GEMM on the CPU: a real, small throughput, printed with its digits rather than as 0
+    small = Problem.gemm(64, 64, 64, "fp32")
+    tflops, _, _ = throughput(small, 0.05, None, None)
+    row = Best("e", small.key, small.to_dict(), "faults", {}, 0.05, "s", 0, "exhaustive", 0, 10, tflops=tflops)
+    assert tflops_cell([row]) == "0.0105"
+    big = Problem.gemm(4096, 4096, 4096)
+    row = Best("e", big.key, big.to_dict(), "s", {}, 0.176, "s", 0, "ga", 0, 10, "H100", "gpu",
+               tflops=781.0, pct_peak=78.9)
+    assert tflops_cell([row]) == "781 (79%)"
+
+
+def compare(tmp_path, capsys, *strategies: str) -> str:
+    """What ``evotune compare`` prints on its standard output, for a small run on pnpoly."""
+    args = ["compare", "--landscape", str(PNPOLY), "--budget", "5", "--repeats", "1", "--out", str(tmp_path)]
+    for s in strategies:
+        args += ["--strategy", s]
+    assert main(args) == 0
+    return capsys.readouterr().out
+
+
+def test_compare_prints_the_kernel_tuner_caveat_only_for_kernel_tuner_strategies(tmp_path, capsys):
+    from evotune.compare import KT_CAVEAT
+
+    out = compare(tmp_path / "evotune", capsys, "random", "ga")
+    assert "Strategy comparison" in out  # the summary table was printed
+    assert "tune_cache" not in out and KT_CAVEAT not in out
+    pytest.importorskip("kernel_tuner")
+    assert KT_CAVEAT in compare(tmp_path / "kt", capsys, "random", "kt:random_sample")
