@@ -121,8 +121,9 @@ def _record_one(exp: Experiment, target: Target, evaluator: Evaluator, storage: 
                 seconds: float | None, console: Console) -> tuple[Path, float]:
     """Measure what the study of ``target`` still lacks, for at most ``seconds``; (landscape file, seconds used)."""
     measure_baselines(exp, target, evaluator)
+    # a confirmation belongs to the piece that made it: the one of an earlier piece is not this run's
     store = StudyStore.open(storage, study_name(exp, target, "record"), target.space,
-                            study_attrs(exp, target, "exhaustive", 0))
+                            {**study_attrs(exp, target, "exhaustive", 0), "confirmation": None})
     path = landscape_path(out_dir, target)
     previous = _import_recorded(store, target, path)
     fs = target.space.feasible(target.ctx)
@@ -148,7 +149,27 @@ def _record_one(exp: Experiment, target: Target, evaluator: Evaluator, storage: 
     summary = cache_summary(evaluator)
     if summary:
         console.print(f"  compiled-kernel cache so far: {summary}")
+    _confirm_recorded(exp, target, evaluator, store, console)
     return write_recorded(store, target, exp, feasible, path, previous), used
+
+
+def _confirm_recorded(exp: Experiment, target: Target, evaluator: Evaluator, store: StudyStore,
+                      console: Console) -> None:
+    """Re-time the fastest points recorded so far beside the baselines, before the file is written, so that
+    the file's optimum and its baselines come from one interleaved measurement, not from one lucky sample."""
+    top_k = exp.oracle_options.confirm.top_k
+    if not evaluator.confirms or top_k <= 0:
+        return
+    ok = sorted((r for r in store.history() if r.value is not None), key=lambda r: r.value)[:top_k]
+    record = evaluator.confirm([r.point for r in ok], target.problem, [r.value for r in ok])
+    if record is None:
+        return
+    names = target.space.names
+    record["configs"] = {k: json_values(p, names) for k, p in record.get("configs", {}).items()}
+    record["date"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    store.study.set_user_attr("confirmation", record)
+    for warning in record.get("warnings", []) + ([record["error"]] if "error" in record else []):
+        console.print(f"  [yellow]{target.problem.key}:[/] {warning}")
 
 
 def _evaluator(exp: Experiment, target: Target, evaluators: dict[str, Evaluator]) -> Evaluator:
@@ -185,7 +206,13 @@ def write_recorded(store: StudyStore, target: Target, exp: Experiment, feasible:
                    previous: Landscape | None = None) -> Path:
     """Write the study as the landscape file; this piece is what the file gains over ``previous``."""
     history = store.history()
-    rows = [(r.point, EvalResult(r.status, time_ms=r.value, samples_ms=r.attrs.get("samples_ms", []),
+    attrs = store.study.user_attrs
+    confirmation = attrs.get("confirmation") or {}
+    confirmed = {k: v["median_ms"] for k, v in confirmation.get("items", {}).items()
+                 if k in confirmation.get("configs", {})}
+    # a confirmed point's time is its confirmed median (its search time stays in the confirmation record)
+    rows = [(r.point, EvalResult(r.status, time_ms=confirmed.get(r.key, r.value),
+                                 samples_ms=r.attrs.get("samples_ms", []),
                                  compile_s=r.attrs.get("compile_s", 0.0), bench_s=r.attrs.get("bench_s", 0.0),
                                  error=r.attrs.get("error"), message=r.attrs.get("message", "")))
             for r in history]
@@ -193,7 +220,6 @@ def write_recorded(store: StudyStore, target: Target, exp: Experiment, feasible:
     # of the file (a device copies the repository's file afresh each call), and the gain must still show.
     new = [(p, r) for p, r in rows if previous is None or previous.lookup(p) is None]
     fastest = min(((r.time_ms, p) for p, r in new if r.time_ms is not None), default=None, key=lambda t: t[0])
-    attrs = store.study.user_attrs
     piece = {"date": _dt.date.today().isoformat(), "device": attrs.get("device"),
              "device_info": attrs.get("device_info", {}), "baselines": attrs.get("baselines", {}),
              "new_points": len(new),
@@ -209,5 +235,7 @@ def write_recorded(store: StudyStore, target: Target, exp: Experiment, feasible:
         "hardware": attrs.get("hardware"), "feasible": feasible, "recorded": len(rows),
         "complete": len(rows) >= feasible, "experiment": exp.name, "pieces": pieces,
     }
+    if "items" in confirmation:
+        meta["confirmation"] = confirmation
     doc = landscape_document(target.space.params, rows, target.problem, meta, target.space.name, MAX_SAMPLES)
     return write_landscape(path, doc)

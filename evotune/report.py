@@ -48,6 +48,13 @@ class Best:
     pct_peak: float | None = None
     pct_hbm_roofline: float | None = None  # minimum bytes at the measured copy bandwidth / time
     baselines: dict[str, float] = field(default_factory=dict)  # name -> time_ms
+    # The confirmation stage (GPU runs): time_ms and baselines are then the confirmed medians, timed
+    # side by side in one run; what the search measured is kept beside them.
+    confirmed: bool = False
+    ci95_ms: list[float] | None = None  # of the confirmed median
+    search_ms: float | None = None
+    search_baselines: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def fraction_of_optimum(self) -> float | None:
@@ -83,9 +90,44 @@ def collect_best(storage: str | optuna.storages.BaseStorage, experiment: str | N
         best.baselines = {k: float(v["time_ms"] if isinstance(v, dict) else v)
                           for k, v in (a.get("baselines") or {}).items()
                           if not isinstance(v, dict) or v.get("time_ms") is not None}
+        _apply_confirmation(best, done, st)
         _add_throughput(best, (a.get("device_info") or {}).get("copy_gbps"))
         out.append(best)
     return out
+
+
+def _apply_confirmation(best: Best, summaries: list[optuna.study.StudySummary],
+                        storage: optuna.storages.BaseStorage) -> None:
+    """Make ``best`` the fastest confirmed configuration of the problem over every space's confirmation
+    record (the newest per space), with that record's baselines; unchanged when nothing was confirmed."""
+    records: dict[str, dict[str, Any]] = {}
+    for s in summaries:
+        rec = s.user_attrs.get("confirmation")
+        space = s.user_attrs.get("space", "?")
+        if rec and rec.get("configs") and rec.get("date", "") >= records.get(space, {}).get("date", ""):
+            records[space] = rec
+    found = [(item["median_ms"], space, key, rec) for space, rec in records.items()
+             for key, item in rec["items"].items() if key in rec["configs"]]
+    if not found:
+        return
+    median, space, key, rec = min(found, key=lambda f: f[0])
+    item = rec["items"][key]
+    best.search_baselines = dict(best.baselines)
+    best.baselines = {n: rec["items"][n]["median_ms"] for n in rec.get("baselines", []) if n in rec["items"]}
+    best.confirmed, best.time_ms, best.ci95_ms = True, float(median), list(item["ci95_ms"])
+    best.search_ms, best.warnings = item.get("search_ms"), list(rec.get("warnings", []))
+    if best.space != space or best.config != rec["configs"][key]:
+        best.space, best.config = space, dict(rec["configs"][key])
+        for s in summaries:  # where the confirmed winner was found
+            if s.user_attrs.get("space") != space:
+                continue
+            trials = optuna.load_study(study_name=s.study_name, storage=storage).get_trials(deepcopy=False)
+            hit = next((t for t in trials if t.user_attrs.get("key") == key), None)
+            if hit is not None:
+                a = s.user_attrs
+                best.study, best.trial = s.study_name, hit.number
+                best.strategy, best.seed = a.get("strategy", "?"), int(a.get("seed", 0))
+                break
 
 
 def throughput(problem: Problem, time_ms: float, peak_tflops: float | None,
@@ -119,8 +161,8 @@ def _add_throughput(best: Best, copy_gbps: float | None) -> None:
 def best_table(rows: list[Best], title: str = "Best configurations") -> Group:
     """A table of the best per problem, then each best configuration on a line of its own."""
     table = Table(title=title)
-    for col in ("problem", "space", "best (ms)", "vs optimum", "vs baseline", "TFLOP/s (% peak)", "% HBM roofline",
-                "trials", "found by"):
+    for col in ("problem", "space", "best (ms)", "confirmed", "vs optimum", "vs baseline", "TFLOP/s (% peak)",
+                "% HBM roofline", "trials", "found by"):
         table.add_column(col, overflow="fold")
     configs = []
     for b in rows:
@@ -129,10 +171,19 @@ def best_table(rows: list[Best], title: str = "Best configurations") -> Group:
         tput = "-" if b.tflops is None else _tflops_text(b.tflops) + (
             f" ({b.pct_peak:.0f}%)" if b.pct_peak is not None else "")
         roof = f"{b.pct_hbm_roofline:.0f}%" if b.pct_hbm_roofline else "-"
-        table.add_row(b.problem_key, b.space, f"{b.time_ms:.4g}", frac, base, tput, roof, str(b.trials),
-                      f"{b.strategy} s{b.seed}")
+        table.add_row(b.problem_key, b.space, f"{b.time_ms:.4g}", _confirmed_text(b), frac, base, tput, roof,
+                      str(b.trials), f"{b.strategy} s{b.seed}")
         configs.append(Text.assemble((b.problem_key, "bold"), ": ", " ".join(f"{k}={v}" for k, v in b.config.items())))
+        configs += [Text.assemble(("  warning: ", "yellow"), w) for w in b.warnings]
     return Group(table, *configs)
+
+
+def _confirmed_text(b: Best) -> str:
+    """'±0.3% (search 0.1234)' for a confirmed best; '-' for one the search alone measured."""
+    if not b.confirmed or not b.ci95_ms:
+        return "-"
+    half = (b.ci95_ms[1] - b.ci95_ms[0]) / 2.0 / b.time_ms
+    return f"±{100 * half:.1f}%" + (f" (search {b.search_ms:.4g})" if b.search_ms is not None else "")
 
 
 def _tflops_text(tflops: float) -> str:

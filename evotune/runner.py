@@ -215,6 +215,7 @@ def confirm_target(exp: Experiment, target: Target, evaluator: Evaluator, storag
     record = evaluator.confirm([p for _, p in top], target.problem, [t for t, _ in top])
     if record is None:
         return None
+    record["configs"] = {k: target.space.to_storage(p) for k, p in record.get("configs", {}).items()}
     record["date"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     for name in names:
         StudyStore.open(storage, name, target.space, {"confirmation": record})

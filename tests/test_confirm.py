@@ -98,3 +98,93 @@ def test_nothing_to_confirm_times_nothing():
     timer = FakeTimer({})
     result = confirm_rounds([], timer.take, ConfirmOptions(), warm=timer.warm)
     assert result.items == {} and timer.events == []
+
+
+class ConfirmingReplay:
+    """A replay oracle that also confirms, as the GPU one does: each point re-times slower than the search saw
+    it, the search's best by 10% (a lucky sample), the others by 1%; a baseline at 1 ms."""
+
+    def __new__(cls, landscape):
+        from evotune.evaluation.replay import ReplayEvaluator
+
+        class _Confirming(ReplayEvaluator):
+            confirms = True
+
+            def confirm(self, points, problem, search_ms):
+                keys = [landscape.space().key(p) for p in points]
+                true = {k: t * (1.10 if i == 0 else 1.01) for i, (k, t) in enumerate(zip(keys, search_ms, strict=True))}
+                true["fake.blas"] = 1.0
+                timer = FakeTimer(true, noise=0.001)
+                result = confirm_rounds([*keys, "fake.blas"], timer.take, ConfirmOptions(),
+                                        dict(zip(keys, search_ms, strict=True)), timer.warm)
+                doc = result.to_dict()
+                doc.update(configs=dict(zip(keys, points, strict=True)), baselines=["fake.blas"], skipped={})
+                return doc
+
+        return _Confirming(landscape)
+
+
+def test_the_best_the_report_gives_is_the_confirmed_one(tmp_path, monkeypatch):
+    from conftest import replay_experiment
+
+    from evotune import runner
+    from evotune.experiment import load_experiment
+    from evotune.report import best_table, collect_best, export_best
+
+    monkeypatch.setattr(runner, "make_evaluator", lambda exp, target: ConfirmingReplay(target.landscape))
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    exp = load_experiment(replay_experiment(tmp_path / "c.toml", name="c", url=url, trials=40, strategy="random",
+                                            repeats=2))
+    runner.run_experiment(exp, progress=False)
+    (best,) = collect_best(url, "c")
+    assert best.confirmed and best.baselines == pytest.approx({"fake.blas": 1.0}, rel=0.01)
+    # the search's lucky best re-timed 10% slower: the confirmed winner is the runner-up, at 1.01 x its search time
+    assert best.time_ms == pytest.approx(best.search_ms * 1.01, rel=0.01)
+    assert best.search_ms > min(t.value for t in _all_trials(url) if t.value is not None)
+    assert any("measured during the search" in w for w in best.warnings)
+    trial = next(t for t in _all_trials(url) if t.number == best.trial and t.params == best.config)
+    assert trial.value == pytest.approx(best.search_ms)
+    doc = json.loads(export_best([best], tmp_path / "best.json").read_text())[0]
+    assert doc["confirmed"]
+    assert doc["speedup_vs"]["fake.blas"] == pytest.approx(best.baselines["fake.blas"] / best.time_ms)
+    from rich.console import Console
+
+    console = Console(record=True, width=200)
+    console.print(best_table([best]))
+    text = console.export_text()
+    assert "±" in text and "warning:" in text
+
+
+def _all_trials(url):
+    import optuna
+
+    out = []
+    for s in optuna.get_all_study_summaries(url):
+        out += optuna.load_study(study_name=s.study_name, storage=url).get_trials()
+    return out
+
+
+def test_a_recorded_landscape_holds_its_confirmed_optimum_and_baselines(tmp_path, monkeypatch, pnpoly):
+    from conftest import replay_experiment
+
+    from evotune import record
+    from evotune.cli import main
+    from evotune.evaluation.landscape import load_landscape
+
+    monkeypatch.setattr(record, "make_evaluator", lambda exp, target: ConfirmingReplay(target.landscape))
+    exp = replay_experiment(tmp_path / "rec.toml", name="rec", url=f"journal:{tmp_path / 'rec.journal'}",
+                            trials=10, strategy="random")
+    assert main(["record", str(exp), "--out", str(tmp_path / "out"), "--seconds", "40"]) == 0
+    (path,) = (tmp_path / "out").glob("*.json.gz")
+    part = load_landscape(path)
+    confirmation = part.meta["confirmation"]
+    assert confirmation["baselines"] == ["fake.blas"] and len(confirmation["configs"]) == 5
+    for key, item in confirmation["items"].items():
+        if key == "fake.blas":
+            continue
+        point = dict(zip(part.names, confirmation["configs"][key], strict=True))
+        # the file's time of a confirmed point is its confirmed median; the search's stays in the record
+        assert part.lookup(point).time_ms == pytest.approx(item["median_ms"], rel=1e-5)
+        assert pnpoly.lookup(point).time_ms == pytest.approx(item["search_ms"], rel=1e-5)
+    recorded_best = min(item["search_ms"] for k, item in confirmation["items"].items() if k != "fake.blas")
+    assert part.optimum_ms > recorded_best  # the lucky sample no longer makes the optimum
