@@ -91,11 +91,17 @@ def row_of(ls: Landscape) -> Row:
 
 
 def same_run_baselines(ls: Landscape, best_ms: float) -> dict:
-    """The baselines timed in the piece of the recording that measured the optimum.
+    """The baselines timed in the same run as the optimum.
 
-    A file recorded in one piece has one set; in several pieces each names its fastest new
-    point (``best``), so the optimum's piece is the one whose best it is.
+    A file whose optimum was confirmed holds the baselines re-timed beside it (``confirmation``).
+    Otherwise a file recorded in one piece has one set; in several pieces each names its
+    fastest new point (``best``), so the optimum's piece is the one whose best it is.
     """
+    confirmation = ls.meta.get("confirmation") or {}
+    items = confirmation.get("items", {})
+    if any(math.isclose(items[k]["median_ms"], best_ms, rel_tol=1e-5) for k in confirmation.get("configs", {})):
+        return {n: {"time_ms": items[n]["median_ms"], "ci95_ms": items[n]["ci95_ms"], "confirmed": True}
+                for n in confirmation.get("baselines", []) if n in items}
     pieces = ls.meta.get("pieces") or []
     if len(pieces) <= 1:
         return ls.baselines
