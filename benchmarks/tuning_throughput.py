@@ -12,7 +12,11 @@ Three ways through the same configurations, in one process tree, on one GPU:
 
 Usage (on the GPU machine)::
 
-    python3 benchmarks/tuning_throughput.py --configs 24 --problem 4096x4096x4096 --dtype bf16
+    python3 benchmarks/tuning_throughput.py --configs 120 --problem 4096x4096x4096 --dtype bf16
+
+It prints the seconds and configurations per minute of each, and what a point cost on
+average in each evotune loop (waiting for its evaluation; compiling, verifying and timing
+it inside that wait) plus the one-off start-up of the GPU worker and the compile pool.
 """
 
 from __future__ import annotations
@@ -54,26 +58,36 @@ def serial_loop(points, problem) -> float:
     return time.perf_counter() - started
 
 
-def evotune_loop(points, problem, space, ctx, workers) -> tuple[float, dict]:
+def evotune_loop(points, problem, space, ctx, workers) -> tuple[float, dict, dict]:
     from evotune.evaluation.gpu import GpuEvaluator
     from evotune.evaluation.options import OracleOptions
 
     started = time.perf_counter()
+    parts = {"wait_s": 0.0, "compile_s": 0.0, "verify_s": 0.0, "bench_s": 0.0}
     with GpuEvaluator(space, ctx, OracleOptions(workers=workers)) as ev:
         depth = max(1, ev.prefetch_depth)
         for i in range(0, len(points), depth):
             batch = points[i:i + depth]
             ev.prefetch(batch, problem)
             for p in batch:
+                asked = time.perf_counter()
                 r = ev.evaluate(p, problem)
                 assert r.status.value == "ok", r.message
+                parts["wait_s"] += time.perf_counter() - asked
+                parts["compile_s"] += r.compile_s  # in the pool (overlapped) or in the GPU worker
+                parts["verify_s"] += r.extra.get("verify_s", 0.0)
+                parts["bench_s"] += r.bench_s
         stats = dict(ev.cache_stats)
-    return time.perf_counter() - started, stats
+    total = time.perf_counter() - started
+    # per point: the wall time the loop waited for each evaluation, and what the GPU worker spent on it
+    per_point = {k: v / len(points) for k, v in parts.items()}
+    per_point["startup_s"] = total - parts["wait_s"]  # worker and pool start-up, prefetch: once, not per point
+    return total, stats, per_point
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--configs", type=int, default=24)
+    ap.add_argument("--configs", type=int, default=120)
     ap.add_argument("--problem", default="4096x4096x4096")
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--workers", type=int, default=None)
@@ -95,13 +109,14 @@ def main() -> None:
     points = [fs.point(r) for r in rows]
     workers = default_workers() if args.workers is None else args.workers
     os.environ["EVOTUNE_KERNEL_CACHE"] = tempfile.mkdtemp(prefix="evotune-kernels-")
-    cold, cold_stats = evotune_loop(points, problem, space, ctx, workers)
-    warm, warm_stats = evotune_loop(points, problem, space, ctx, workers)
+    cold, cold_stats, cold_parts = evotune_loop(points, problem, space, ctx, workers)
+    warm, warm_stats, warm_parts = evotune_loop(points, problem, space, ctx, workers)
     serial = serial_loop(points, problem)
     per_min = {name: 60.0 * len(points) / s for name, s in (("serial", serial), ("cold", cold), ("warm", warm))}
     out = {"device": ctx.hardware.name, "problem": problem.key, "configs": len(points), "workers": workers,
            "seconds": {"serial": serial, "evotune_cold": cold, "evotune_warm": warm},
            "configs_per_minute": per_min, "cache": {"cold": cold_stats, "warm": warm_stats},
+           "per_point": {"cold": cold_parts, "warm": warm_parts},
            "speedup_vs_serial": {"cold": serial / cold, "warm": serial / warm}}
     print(json.dumps(out, indent=1))
     if args.json:

@@ -182,3 +182,23 @@ def test_a_run_over_the_gpu_fault_space_loses_nothing(tmp_path, monkeypatch):
     print(f"GPU faults survived: {survived}, trials lost: {lost}, duplicates: {duplicates}, "
           f"workers replaced: {restarts}; {result.failures}")
     assert result.trials == 12 and survived == 6 and lost == 0 and duplicates == 0
+
+
+def test_confirmation_re_times_the_points_beside_the_baseline(faults):
+    """The confirmation stage on a real GPU: both points and cuBLAS re-timed in rounds, medians tight."""
+    from evotune.evaluation.options import ConfirmOptions
+
+    points = [{"mode": "ok"}, {"mode": "wrong"}]
+    record = faults.confirm(points, PROBLEM, [0.05, 0.04])
+    assert "error" not in record, record
+    key_ok = faults.space.key(points[0])
+    assert set(record["configs"]) == {key_ok}  # a point that fails verification is left out, with its reason
+    assert faults.space.key(points[1]) in record["skipped"]
+    assert record["baselines"] == ["torch.matmul"]
+    opts = ConfirmOptions()
+    assert record["rounds"] >= opts.min_rounds
+    for name in (key_ok, "torch.matmul"):
+        item = record["items"][name]
+        assert item["samples"] == opts.per_round * record["rounds"]
+        assert item["ci95_ms"][0] <= item["median_ms"] <= item["ci95_ms"][1]
+    assert record["items"][key_ok]["search_ms"] == 0.05
