@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import csv
+import importlib.util
 import itertools
 import json
 import math
 
 import numpy as np
 import pytest
-from conftest import GEMM, PNPOLY
+from conftest import GEMM, PNPOLY, ROOT
 
 from evotune.cli import main
 from evotune.compare import (
@@ -25,6 +26,8 @@ from evotune.compare import (
     measure,
     run_score,
 )
+
+DATA = ROOT / "tests" / "data"
 
 # A 3 x 3 space: 8 recorded points (a=3, b=4 is missing), 2 of them failed, 6 valid times.
 TINY_TIMES = {(1, 1): 4.0, (1, 2): 2.0, (1, 4): "RuntimeFailedConfig", (2, 1): 3.0, (2, 2): 1.0,
@@ -208,3 +211,19 @@ def test_kernel_tuner_strategies_in_simulation_mode(tmp_path):
         assert 0.0 < float(r["fraction"]) <= 1.0 and r["best_ms"] != ""
     again_summary, _ = run(tmp_path / "b")
     assert again_summary == summary  # seeded: the same evaluations for the same seeds
+
+
+def test_a_fixed_seed_comparison_gives_the_recorded_rows(tmp_path):
+    """The rows of tests/data/compare_pnpoly_*.csv, as recorded: the comparison's behaviour has not moved."""
+    strategies = ["default", "ga", "random", "kt:genetic_algorithm"]
+    if importlib.util.find_spec("kernel_tuner") is None:
+        strategies.remove("kt:genetic_algorithm")  # the rows of evotune's strategies are still checked
+    out = tmp_path / "out"
+    assert compare_cli("--landscape", str(PNPOLY), *(a for s in strategies for a in ("--strategy", s)),
+                       "--budget", "25", "--budget", "50", "--repeats", "3", "--seed", "0", "--out", str(out)) == 0
+    timings = [RUN_COLUMNS.index("ask_ms_mean"), RUN_COLUMNS.index("ask_ms_max")]
+    runs = [[v for i, v in enumerate(row) if i not in timings] for row in read_csv(out / "runs.csv")]
+    expected_summary = read_csv(DATA / "compare_pnpoly_summary.csv")
+    expected_runs = read_csv(DATA / "compare_pnpoly_runs.csv")
+    assert read_csv(out / "summary.csv") == [r for r in expected_summary if r[1] in ("strategy", *strategies)]
+    assert runs == [r for r in expected_runs if r[1] in ("strategy", *strategies)]
