@@ -8,8 +8,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LANDSCAPES = ROOT / "experiments" / "landscapes" / "kerneltuner"
-PNPOLY = LANDSCAPES / "pnpoly_RTX_2080_Ti.json.gz"  # Kernel Tuner format, with failed entries
-GEMM = LANDSCAPES / "gemm_RTX_2080_Ti.evotune.json.gz"  # evotune format
+PNPOLY = LANDSCAPES / "pnpoly_RTX_2080_Ti.json.gz"  # with failed entries
+GEMM = LANDSCAPES / "gemm_RTX_2080_Ti.json.gz"
 KT_EXCERPT = ROOT / "tests" / "data" / "pnpoly_RTX_2080_Ti_excerpt.json.gz"  # Kernel Tuner format, with failures
 
 

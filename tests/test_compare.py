@@ -66,12 +66,12 @@ def test_files_have_exactly_the_specified_columns(tiny, tmp_path, capsys):
     assert runs[0] == RUN_COLUMNS == ["landscape", "strategy", "budget", "seed", "fraction", "evals_to_95",
                                       "evals_to_99", "best_ms", "optimum_ms", "ask_ms_mean", "ask_ms_max"]
     assert len(summary) - 1 == 2 * 3 * 2 and len(runs) - 1 == 2 * 3 * 2 * 2
-    assert {r[0] for r in summary[1:]} == {"tiny", "gemm_RTX_2080_Ti.evotune"}
+    assert {r[0] for r in summary[1:]} == {"tiny", "gemm_RTX_2080_Ti"}
     assert {r[3] for r in runs[1:]} == {"5", "6"}  # seed + r
-    assert (out / "tiny.png").stat().st_size > 0 and (out / "gemm_RTX_2080_Ti.evotune.png").stat().st_size > 0
+    assert (out / "tiny.png").stat().st_size > 0 and (out / "gemm_RTX_2080_Ti.png").stat().st_size > 0
     assert KT_CAVEAT in (out / "README.md").read_text()
     printed = capsys.readouterr().out
-    assert KT_CAVEAT in printed and "exhaustive" in printed and "gemm_RTX_2080_Ti.evotune" in printed
+    assert KT_CAVEAT in printed and "exhaustive" in printed and "gemm_RTX_2080_Ti" in printed
 
 
 def test_deterministic_for_a_seed(tmp_path):
