@@ -31,7 +31,7 @@ Checks (issue #5):
 
 Usage::
 
-    nice -n 10 python benchmarks/strategies.py --out runs/bench_strategies            # the full run
+    nice -n 10 python benchmarks/strategies.py                         # the full run, into runs/bench_strategies
     nice -n 10 python benchmarks/strategies.py --out /tmp/b --repeats 5 --budget 25 --budget 50 \\
         --strategy default --strategy random --reuse                                   # a reduced one
 """
@@ -193,7 +193,8 @@ def figure(summary: list[dict[str, str]], strategies: list[str], budgets: list[i
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, help="folder for the per-strategy results and RESULTS.md")
+    ap.add_argument("--out", default="runs/bench_strategies",
+                    help="folder for the per-strategy results and RESULTS.md (default runs/bench_strategies)")
     ap.add_argument("--strategy", action="append", help=f"default: {', '.join(STRATEGIES)}")
     ap.add_argument("--budget", action="append", type=int, help=f"default: {', '.join(map(str, BUDGETS))}")
     ap.add_argument("--repeats", type=int, default=20)
