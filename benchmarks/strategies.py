@@ -1,4 +1,4 @@
-"""Sample efficiency of evotune's strategies against Kernel Tuner's, on every shared landscape.
+"""Sample efficiency of evotune's strategies against Kernel Tuner's, on the twelve shipped Kernel Tuner landscapes.
 
 Runs :func:`evotune.compare.compare` once per strategy (each into its own
 sub-folder of ``--out``, so a strategy that already has results for the same
@@ -6,6 +6,10 @@ landscapes, budgets, repeats and seed is reused with ``--reuse``), then writes
 and prints, per budget, a markdown table of the fraction of the optimum per
 strategy, the acceptance checks of issue #5 and ``default``'s ask() overhead, and draws
 ``strategies.png`` (the geometric means against the budget, all / tuning / held-out).
+
+The landscapes are ``experiments/landscapes/kerneltuner/*.json.gz`` unless
+``--landscape`` names others (the H100 ones under ``experiments/landscapes/h100/``
+are left out by default: the halves below are those of the twelve).
 
 Aggregation: for each (landscape, strategy, budget) the **median over repeats**
 of the fraction of the optimum (``compare``'s ``median_fraction``); across
@@ -27,7 +31,7 @@ Checks (issue #5):
 
 Usage::
 
-    nice -n 10 python benchmarks/strategies.py --out runs/bench_strategies            # the full run
+    nice -n 10 python benchmarks/strategies.py                         # the full run, into runs/bench_strategies
     nice -n 10 python benchmarks/strategies.py --out /tmp/b --repeats 5 --budget 25 --budget 50 \\
         --strategy default --strategy random --reuse                                   # a reduced one
 """
@@ -57,17 +61,16 @@ from evotune.compare import (  # noqa: E402
 )
 from evotune.compare import geometric_mean as gmean  # noqa: E402
 
-KT_DIR = ROOT.parent / "shared" / "landscapes" / "kerneltuner"
-H100_DIR = ROOT / "experiments" / "landscapes" / "h100"
+KT_DIR = ROOT / "experiments" / "landscapes" / "kerneltuner"
 BUDGETS = (25, 50, 100, 200, 400)
 STRATEGIES = ("default", "ga", "random", "tpe", *(KT_PREFIX + n for n in KT_STRATEGIES))
 
 
 def landscapes() -> list[Path]:
-    """Every shared Kernel Tuner landscape, then any evotune landscape under experiments/landscapes/h100/."""
-    found = sorted(KT_DIR.glob("*.json.gz")) + sorted(KT_DIR.glob("*.json"))
-    if H100_DIR.is_dir():
-        found += sorted(p for p in H100_DIR.iterdir() if p.name.endswith((".json", ".json.gz")))
+    """The Kernel Tuner landscapes shipped under experiments/landscapes/kerneltuner/, by name."""
+    found = sorted(KT_DIR.glob("*.json.gz"))
+    if not found:
+        raise SystemExit(f"no landscapes under {KT_DIR}: a checkout without them? name some with --landscape")
     return found
 
 
@@ -182,7 +185,7 @@ def figure(summary: list[dict[str, str]], strategies: list[str], budgets: list[i
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("fraction of the optimum\n(gmean over landscapes of the median over repeats)")
     axes[-1].legend(fontsize=8, loc="lower right")
-    fig.suptitle("Strategies on the shared Kernel Tuner landscapes (higher is better; dashed: Kernel Tuner)")
+    fig.suptitle("Strategies on the Kernel Tuner landscapes (higher is better; dashed: Kernel Tuner)")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
@@ -190,12 +193,14 @@ def figure(summary: list[dict[str, str]], strategies: list[str], budgets: list[i
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, help="folder for the per-strategy results and RESULTS.md")
+    ap.add_argument("--out", default="runs/bench_strategies",
+                    help="folder for the per-strategy results and RESULTS.md (default runs/bench_strategies)")
     ap.add_argument("--strategy", action="append", help=f"default: {', '.join(STRATEGIES)}")
     ap.add_argument("--budget", action="append", type=int, help=f"default: {', '.join(map(str, BUDGETS))}")
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--landscape", action="append", help="default: every shared landscape (and h100 ones)")
+    ap.add_argument("--landscape", action="append",
+                    help="default: the twelve under experiments/landscapes/kerneltuner/")
     ap.add_argument("--reuse", action="store_true", help="keep a strategy's results made with the same plan")
     args = ap.parse_args(argv)
     strategies = args.strategy or list(STRATEGIES)

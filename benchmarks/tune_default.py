@@ -1,7 +1,7 @@
 """The sweep that chose ``default``'s options: one setting of its options on the tuning half.
 
 Runs ``default`` (or another evotune strategy) with the options given by ``--set``
-on the tuning half of the shared landscapes (``--half held-out`` or ``all`` for the
+on the tuning half of the shipped Kernel Tuner landscapes (``--half held-out`` or ``all`` for the
 others; halves as in ``benchmarks/strategies.py``), seeds ``--seed`` onwards (0 by default), and prints
 per landscape the median fraction of the optimum at each budget, then the
 geometric mean over the landscapes. Compare two settings by running it twice.

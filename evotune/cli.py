@@ -1,4 +1,4 @@
-"""Command line: ``python -m evotune run | worker | record | best | plot | dashboard | spaces | compare``.
+"""Command line: ``python -m evotune run | worker | record | best | plot | dashboard | spaces | compare | convert``.
 
 Bad input (an experiment file, a path, a name) ends with one line on stderr
 that names the file and the field, and exit code 2. Nothing already finished
@@ -104,6 +104,13 @@ def _parser() -> argparse.ArgumentParser:
     cmp.add_argument("--seed", default="0", metavar="S", help="first seed (default 0)")
     cmp.add_argument("--out", metavar="DIR", help="where summary.csv, runs.csv, README.md and the plots go")
     cmp.set_defaults(func=cmd_compare)
+
+    conv = sub.add_parser("convert", help="rewrite landscapes (e.g. Kernel Tuner cache files) in evotune's format")
+    conv.add_argument("sources", nargs="*", metavar="SRC", help="Kernel Tuner cache file or evotune landscape")
+    conv.add_argument("--out", metavar="DIR", help="folder for the converted files, each named SRC's stem + .json.gz")
+    conv.add_argument("--samples", default="0", metavar="N",
+                      help="timing samples kept per point, spread over their range (default 0: replay reads none)")
+    conv.set_defaults(func=cmd_convert)
     return p
 
 
@@ -271,5 +278,29 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if any(name.startswith("kt:") for name in args.strategy):  # the caveat is about Kernel Tuner's strategies
         print(KT_CAVEAT)
     for path in result.files:
+        print(path)
+    return 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from evotune.evaluation.landscape import LandscapeError, convert_files
+
+    if not args.sources:
+        raise UsageError("convert: give at least one SRC (a Kernel Tuner cache file or an evotune landscape)")
+    if not args.out:
+        raise UsageError("--out DIR is required (where the converted landscapes go)")
+    try:
+        samples = int(args.samples)
+    except ValueError:
+        samples = -1
+    if samples < 0:
+        raise UsageError(f"--samples: expected an integer >= 0, got {args.samples!r}")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise UsageError(f"--out: {args.out} exists and is not a folder")
+    try:
+        paths = convert_files(args.sources, args.out, samples)
+    except LandscapeError as exc:
+        raise UsageError(str(exc)) from None
+    for path in paths:
         print(path)
     return 0

@@ -8,13 +8,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LANDSCAPES = ROOT / "experiments" / "landscapes" / "kerneltuner"
-PNPOLY = LANDSCAPES / "pnpoly_RTX_2080_Ti.json.gz"  # Kernel Tuner format, with failed entries
-GEMM = LANDSCAPES / "gemm_RTX_2080_Ti.evotune.json.gz"  # evotune format
+PNPOLY = LANDSCAPES / "pnpoly_RTX_2080_Ti.json.gz"  # with failed entries
+GEMM = LANDSCAPES / "gemm_RTX_2080_Ti.json.gz"
+KT_EXCERPT = ROOT / "tests" / "data" / "pnpoly_RTX_2080_Ti_excerpt.json.gz"  # Kernel Tuner format, with failures
 
 
 def replay_experiment(path: Path, *, name: str, url: str, trials: int, strategy: str = "ga",
                       seed: int = 0, repeats: int = 1, options: str = "", extra: str = "") -> Path:
-    """Write a replay experiment over the shipped pnpoly landscape (Kernel Tuner format, with failures)."""
+    """Write a replay experiment over the shipped pnpoly landscape (with failures)."""
     path.write_text(f"""
 name = "{name}"
 space = "landscape"

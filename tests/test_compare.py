@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import csv
+import importlib.util
 import itertools
 import json
 import math
 
 import numpy as np
 import pytest
-from conftest import GEMM, PNPOLY
+from conftest import GEMM, PNPOLY, ROOT
 
 from evotune.cli import main
 from evotune.compare import (
@@ -25,6 +26,8 @@ from evotune.compare import (
     measure,
     run_score,
 )
+
+DATA = ROOT / "tests" / "data"
 
 # A 3 x 3 space: 8 recorded points (a=3, b=4 is missing), 2 of them failed, 6 valid times.
 TINY_TIMES = {(1, 1): 4.0, (1, 2): 2.0, (1, 4): "RuntimeFailedConfig", (2, 1): 3.0, (2, 2): 1.0,
@@ -63,12 +66,12 @@ def test_files_have_exactly_the_specified_columns(tiny, tmp_path, capsys):
     assert runs[0] == RUN_COLUMNS == ["landscape", "strategy", "budget", "seed", "fraction", "evals_to_95",
                                       "evals_to_99", "best_ms", "optimum_ms", "ask_ms_mean", "ask_ms_max"]
     assert len(summary) - 1 == 2 * 3 * 2 and len(runs) - 1 == 2 * 3 * 2 * 2
-    assert {r[0] for r in summary[1:]} == {"tiny", "gemm_RTX_2080_Ti.evotune"}
+    assert {r[0] for r in summary[1:]} == {"tiny", "gemm_RTX_2080_Ti"}
     assert {r[3] for r in runs[1:]} == {"5", "6"}  # seed + r
-    assert (out / "tiny.png").stat().st_size > 0 and (out / "gemm_RTX_2080_Ti.evotune.png").stat().st_size > 0
+    assert (out / "tiny.png").stat().st_size > 0 and (out / "gemm_RTX_2080_Ti.png").stat().st_size > 0
     assert KT_CAVEAT in (out / "README.md").read_text()
     printed = capsys.readouterr().out
-    assert KT_CAVEAT in printed and "exhaustive" in printed and "gemm_RTX_2080_Ti.evotune" in printed
+    assert KT_CAVEAT in printed and "exhaustive" in printed and "gemm_RTX_2080_Ti" in printed
 
 
 def test_deterministic_for_a_seed(tmp_path):
@@ -208,3 +211,44 @@ def test_kernel_tuner_strategies_in_simulation_mode(tmp_path):
         assert 0.0 < float(r["fraction"]) <= 1.0 and r["best_ms"] != ""
     again_summary, _ = run(tmp_path / "b")
     assert again_summary == summary  # seeded: the same evaluations for the same seeds
+
+
+def test_a_fixed_seed_comparison_gives_the_recorded_rows(tmp_path):
+    """The rows of tests/data/compare_pnpoly_*.csv, as recorded: the comparison's behaviour has not moved."""
+    strategies = ["default", "ga", "random", "kt:genetic_algorithm"]
+    if importlib.util.find_spec("kernel_tuner") is None:
+        strategies.remove("kt:genetic_algorithm")  # the rows of evotune's strategies are still checked
+    out = tmp_path / "out"
+    assert compare_cli("--landscape", str(PNPOLY), *(a for s in strategies for a in ("--strategy", s)),
+                       "--budget", "25", "--budget", "50", "--repeats", "3", "--seed", "0", "--out", str(out)) == 0
+    timings = [RUN_COLUMNS.index("ask_ms_mean"), RUN_COLUMNS.index("ask_ms_max")]
+    runs = [[v for i, v in enumerate(row) if i not in timings] for row in read_csv(out / "runs.csv")]
+    expected_summary = read_csv(DATA / "compare_pnpoly_summary.csv")
+    expected_runs = read_csv(DATA / "compare_pnpoly_runs.csv")
+    assert read_csv(out / "summary.csv") == [r for r in expected_summary if r[1] in ("strategy", *strategies)]
+    assert runs == [r for r in expected_runs if r[1] in ("strategy", *strategies)]
+
+
+def test_kernel_tuner_seeding_is_repeatable_and_restores_the_global_state():
+    """kt: strategies are seeded through process-wide generators; nothing outside the run may notice."""
+    import random
+
+    import scipy.stats.qmc as qmc
+
+    from evotune.compare.kernel_tuner_sim import seeded_globals
+
+    def draws():
+        return random.random(), float(np.random.random()), qmc.LatinHypercube(d=2).random(3).tolist()
+
+    random.seed(123)
+    np.random.seed(123)
+    py_state, np_state, sampler = random.getstate(), np.random.get_state(), qmc.LatinHypercube
+    with seeded_globals(7):
+        first = draws()
+        assert qmc.LatinHypercube is not sampler
+    with pytest.raises(RuntimeError), seeded_globals(7):
+        assert draws() == first  # the same seed, the same draws, the Latin hypercube's included
+        raise RuntimeError("Kernel Tuner failed")  # restored on the way out of an error too
+    assert random.getstate() == py_state and qmc.LatinHypercube is sampler
+    restored = np.random.get_state()
+    assert restored[0] == np_state[0] and np.array_equal(restored[1], np_state[1]) and restored[2:] == np_state[2:]

@@ -6,7 +6,7 @@ import gzip
 import json
 
 import pytest
-from conftest import PNPOLY
+from conftest import KT_EXCERPT
 
 from evotune.evaluation.landscape import LandscapeError, convert, load_landscape
 from evotune.evaluation.replay import ReplayEvaluator
@@ -14,12 +14,13 @@ from evotune.evaluation.result import Status
 from evotune.space import Context
 
 
-def test_replay_agrees_with_every_entry_of_a_kernel_tuner_file(pnpoly):
-    raw = json.loads(gzip.decompress(PNPOLY.read_bytes()))
+def test_replay_agrees_with_every_entry_of_a_kernel_tuner_file():
+    raw = json.loads(gzip.decompress(KT_EXCERPT.read_bytes()))
+    pnpoly = load_landscape(KT_EXCERPT)
     keys = raw["tune_params_keys"]
     oracle = ReplayEvaluator(pnpoly)
     failed = 0
-    assert len(raw["cache"]) == len(pnpoly) == 4092
+    assert len(raw["cache"]) == len(pnpoly) == 205
     for entry in raw["cache"].values():
         point = {k: entry[k] for k in keys}
         r = oracle.evaluate(point, pnpoly.problem)
@@ -31,7 +32,7 @@ def test_replay_agrees_with_every_entry_of_a_kernel_tuner_file(pnpoly):
         else:
             assert r.status is Status.OK
             assert r.time_ms == entry["time"] and r.samples_ms == entry["times"]
-    assert failed == 358
+    assert failed == 18
     assert pnpoly.optimum_ms == min(e["time"] for e in raw["cache"].values() if not isinstance(e["time"], str))
 
 
@@ -44,18 +45,17 @@ def test_points_absent_from_the_landscape_are_infeasible_and_free(gemm_landscape
     assert len(space.feasible(Context())) == len(gemm_landscape) == 17956
 
 
-def test_evotune_format_round_trip_keeps_every_point(tmp_path, pnpoly):
-    out = convert(PNPOLY, tmp_path / "pnpoly.json.gz", max_samples=4)
+def test_evotune_format_round_trip_keeps_every_point(tmp_path):
+    pnpoly = load_landscape(KT_EXCERPT)
+    out = convert(KT_EXCERPT, tmp_path / "pnpoly.json.gz", max_samples=4)
     again = load_landscape(out)
     assert again.names == pnpoly.names and len(again) == len(pnpoly)
     for key, r in pnpoly.entries.items():
         s = again.entries[key]
-        assert s.status is r.status
+        assert s.status is r.status and s.time_ms == r.time_ms and s.cost_s == r.cost_s
         if r.status is Status.OK:
-            assert s.time_ms == pytest.approx(r.time_ms, rel=1e-5)
             assert len(s.samples_ms) == min(4, len(r.samples_ms))
             assert min(s.samples_ms) == pytest.approx(min(r.samples_ms), rel=1e-5)
-        assert s.compile_s == pytest.approx(r.compile_s, rel=1e-3, abs=1e-4)
     assert again.meta["device"] == "NVIDIA GeForce RTX 2080 Ti"
 
 

@@ -231,22 +231,25 @@ def landscape_document(
     meta: Mapping[str, Any],
     space_name: str,
     max_samples: int | None = 16,
+    exact: bool = False,
 ) -> dict[str, Any]:
-    """The JSON document of an evotune landscape; ``max_samples`` bounds the samples kept per point."""
+    """The JSON document of an evotune landscape; ``max_samples`` bounds the samples kept per point.
+
+    Times, costs and errors are rounded (to 6, 4 and 6 significant digits) unless
+    ``exact``: a measurement's noise is far above that, but a converted landscape
+    must replay exactly like its source, tuning clock included, so ``convert``
+    keeps every float as it is. Samples are always rounded: replay never reads them.
+    """
     params = list(space_params)
     names = [p.name for p in params]
+    keep = (lambda x, digits=6: x) if exact else _round
     points = []
     for point, r in rows:
-        samples = list(r.samples_ms)
-        if max_samples is not None and len(samples) > max_samples:
-            # keep an even spread of the sorted samples so the distribution survives the trim
-            ordered = sorted(samples)
-            step = (len(ordered) - 1) / (max_samples - 1)
-            samples = [ordered[round(i * step)] for i in range(max_samples)]
+        samples = _spread(list(r.samples_ms), max_samples)
         points.append([
             json_values(point, names),
-            r.status.value, _round(r.time_ms), _round(r.compile_s, 4), _round(r.bench_s, 4),
-            _round(r.error), [_round(s) for s in samples], r.message,
+            r.status.value, keep(r.time_ms), keep(r.compile_s, 4), keep(r.bench_s, 4),
+            keep(r.error), [_round(s) for s in samples], r.message,
         ])
     doc = {
         "format": FORMAT, "version": VERSION, "space": space_name, "problem": problem.to_dict(),
@@ -264,6 +267,19 @@ def json_values(point: Point, names: Iterable[str]) -> list[Any]:
     return [list(v) if isinstance(v, tuple) else v for v in (point[n] for n in names)]
 
 
+def _spread(samples: list[float], n: int | None) -> list[float]:
+    """At most ``n`` of the samples, evenly spread over their sorted range, so the distribution survives."""
+    if n is None or len(samples) <= n:
+        return samples
+    if n <= 0:
+        return []
+    ordered = sorted(samples)
+    if n == 1:
+        return [ordered[len(ordered) // 2]]
+    step = (len(ordered) - 1) / (n - 1)
+    return [ordered[round(i * step)] for i in range(n)]
+
+
 def _round(x: float | None, digits: int = 6) -> float | None:
     if x is None:
         return None
@@ -273,19 +289,56 @@ def _round(x: float | None, digits: int = 6) -> float | None:
 def write_landscape(path: str | Path, document: dict[str, Any]) -> Path:
     """Write a landscape document; ``.gz`` paths are gzipped. Written atomically."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    return _write_bytes(path, _encode(document, gz=path.suffix == ".gz"))
+
+
+def _encode(document: dict[str, Any], gz: bool) -> bytes:
     text = json.dumps(document, separators=(",", ":")).encode()
+    return gzip.compress(text, 9, mtime=0) if gz else text  # mtime 0: the same document, the same bytes
+
+
+def _write_bytes(path: Path, raw: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(gzip.compress(text, 9, mtime=0) if path.suffix == ".gz" else text)
-    tmp.replace(path)
+    tmp.write_bytes(raw)
+    tmp.replace(path)  # atomic: a reader never sees half a file, and a source converted in place survives
     return path
 
 
-def convert(src: str | Path, dst: str | Path, max_samples: int | None = 8) -> Path:
-    """Rewrite any readable landscape (e.g. a Kernel Tuner cache) in evotune's format."""
+def convert(src: str | Path, dst: str | Path, max_samples: int | None = 0) -> Path:
+    """Rewrite any readable landscape (e.g. a Kernel Tuner cache) in evotune's format.
+
+    The result replays exactly like the source: the same points, statuses, messages,
+    times and recorded costs (not rounded); only the timing samples are cut to
+    ``max_samples`` per point.
+    """
+    return write_landscape(dst, converted_document(src, max_samples))
+
+
+def converted_document(src: str | Path, max_samples: int | None = 0) -> dict[str, Any]:
+    """The evotune document :func:`convert` writes for ``src``; raises LandscapeError naming the file."""
     ls = load_landscape(src)
     names = ls.names
     rows = ((dict(zip(names, k, strict=True)), r) for k, r in ls.entries.items())
-    meta = dict(ls.meta)
-    meta["converted_from"] = Path(src).name
-    return write_landscape(dst, landscape_document(ls.params, rows, ls.problem, meta, ls.space_name, max_samples))
+    meta = {k: v for k, v in ls.meta.items() if k not in ("version", "space")}
+    meta.setdefault("converted_from", Path(src).name)
+    return landscape_document(ls.params, rows, ls.problem, meta, ls.space_name, max_samples, exact=True)
+
+
+def convert_files(sources: Iterable[str | Path], out: str | Path, max_samples: int | None = 0) -> list[Path]:
+    """Convert every source to ``out/<stem>.json.gz``; every source is read and checked before anything is written.
+
+    The stem (the file name without ``.json``/``.gz``) is kept, so a converted
+    landscape keeps its name in ``compare``'s rows and plots.
+    """
+    out = Path(out)
+    docs: dict[Path, bytes] = {}
+    for src in sources:
+        dst = out / f"{landscape_stem(src)}.json.gz"
+        if dst in docs:
+            raise LandscapeError(f"{src}: a second source named {landscape_stem(src)!r}; rename one")
+        # compressed in memory: a dozen documents of a few hundred kB, nothing on disk until all are read
+        docs[dst] = _encode(converted_document(src, max_samples), gz=True)
+    for dst, raw in docs.items():
+        _write_bytes(dst, raw)
+    return list(docs)
