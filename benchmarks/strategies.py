@@ -4,7 +4,7 @@ Runs :func:`evotune.compare.compare` once per strategy (each into its own
 sub-folder of ``--out``, so a strategy that already has results for the same
 landscapes, budgets, repeats and seed is reused with ``--reuse``), then writes
 and prints, per budget, a markdown table of the fraction of the optimum per
-strategy, the acceptance checks of issue #5 and ``default``'s ask() overhead, and draws
+strategy, the checks below and ``default``'s ask() overhead, and draws
 ``strategies.png`` (the geometric means against the budget, all / tuning / held-out).
 
 The landscapes are ``experiments/landscapes/kerneltuner/*.json.gz`` unless
@@ -18,7 +18,7 @@ median (``median``). Both are given for all landscapes, for the *tuning half*
 (landscapes sorted by file name, even positions: 0, 2, 4, ...; default's
 hyper-parameters were chosen on these) and for the *held-out half* (odd positions).
 
-Checks (issue #5):
+Checks:
 
 * ``default at B >= best KT at 2B``: the geometric mean of default's medians at
   budget B against the largest geometric mean of any ``kt:`` strategy at 2B

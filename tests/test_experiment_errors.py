@@ -330,7 +330,7 @@ def test_real_process_exit_code_and_stderr(tmp_path, case):
     path, db = _write_case(tmp_path, text, files)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run([sys.executable, "-m", "evotune", "run", str(path), "--no-progress", "--no-plots"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 2, proc.stderr
     _check_line(proc.stderr, path, field)
     assert proc.stdout == ""

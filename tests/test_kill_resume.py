@@ -114,7 +114,7 @@ def test_sigkill_at_random_moments_loses_and_repeats_nothing(tmp_path, kind):
             kills += 1  # a kill after progress
         seen = now
 
-    final = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    final = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
     assert final.returncode == 0, final.stderr[-3000:]
     trials = snapshot(url)
     lost = seen - trials

@@ -34,7 +34,7 @@ def run_workers(tmp_path, exp, workers: int = WORKERS) -> list[tuple[str, str]]:
     cmd = [sys.executable, "-m", "evotune", "worker", str(exp), "--no-progress"]
     procs = [subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(workers)]
-    outs = [p.communicate(timeout=240) for p in procs]
+    outs = [p.communicate(timeout=1800) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
     return outs
 
