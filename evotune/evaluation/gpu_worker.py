@@ -1,0 +1,266 @@
+"""The GPU worker process: it owns the GPU, and builds, verifies and times what it is sent.
+
+:class:`evotune.evaluation.gpu.GpuEvaluator` starts it (through
+:class:`evotune.evaluation.isolation.WorkerProcess`) and talks to it over a pipe;
+the requests are ``eval`` (one point), ``baselines``, ``info`` (device, clocks,
+versions, copy bandwidth) and ``confirm`` (the confirmation stage). A candidate
+that breaks the CUDA context makes the reply ``fatal``: the process exits and
+the evaluator starts another.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from collections import OrderedDict
+from typing import Any
+
+from evotune.evaluation.isolation import serve
+from evotune.evaluation.options import TimingOptions
+from evotune.problem import Problem
+from evotune.space import Point
+
+KEEP_KERNELS = 64  # built kernels a GPU worker keeps, most recently used first
+
+
+def worker_main(conn: Any, space_source: str, timing: TimingOptions) -> None:
+    """The process's entry point: load the space and serve requests until told to stop."""
+    from evotune.evaluation.kernel_cache import cache_root
+
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    os.environ.setdefault("TRITON_CACHE_DIR", str(cache_root() / "triton"))  # before triton is imported
+    # a reply marked fatal (a CUDA context a candidate broke) ends this process; the parent starts another
+    serve(conn, lambda: _Worker(space_source, timing))
+
+
+class _Worker:
+    def __init__(self, space_source: str, timing: TimingOptions):
+        from evotune.evaluation.oracle import Oracle
+        from evotune.plugins import load_space
+
+        self.space = load_space(space_source)
+        self.oracle = Oracle(timing)
+        # (problem key, point key) -> built kernel, the most recent few: a built kernel may hold device
+        # buffers, and a recording builds thousands (spaces keep their own cheaper caches of binaries)
+        self.kernels: OrderedDict[tuple[str, str], Any] = OrderedDict()
+        self.inputs: dict[str, Any] = {}
+
+    def handle(self, message: tuple) -> dict[str, Any]:
+        kind = message[0]
+        if kind == "eval":
+            reply = self.evaluate(message[1], Problem.from_dict(message[2]), message[3])
+            if "OutOfMemoryError" in reply.get("message", "") and self.kernels and not reply.get("fatal"):
+                # memory this worker holds (kernels built earlier, their buffers) is not the point's fault:
+                # let it all go and measure the point again; a second OOM is the point's own
+                self.kernels.clear()
+                self.inputs.clear()
+                self._free()
+                reply = self.evaluate(message[1], Problem.from_dict(message[2]), message[3])
+                reply.setdefault("extra", {})["retried_after_oom"] = True
+            return reply
+        if kind == "baselines":
+            return {"status": "ok", "baselines": self.baselines(Problem.from_dict(message[1]))}
+        if kind == "confirm":
+            return self.confirm(message[1], Problem.from_dict(message[2]), message[3], message[4])
+        if kind == "info":
+            info = device_info()
+            info["copy_gbps"] = self.oracle.copy_bandwidth_gbps()
+            return {"status": "ok", "info": info}
+        return {"status": "runtime_error", "message": f"unknown request {kind!r}"}
+
+    @staticmethod
+    def _free() -> None:
+        import gc
+
+        import torch
+
+        gc.collect()
+        torch.cuda.empty_cache()
+
+    def _inputs(self, problem: Problem) -> tuple[Any, Any, Any]:
+        from evotune.evaluation.gemm import make_inputs
+
+        if problem.key not in self.inputs:
+            self.inputs = {problem.key: make_inputs(problem, seed=12345)}  # one problem's buffers at a time
+        return self.inputs[problem.key]
+
+    def evaluate(self, point: Point, problem: Problem, seed: int) -> dict[str, Any]:
+        import torch
+
+        from evotune.evaluation.gemm import make_inputs, poison, verify
+
+        kept = (problem.key, self.space.key(point)) in self.kernels
+        started = time.perf_counter()
+        kernel = self._kernel(point, problem)
+        if isinstance(kernel, dict):
+            return kernel
+        compile_s = 0.0 if kept else time.perf_counter() - started
+        stage = "verify"
+        checked = time.perf_counter()
+        try:
+            a, b, c = make_inputs(problem, seed=seed)  # fresh data for every check
+            kernel(a, b, c)
+            torch.cuda.synchronize()
+            ok, err, why = verify(problem, a, b, c)
+            del a, b, c
+            if not ok:
+                return {"status": "wrong_result", "error": err, "message": why, "compile_s": compile_s}
+            stage = "time"
+            verify_s = time.perf_counter() - checked
+            a, b, c = self._inputs(problem)
+            poison(c)
+            timing = self.oracle.time(lambda: kernel(a, b, c))
+        except Exception as exc:
+            return self._failure("runtime_error", exc, 0.0, compile_s, stage)
+        # what the point cost beside compiling: verification and timing (preparing the graph included)
+        extra: dict[str, Any] = {"ci95_ms": list(timing.ci95_ms), "graph": timing.graph, "trimmed": timing.trimmed,
+                                 "verify_s": verify_s}
+        if timing.notes:
+            extra["notes"] = timing.notes
+        hit = getattr(kernel, "cache_hit", None)  # set by builds that use the on-disk kernel cache
+        if compile_s == 0.0:
+            extra["kernel_cache"] = "memory"
+        elif hit is not None:
+            extra["kernel_cache"] = "hit" if hit else "miss"
+        return {"status": "ok", "time_ms": timing.median_ms, "samples_ms": timing.samples_ms,
+                "compile_s": compile_s, "bench_s": timing.bench_s, "error": err, "extra": extra}
+
+    def _failure(self, status: str, exc: Exception, seconds: float, compile_s: float = 0.0,
+                 stage: str = "compile") -> dict[str, Any]:
+        # compilers wrap the real error (Triton's CompilationError shows source, its cause says why)
+        causes, e = [], exc
+        while e is not None and len(causes) < 4:
+            causes.append(f"{type(e).__name__}: {e}".strip())
+            e = e.__cause__ or e.__context__
+        text = f"{stage}: " + " <- ".join(reversed(causes)) if len(causes) > 1 else f"{stage}: {causes[0]}"
+        reply = {"status": status, "message": text[:2000], "compile_s": compile_s or seconds,
+                 "extra": {"traceback": traceback.format_exc(limit=4)[-2000:]}}
+        if _context_poisoned():
+            reply.update(status="crash", fatal=True)
+        return reply
+
+    def confirm(self, points: list[Point], problem: Problem, search_ms: list[float], opts: Any) -> dict[str, Any]:
+        """The confirmation stage in this worker: every point and baseline prepared once (verified on fresh
+        data first), the GPU warmed up, then interleaved rounds of samples until the medians are tight."""
+        import time as _time
+
+        import torch
+
+        from evotune.evaluation.confirm import confirm_rounds
+        from evotune.evaluation.gemm import baselines, make_inputs, verify
+
+        launches: dict[str, Any] = {}
+        configs: dict[str, Point] = {}
+        search: dict[str, float] = {}
+        skipped: dict[str, str] = {}
+        a, b, c = self._inputs(problem)
+        for point, ms in zip(points, search_ms, strict=True):
+            name = self.space.key(point)
+            reply_or_kernel = self._kernel(point, problem)
+            if isinstance(reply_or_kernel, dict):
+                skipped[name] = reply_or_kernel.get("message", "could not be built")
+                continue
+            kernel = reply_or_kernel
+            try:
+                fa, fb, fc = make_inputs(problem, seed=4242)
+                kernel(fa, fb, fc)
+                torch.cuda.synchronize()
+                ok, _, why = verify(problem, fa, fb, fc)
+                del fa, fb, fc
+                if ok:
+                    launches[name], _ = self.oracle.prepare(lambda kernel=kernel: kernel(a, b, c))
+            except Exception as exc:  # it ran in the search; if it fails now, it is left out, not trusted
+                ok, why = False, f"{type(exc).__name__}: {exc}"[:500]
+            if not ok:
+                skipped[name] = why
+                continue
+            configs[name], search[name] = point, float(ms)
+        for name, fn in baselines(problem).items():
+            try:
+                launches[name], _ = self.oracle.prepare(lambda fn=fn: fn(a, b, c))
+            except Exception as exc:  # a baseline the library does not support for this shape
+                skipped[name] = f"{type(exc).__name__}: {exc}"[:500]
+        names = list(launches)
+
+        def warm(seconds: float) -> None:
+            until = _time.perf_counter() + seconds
+            while _time.perf_counter() < until:
+                for n in names:
+                    launches[n]()
+                torch.cuda.synchronize()
+
+        result = confirm_rounds(names, lambda n, k: self.oracle.sample(launches[n], k), opts, search, warm)
+        doc = result.to_dict()
+        doc.update(configs=configs, baselines=[n for n in names if n not in configs], skipped=skipped)
+        return {"status": "ok", "confirmation": doc}
+
+    def _kernel(self, point: Point, problem: Problem) -> Any:
+        """The built kernel of ``point`` (kept, or built now), or a failure reply when it cannot be built."""
+        key = (problem.key, self.space.key(point))
+        kernel = self.kernels.get(key)
+        if kernel is not None:
+            self.kernels.move_to_end(key)
+            return kernel
+        started = time.perf_counter()
+        try:
+            kernel = self.space.build(point, problem)
+        except Exception as exc:
+            return self._failure("compile_error", exc, time.perf_counter() - started)
+        self.kernels[key] = kernel
+        if len(self.kernels) > KEEP_KERNELS:
+            self.kernels.popitem(last=False)
+        return kernel
+
+    def baselines(self, problem: Problem) -> dict[str, dict[str, Any]]:
+        from evotune.evaluation.gemm import baselines, make_inputs, verify
+
+        out = {}
+        for name, fn in baselines(problem).items():
+            a, b, c = make_inputs(problem, seed=777)
+            try:
+                fn(a, b, c)
+                ok, err, _ = verify(problem, a, b, c)
+                t = self.oracle.time(lambda fn=fn, a=a, b=b, c=c: fn(a, b, c))
+            except Exception as exc:  # a baseline the library does not support for this shape
+                out[name] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+                continue
+            out[name] = {"time_ms": t.median_ms, "samples_ms": t.samples_ms, "ci95_ms": list(t.ci95_ms),
+                         "verified": ok, "error_value": err}
+        return out
+
+
+def _context_poisoned() -> bool:
+    """True when the CUDA context is broken (sticky error): only a new process can use the GPU again."""
+    try:
+        import torch
+
+        torch.cuda.synchronize()
+        torch.empty(1, device="cuda").fill_(1.0).item()
+        return False
+    except Exception:
+        return True
+
+
+def device_info() -> dict[str, Any]:
+    """What a recorded number depends on: device, clocks, driver and package versions."""
+    import platform
+    import subprocess
+
+    import torch
+
+    info: dict[str, Any] = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+                            "cuda": torch.version.cuda, "python": platform.python_version()}
+    for mod in ("triton", "cutlass", "cuda"):
+        try:
+            info[mod] = __import__(mod).__version__
+        except Exception:  # not installed, or no version attribute
+            pass
+    try:
+        q = "driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit,temperature.gpu"
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20).stdout.strip().splitlines()[0]
+        info.update(dict(zip(q.split(","), (s.strip() for s in out.split(",")), strict=False)))
+    except Exception:  # nvidia-smi missing or slow: the record says less, nothing fails
+        pass
+    return info
