@@ -253,7 +253,7 @@ def _run_one(exp: Experiment, target: Target, evaluator: Evaluator, storage, str
         if bar is not None and task is not None:
             bar.update(task, completed=n, best=f"{best:.4g} ms" if best is not None else "-")
 
-    # a claim outlives any honest evaluation; a killed worker's claims lapse at once (see claims.py)
+    # a claim outlives any honest evaluation; a killed worker's claims lapse at once (see evotune/claims/base.py)
     lease = 3.0 * exp.oracle_options.timeout_s if exp.oracle in ("gpu", "cpu") else 120.0
     return tune(target.space, target.ctx, evaluator, strat, store, exp.budget, on_trial,
                 claims=make_claims(exp.storage, name, lease))

@@ -1,0 +1,122 @@
+"""Claims in a table ``evotune_claims`` of an RDB storage's own database: :class:`RdbClaims`."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from evotune.claims.base import DONE, HELD, Claims, Row, _Transaction
+
+
+class RdbClaims(Claims):
+    """Claims as rows of ``evotune_claims`` in the study's own database.
+
+    The study's lock is a transaction that serialises per study: ``BEGIN
+    IMMEDIATE`` on sqlite (the database's one write lock, taken at the start),
+    ``SELECT ... FOR UPDATE`` on the study's row of ``evotune_claim_locks``
+    elsewhere (PostgreSQL, MySQL), held until the transaction ends.
+    """
+
+    def __init__(self, url: str, study: str, lease_s: float, owner: str | None = None):
+        super().__init__(study, lease_s, owner)
+        import sqlalchemy as sa
+
+        self.sa = sa
+        from evotune.study import engine_kwargs, schema_lock
+
+        self.engine = sa.create_engine(url, **engine_kwargs(url))
+        if self.engine.dialect.name == "sqlite":
+            _begin_immediate(self.engine)
+        meta = sa.MetaData()
+        self.table = sa.Table(
+            "evotune_claims", meta,
+            sa.Column("study", sa.String(512), primary_key=True),
+            sa.Column("key_hash", sa.String(64), primary_key=True),
+            sa.Column("key", sa.Text), sa.Column("owner", sa.String(256)), sa.Column("expires", sa.Float),
+            sa.Column("state", sa.String(8)))  # NULL in rows written before it existed: HELD
+        self.locks = sa.Table("evotune_claim_locks", meta, sa.Column("study", sa.String(512), primary_key=True))
+        for attempt in range(5):
+            try:
+                with schema_lock(url):
+                    meta.create_all(self.engine, checkfirst=True)
+                    if "state" not in {c["name"] for c in sa.inspect(self.engine).get_columns("evotune_claims")}:
+                        with self.engine.begin() as conn:  # a table made before claims had states
+                            conn.execute(sa.text("ALTER TABLE evotune_claims ADD COLUMN state VARCHAR(8)"))
+                break
+            except (sa.exc.IntegrityError, sa.exc.ProgrammingError, sa.exc.OperationalError):
+                if attempt == 4:  # another worker made it meanwhile; the next look finds it
+                    raise
+                time.sleep(0.5 * (attempt + 1))
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(sa.insert(self.locks).values(study=study))
+        except sa.exc.IntegrityError:
+            pass  # another worker of the study made it
+
+    @contextmanager
+    def _transaction(self) -> Iterator[_Transaction]:
+        sa = self.sa
+        with self.engine.begin() as conn:
+            conn.execute(sa.select(self.locks.c.study).where(self.locks.c.study == self.study).with_for_update())
+            yield _RdbTransaction(self, conn)
+
+
+def _begin_immediate(engine: Any) -> None:
+    """Make every transaction of ``engine`` (sqlite) take the write lock at its start: ``BEGIN IMMEDIATE``.
+
+    pysqlite's own BEGIN comes only before the first write, so two workers could both
+    read the claims before either writes; sqlite has no ``SELECT ... FOR UPDATE``.
+    """
+    from sqlalchemy import event
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # pysqlite emits no BEGIN of its own
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+class _RdbTransaction(_Transaction):
+    def __init__(self, claims: RdbClaims, conn: Any):
+        self.claims, self.conn, self.t, self.sa = claims, conn, claims.table, claims.sa
+
+    def _mine(self) -> Any:
+        return self.t.c.study == self.claims.study
+
+    def _one(self, key: str) -> Any:
+        return self.sa.and_(self._mine(), self.t.c.key_hash == hashlib.sha256(key.encode()).hexdigest())
+
+    def get(self, key: str) -> Row | None:
+        t = self.t
+        r = self.conn.execute(self.sa.select(t.c.owner, t.c.expires, t.c.state).where(self._one(key))).first()
+        return None if r is None else Row(r.owner, float(r.expires), r.state or HELD)
+
+    def held(self) -> dict[str, Row]:
+        t = self.t
+        rows = self.conn.execute(self.sa.select(t.c.key, t.c.owner, t.c.expires).where(
+            self._mine(), self.sa.or_(t.c.state.is_(None), t.c.state == HELD))).all()
+        return {r.key: Row(r.owner, float(r.expires), HELD) for r in rows}
+
+    def done_count(self) -> int:
+        sa, t = self.sa, self.t
+        return int(self.conn.execute(sa.select(sa.func.count()).select_from(t).where(
+            self._mine(), t.c.state == DONE)).scalar_one())
+
+    def done_keys(self) -> set[str]:
+        t = self.t
+        return set(self.conn.execute(self.sa.select(t.c.key).where(self._mine(), t.c.state == DONE)).scalars())
+
+    def put(self, key: str, state: str, expires: float) -> None:
+        sa, t, owner = self.sa, self.t, self.claims.owner
+        done = self.conn.execute(sa.update(t).where(self._one(key)).values(owner=owner, expires=expires, state=state))
+        if done.rowcount == 0:  # no row yet; the lock keeps every other worker of the study out meanwhile
+            self.conn.execute(sa.insert(t).values(study=self.claims.study, key_hash=hashlib.sha256(key.encode())
+                                                  .hexdigest(), key=key, owner=owner, expires=expires, state=state))
+
+    def drop(self, key: str) -> None:
+        self.conn.execute(self.sa.delete(self.t).where(self._one(key)))
