@@ -114,6 +114,7 @@ class GpuEvaluator(Evaluator):
         if pool_error:
             extra["pool_error"] = pool_error
         elif pool_hit is not None:  # prefetched: the pool found it in the cache, or compiled it there
+            extra["build_s"] = reply.get("compile_s", 0.0)  # the GPU worker's own part: loading it
             reply["compile_s"] = pool_s + reply.get("compile_s", 0.0)
             extra["compiled_in"] = "pool"
             if "kernel_cache" in extra:
