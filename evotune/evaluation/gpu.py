@@ -97,6 +97,19 @@ class GpuEvaluator(Evaluator):
             self._pool, self._compiling = None, {}
             return 0.0, f"pool: {type(exc).__name__}: {exc}", None
 
+    def _settle(self) -> None:
+        """Drop the compiles queued for points that will not be asked for, and wait for the running ones:
+        compile processes busy on the same cores would slow the GPU worker's host side while it times."""
+        for future in self._compiling.values():
+            future.cancel()
+        for future in self._compiling.values():
+            if not future.cancelled():
+                try:
+                    future.result(timeout=self.timeout_s)
+                except Exception:  # its point is not evaluated any more: nothing to report
+                    pass
+        self._compiling.clear()
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
@@ -142,6 +155,7 @@ class GpuEvaluator(Evaluator):
         opts = self.options.confirm
         if opts.top_k <= 0 or not points:
             return None
+        self._settle()
         budget = opts.max_seconds + opts.warmup_s + self.timeout_s * (len(points) + 1)
         reply = self._worker.call(("confirm", points, problem.to_dict(), search_ms, opts), timeout_s=budget)
         if reply.get("status") != "ok":

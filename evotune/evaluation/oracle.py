@@ -34,6 +34,8 @@ import numpy as np
 
 from evotune.evaluation.options import TimingOptions
 
+HEAD_START_CYCLES = 100_000  # GPU cycles of head start per queued sample (about 50 µs at 2 GHz)
+
 
 @dataclass
 class Timing:
@@ -117,6 +119,10 @@ class Oracle:
         torch = self.torch
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        # Keep the GPU busy while this thread queues the batch: a sample is the GPU time between its two
+        # events, and a host delayed between recording the first and launching (other processes compiling
+        # on the same cores, say) would leave the GPU idle inside the sample and inflate it.
+        torch.cuda._sleep(HEAD_START_CYCLES * n)
         for s, e in zip(starts, ends, strict=True):
             if self._flush is not None:
                 self._flush.zero_()
