@@ -76,12 +76,17 @@ def test_workers_racing_for_the_last_slots_stop_at_the_budget(tmp_path, kind):
     assert sorted(counts.values()) == [budget] * studies, counts
 
 
+def claims_of(kind: str, tmp_path, owner):
+    """Claims of study "s" in a journal's claims file or an sqlite table, as worker ``owner``."""
+    if kind == "file":
+        return FileClaims(tmp_path / "c.claims", "s", lease_s=60, owner=owner)
+    return RdbClaims(f"sqlite:///{tmp_path / 'c.db'}", "s", lease_s=60, owner=owner)
+
+
 @pytest.mark.parametrize("kind", ["file", "rdb"])
 def test_a_claim_is_exclusive_until_its_owner_dies(tmp_path, kind):
     def make(owner):
-        if kind == "file":
-            return FileClaims(tmp_path / "c.claims", "s", lease_s=60, owner=owner)
-        return RdbClaims(f"sqlite:///{tmp_path / 'c.db'}", "s", lease_s=60, owner=owner)
+        return claims_of(kind, tmp_path, owner)
 
     me = make(None)
     dead = make(f"{os.uname().nodename}:999999999:0")  # a pid that does not exist on this host
@@ -110,9 +115,7 @@ def test_a_claim_after_a_torn_line_is_still_seen(tmp_path):
 @pytest.mark.parametrize("kind", ["file", "rdb"])
 def test_the_budget_counts_keys_done_or_held_live_once(tmp_path, kind):
     def make(owner):
-        if kind == "file":
-            return FileClaims(tmp_path / "c.claims", "s", lease_s=60, owner=owner)
-        return RdbClaims(f"sqlite:///{tmp_path / 'c.db'}", "s", lease_s=60, owner=owner)
+        return claims_of(kind, tmp_path, owner)
 
     me, other = make(None), make("another-host:1:0")
     dead = make(f"{os.uname().nodename}:999999999:0")  # a pid that does not exist on this host
