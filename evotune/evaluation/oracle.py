@@ -7,7 +7,9 @@ Method (see benchmarks/RESULTS.md for what it measured):
    overhead on the host cannot show in the samples; otherwise launch directly;
 3. before every sample, overwrite a buffer twice the size of L2, so each
    sample reads its inputs from HBM as a real layer would;
-4. one sample = CUDA events recorded right before and after one launch;
+4. one sample = CUDA events recorded right before and after one launch; each
+   batch of samples is queued behind a short GPU spin, so the host is ahead of
+   the GPU and a busy host cannot add idle time inside a sample;
 5. take samples in batches until the 95% confidence interval of the median
    (distribution-free, from order statistics) is within ``timing.ci_target``
    of it, or ``timing.max_samples`` / ``max_seconds`` is reached;
