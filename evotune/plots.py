@@ -23,7 +23,7 @@ from __future__ import annotations
 import textwrap
 import warnings
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import matplotlib
@@ -54,6 +54,7 @@ class ProblemRuns:
     optimum_ms: float | None
     curves: list[Curve]
     trials: list[optuna.trial.FrozenTrial]
+    confirmation: dict = field(default_factory=dict)  # the newest confirmation record of the problem (GPU runs)
 
 
 def load_runs(storage: str | optuna.storages.BaseStorage, experiment: str | None = None) -> list[ProblemRuns]:
@@ -66,6 +67,9 @@ def load_runs(storage: str | optuna.storages.BaseStorage, experiment: str | None
             continue
         key = (exp, a.get("problem_key", s.study_name))
         runs = groups.setdefault(key, ProblemRuns(exp, key[1], a.get("optimum_ms"), [], []))
+        rec = a.get("confirmation") or {}
+        if rec.get("items") and rec.get("date", "") >= runs.confirmation.get("date", ""):
+            runs.confirmation = rec
         trials = optuna.load_study(study_name=s.study_name, storage=st).get_trials(
             deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
         trials.sort(key=lambda t: t.number)
@@ -135,12 +139,26 @@ def plot_convergence(runs: ProblemRuns, path: str | Path) -> Path:
     if opt:
         for ax in (ax_e, ax_t):
             ax.axhline(1.0, color="k", linestyle="--", linewidth=0.8)
+    else:
+        _confirmed_lines(runs.confirmation, (ax_e, ax_t))
     for ax in (ax_e, ax_t):
         ax.grid(alpha=0.3)
     ax_e.legend(loc="lower right" if opt else "upper right")
     fig.suptitle(f"{runs.experiment}: {runs.problem_key} (median and inter-quartile band over seeds)")
     fig.tight_layout()
     return _save(fig, path)
+
+
+def _confirmed_lines(rec: dict, axes: tuple) -> None:
+    """The confirmation stage's figures as reference lines: the fastest configuration and each baseline,
+    re-timed side by side after the search (what ``best`` reports)."""
+    items, configs = rec.get("items", {}), rec.get("configs", {})
+    timed = [items[k]["median_ms"] for k in configs if k in items]
+    lines = ([(min(timed), "best configuration, confirmed", "k", ":")] if timed else []) + [
+        (items[n]["median_ms"], f"{n}, confirmed", "0.45", "--") for n in rec.get("baselines", []) if n in items]
+    for value, label, color, style in lines:
+        for i, ax in enumerate(axes):
+            ax.axhline(value, color=color, linestyle=style, linewidth=1.0, label=label if i == 0 else None)
 
 
 def plot_param_effects(runs: ProblemRuns, path: str | Path, max_params: int = 16) -> Path | None:

@@ -67,3 +67,19 @@ def test_titles_are_wrapped_to_fit_the_figure(tmp_path):
         assert 0 <= box.x0 and box.x1 <= fig.bbox.width, title.get_text()
     assert "\n" in ax.title.get_text()
     assert " ".join(ax.title.get_text().split()) == long  # wrapped, nothing dropped
+
+
+def test_a_gpu_run_draws_its_confirmed_best_and_baselines(tmp_path, drawn):
+    """Without a known optimum the y axis is time: the confirmation's best and baseline are drawn as lines."""
+    runs = staggered_runs()
+    runs.optimum_ms = None
+    runs.confirmation = {"items": {"cfg-a": {"median_ms": 1.1}, "cfg-b": {"median_ms": 1.3},
+                                   "torch.matmul": {"median_ms": 1.25}},
+                         "configs": {"cfg-a": {}, "cfg-b": {}}, "baselines": ["torch.matmul"]}
+    plots.plot_convergence(runs, tmp_path / "c.png")
+    (fig,) = drawn
+    for ax in fig.axes:
+        flat = {tuple(np.asarray(line.get_ydata(), dtype=float)) for line in ax.lines}
+        assert (1.1, 1.1) in flat and (1.25, 1.25) in flat and (1.3, 1.3) not in flat
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert "best configuration, confirmed" in labels and "torch.matmul, confirmed" in labels
