@@ -10,6 +10,7 @@ Example::
 from __future__ import annotations
 
 import datetime as _dt
+import importlib.util
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -103,10 +104,12 @@ def preflight(exp: Experiment, resolved: list[Target]) -> None:
 
 
 def _gpu_evaluator_class(exp: Experiment) -> type[Evaluator]:
-    try:
-        from evotune.evaluation.gpu import GpuEvaluator  # needs the gpu extra and a CUDA GPU
-    except ImportError as exc:
-        raise ExperimentError(exp.path, "oracle.kind", f"'gpu' needs the gpu extra and a CUDA GPU ({exc})") from None
+    # The GPU worker imports torch in its own process; without it every point would fail there, one by one.
+    if importlib.util.find_spec("torch") is None:
+        raise ExperimentError(exp.path, "oracle.kind", "'gpu' needs the gpu extra and a CUDA GPU "
+                                                       "(torch is not installed: pip install 'evotune[gpu]')")
+    from evotune.evaluation.gpu import GpuEvaluator
+
     return GpuEvaluator
 
 

@@ -272,8 +272,7 @@ def test_hardware_auto_without_a_gpu(tmp_path, monkeypatch, capsys):
     _assert_refused(tmp_path, capsys, doc(top='hardware = "auto"\n'), "hardware", {})
 
 
-@pytest.mark.skipif(importlib.util.find_spec("evotune.evaluation.gpu") is not None,
-                    reason="the GPU evaluator is installed here")
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="torch is installed here")
 def test_gpu_oracle_without_the_gpu_evaluator(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     _assert_refused(tmp_path, capsys, gpu_doc(), "oracle.kind", {})
