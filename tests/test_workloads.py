@@ -18,7 +18,7 @@ def test_builtin_workloads_are_found_by_kind():
 
 def test_unknown_kind_is_no_workload():
     assert find_workload("pnpoly") is None
-    with pytest.raises(WorkloadNotFound, match="unknown workload 'pnpoly'; accepted: .*gemm"):
+    with pytest.raises(WorkloadNotFound, match=r"unknown workload 'pnpoly'; accepted: .*gemm"):
         get_workload("pnpoly")
 
 
