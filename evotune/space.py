@@ -217,6 +217,7 @@ class SearchSpace:
     run: Callable[..., Any] | None = None
     reference: Callable[..., Any] | None = None
     make_inputs: Callable[..., Any] | None = None
+    workload: str = "gemm"  # the problem kind it serves (evotune.workloads); the runner refuses any other
     source: str = ""  # how plugins.load_space found it (a name or a path), so a worker process can load it too
     _feasible: dict[tuple[str, str], FeasibleSet] = field(default_factory=dict, repr=False)
 

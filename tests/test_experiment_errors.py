@@ -178,6 +178,11 @@ CASES: list[tuple[str, str, str, dict[str, str | bytes]]] = [
     ("problem-unknown-field", gpu_doc(problem=PROBLEM + "batch = 4\n"), "problem[0].batch", {}),
     ("problem-second-entry-bad", gpu_doc(problem=PROBLEM + PROBLEM.replace("m = 1024", 'm = "big"')),
      "problem[1].m", {}),
+    ("problem-unknown-kind", gpu_doc(problem=PROBLEM + 'kind = "stencil"\n'), "problem[0].kind", {}),
+    ("problem-kind-not-a-string", gpu_doc(problem=PROBLEM + "kind = 3\n"), "problem[0].kind", {}),
+    # a space serves one workload: a GEMM problem is refused by a space for another kind
+    ("space-serves-another-workload", doc(space='space = "other.py"\n', oracle=CPU, problem=CPU_PROBLEM), "space",
+     {"other.py": NO_BUILD.replace('ordinal("x", (1, 2))]', 'ordinal("x", (1, 2))], workload="stencil"')}),
     ("problem-missing-with-gpu-oracle", gpu_doc(problem=""), "problem", {}),
     ("problem-with-replay-oracle", doc(problem=PROBLEM), "problem", {}),
     # -- storage and outputs
