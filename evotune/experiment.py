@@ -25,7 +25,7 @@ from typing import Any
 
 from evotune import hardware as hw
 from evotune.evaluation.options import ConfirmOptions, OracleOptions, TimingOptions
-from evotune.problem import DTYPES, LAYOUTS, Problem
+from evotune.problem import Problem
 
 ORACLES = ("replay", "gpu", "cpu")  # cpu: numpy kernels in an isolated process (the tests' fault space)
 
@@ -262,21 +262,19 @@ class _Parser:
             if oracle == "replay":
                 return []  # each landscape brings its own problem
             raise self.fail("problem", "missing: give at least one [[problem]] with m, n, k, dtype")
+        from evotune.workloads import FieldError, get_workload, workload_names
+
         out = []
-        for where, item in self.tables(value, "problem", "m, n, k, dtype, layout"):
-            self.no_unknown(item, {"m", "n", "k", "dtype", "layout"}, f"{where}.")
-            dims = {}
-            for d in ("m", "n", "k"):
-                if d not in item:
-                    raise self.fail(f"{where}.{d}", "missing (required)")
-                dims[d] = self.positive_int(item, d, f"{where}.{d}")
-            dtype = item.get("dtype", "bf16")
-            if dtype not in DTYPES:
-                raise self.fail(f"{where}.dtype", f"unknown dtype {dtype!r}; accepted: {', '.join(DTYPES)}")
-            layout = item.get("layout", "tn")
-            if layout not in LAYOUTS:
-                raise self.fail(f"{where}.layout", f"unknown layout {layout!r}; accepted: {', '.join(LAYOUTS)}")
-            out.append(Problem.gemm(dims["m"], dims["n"], dims["k"], dtype, layout))
+        for where, item in self.tables(value, "problem", "kind (default gemm) and the workload's fields"):
+            kind = item.get("kind", "gemm")
+            if not isinstance(kind, str) or kind not in workload_names():
+                raise self.fail(f"{where}.kind", f"unknown workload {kind!r}; accepted: {', '.join(workload_names())}")
+            workload = get_workload(kind)
+            self.no_unknown(item, {"kind", *workload.fields}, f"{where}.")
+            try:
+                out.append(workload.parse({k: v for k, v in item.items() if k != "kind"}))
+            except FieldError as exc:
+                raise self.fail(f"{where}.{exc.field}", exc.message) from None
         if oracle == "replay" and out:
             raise self.fail("problem", "a replay oracle takes its problems from its landscapes; remove [[problem]]")
         return out

@@ -10,7 +10,8 @@ kernel without opening any study. The file (``$EVOTUNE_TUNED``, default
      "experiment": "h100_bf16_gemm", "study": "...", "storage": "sqlite:///...", "updated": "2026-11-21"}
 
 A problem that was never tuned falls back to the tuned problem in the nearest
-power-of-two bucket (same kind, dtype and layout), and the answer says so.
+bucket (the workload's: for a GEMM, powers of two with the same dtype and
+layout), and the answer says so.
 
 Example::
 
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import math
 import os
 import warnings
 from collections.abc import Iterable
@@ -83,10 +83,6 @@ def remember(rows: Iterable[Any], storage: str, path: Path | None = None) -> Pat
     return path
 
 
-def _bucket_distance(a: Problem, b: Problem) -> float:
-    return sum(abs(math.log2(x) - math.log2(y)) for x, y in ((a.m, b.m), (a.n, b.n), (a.k, b.k)))
-
-
 def lookup(problem: Problem, space: str | None = None, hardware: str | None = None,
            path: Path | None = None) -> Tuned:
     """The best known configuration for ``problem``; raises LookupError when nothing comparable was tuned."""
@@ -95,22 +91,30 @@ def lookup(problem: Problem, space: str | None = None, hardware: str | None = No
         if (space and e["space"] != space) or (hardware and e.get("hardware") != hardware):
             continue
         p = Problem.from_dict(e["problem"])
-        if (p.kind, p.dtype, p.layout) != (problem.kind, problem.dtype, problem.layout):
+        if _family(p) != _family(problem):
             continue
         candidates.append((p, e))
     exact = [(p, e) for p, e in candidates if p.key == problem.key]
     if exact:
         p, e = min(exact, key=lambda pe: pe[1]["time_ms"])
         return _tuned(e, p, True, f"tuned for {problem.describe()}")
-    if not candidates or problem.kind != "gemm":
+    workload = problem.workload
+    if not candidates or workload is None:  # a recorded kernel has no buckets
         raise LookupError(f"no tuned configuration for {problem.describe()}"
                           + (f" in space {space}" if space else "") + f" (cache: {path or tuned_path()})")
     target = problem.bucket()
-    p, e = min(candidates, key=lambda pe: (_bucket_distance(pe[0].bucket(), target), pe[1]["time_ms"]))
+    p, e = min(candidates, key=lambda pe: (workload.bucket_distance(pe[0].bucket(), target), pe[1]["time_ms"]))
     note = (f"{problem.describe()} was never tuned; using the best configuration of {p.describe()}, "
             f"the nearest power-of-two bucket ({target.describe()})")
     warnings.warn(note, stacklevel=2)
     return _tuned(e, p, False, note)
+
+
+def _family(p: Problem) -> tuple[Any, ...]:
+    """What must agree for one problem's configuration to serve another: the workload says (GEMM: kind,
+    dtype, layout); a recorded kernel the same three."""
+    w = p.workload
+    return w.family(p) if w is not None else (p.kind, p.dtype, p.layout)
 
 
 def _tuned(e: dict[str, Any], p: Problem, exact: bool, note: str) -> Tuned:

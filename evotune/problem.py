@@ -1,4 +1,9 @@
-"""Problems: what a kernel is tuned for (a GEMM shape, dtype and layout, or a recorded kernel).
+"""Problems: what a kernel is tuned for (a GEMM shape, dtype and layout, another workload's problem, or a
+recorded kernel).
+
+A problem's kind names its workload (:mod:`evotune.workloads`), which owns its
+key, bucket, FLOP and byte counts and JSON form; a kind that is no workload is a
+recorded kernel (a Kernel Tuner file's), known by its name and label only.
 
 Example::
 
@@ -14,9 +19,11 @@ what torch.matmul(a, b.T) and torch._int_mm(a, b.T) see.
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from evotune.workloads.base import Workload
 
 # bytes per element of the inputs, and the accumulator and output dtypes per input dtype
 DTYPES: dict[str, dict[str, Any]] = {
@@ -31,7 +38,8 @@ LAYOUTS = ("tn", "nn", "nt", "tt")
 
 @dataclass(frozen=True)
 class Problem:
-    """A GEMM ``C[m, n] = A[m, k] @ B[k, n]``, or a named recorded kernel (``kind != "gemm"``)."""
+    """A GEMM ``C[m, n] = A[m, k] @ B[k, n]``, another workload's problem (its sizes in ``extra``), or a named
+    recorded kernel (``label``)."""
 
     kind: str = "gemm"
     m: int = 0
@@ -62,11 +70,19 @@ class Problem:
             raise ValueError(f"layout: {self.layout!r} is not one of {list(LAYOUTS)}")
 
     @property
+    def workload(self) -> Workload | None:
+        """The workload of this problem's kind; None for a recorded kernel."""
+        from evotune.workloads import find_workload
+
+        return find_workload(self.kind)
+
+    @property
     def key(self) -> str:
-        if self.kind != "gemm":
-            slug = "".join(ch if ch.isalnum() else "_" for ch in self.label).strip("_")
-            return f"{self.kind}_{slug}" if slug else self.kind
-        return f"gemm_{self.dtype}_{self.layout}_{self.m}x{self.n}x{self.k}"
+        w = self.workload
+        if w is not None:
+            return w.key(self)
+        slug = "".join(ch if ch.isalnum() else "_" for ch in self.label).strip("_")
+        return f"{self.kind}_{slug}" if slug else self.kind
 
     @property
     def in_bytes(self) -> int:
@@ -78,40 +94,37 @@ class Problem:
 
     @property
     def flops(self) -> int | None:
-        """Floating-point (int8: integer) operations of a GEMM; None for a recorded kernel, whose count is unknown."""
-        return 2 * self.m * self.n * self.k if self.kind == "gemm" else None
+        """Operations (int8: integer ones) of the problem; None for a recorded kernel, whose count is unknown."""
+        w = self.workload
+        return w.flops(self) if w is not None else None
 
     @property
     def min_bytes(self) -> int | None:
-        """The fewest bytes a GEMM must move: each input read once, the output written once (None if not a GEMM)."""
-        if self.kind != "gemm":
-            return None
-        return (self.m * self.k + self.n * self.k) * self.in_bytes + self.m * self.n * self.out_bytes
+        """The fewest bytes a kernel must move: each input read once, the output written once (None if unknown)."""
+        w = self.workload
+        return w.min_bytes(self) if w is not None else None
 
     def k_major(self, operand: str) -> bool:
         """Whether K is the contiguous dimension of operand ``"a"`` or ``"b"``."""
         return self.layout[0] == "t" if operand == "a" else self.layout[1] == "n"
 
     def bucket(self) -> Problem:
-        """The same problem with every dimension rounded to the nearest power of two."""
-        if self.kind != "gemm":
-            return self
-        def r(x: int) -> int:
-            return 1 << max(0, round(math.log2(x)))
-        return Problem("gemm", r(self.m), r(self.n), r(self.k), self.dtype, self.layout)
+        """The same problem with its sizes rounded as its workload buckets them (GEMM: each to a power of two)."""
+        w = self.workload
+        return w.bucket(self) if w is not None else self
 
     def to_dict(self) -> dict[str, Any]:
         """The problem as JSON holds it (study attributes, landscapes, ``best`` exports).
 
-        A recorded kernel that is not a GEMM (a Kernel Tuner file's) is known by its kernel name
-        and problem size only: it is written as ``kind``, ``label`` and ``extra``, with no GEMM
-        shape, dtype or layout that would describe it as something it is not.
+        A workload's problem is written as its workload says (a GEMM: every field). A recorded
+        kernel (a Kernel Tuner file's) is known by its kernel name and problem size only: it is
+        written as ``kind``, ``label`` and ``extra``, with no GEMM shape, dtype or layout that
+        would describe it as something it is not.
         """
-        d = asdict(self)
-        d["extra"] = dict(self.extra)
-        if self.kind != "gemm":
-            d = {"kind": self.kind, "label": self.label, "extra": d["extra"]}
-        return d
+        w = self.workload
+        if w is not None:
+            return w.to_dict(self)
+        return {"kind": self.kind, "label": self.label, "extra": dict(self.extra)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Problem:
@@ -120,6 +133,7 @@ class Problem:
         return cls(**d)
 
     def describe(self) -> str:
-        if self.kind != "gemm":
-            return f"{self.kind} {self.label}".strip()
-        return f"{self.m}x{self.n}x{self.k} {self.dtype} {self.layout}"
+        w = self.workload
+        if w is not None:
+            return w.describe(self)
+        return f"{self.kind} {self.label}".strip()

@@ -2,7 +2,7 @@
 
 Per problem it says how far the best is from the landscape's optimum (when
 the optimum is known), from the baselines timed beside it (cuBLAS) and from
-the chip's dense peak (GEMMs on known hardware).
+the chip's dense peak (workloads with a FLOP count, on known hardware).
 
 Example::
 
@@ -132,10 +132,11 @@ def _apply_confirmation(best: Best, summaries: list[optuna.study.StudySummary],
 
 def throughput(problem: Problem, time_ms: float, peak_tflops: float | None,
                copy_gbps: float | None) -> tuple[float | None, float | None, float | None]:
-    """(TFLOP/s, % of ``peak_tflops``, % of the HBM roofline) of a GEMM that takes ``time_ms``.
+    """(TFLOP/s, % of ``peak_tflops``, % of the HBM roofline) of a problem that takes ``time_ms``.
 
-    The roofline is the fewest bytes the GEMM must move, at ``copy_gbps`` (measured copy bandwidth).
-    A problem with no FLOP count (not a GEMM) has none of the three.
+    The FLOP count and the fewest bytes the kernel must move come from the problem's workload; the
+    roofline is those bytes at ``copy_gbps`` (measured copy bandwidth). A problem with no FLOP count
+    (a recorded kernel) has none of the three.
     """
     if problem.flops is None or problem.min_bytes is None:
         return None, None, None
@@ -146,13 +147,16 @@ def throughput(problem: Problem, time_ms: float, peak_tflops: float | None,
 
 
 def _add_throughput(best: Best, copy_gbps: float | None) -> None:
-    if best.problem.get("kind") != "gemm":
+    from evotune.workloads import find_workload
+
+    workload = find_workload(str(best.problem.get("kind")))
+    if workload is None:  # a recorded kernel: no FLOP count
         return
     problem = Problem.from_dict(best.problem)
     peak = None
     if best.hardware:
         try:
-            peak = hw.get_hardware(best.hardware).peak(problem.dtype)
+            peak = hw.get_hardware(best.hardware).peak(workload.peak_dtype(problem))
         except (KeyError, RuntimeError):
             pass
     best.tflops, best.pct_peak, best.pct_hbm_roofline = throughput(problem, best.time_ms, peak, copy_gbps)

@@ -77,6 +77,10 @@ def targets(exp: Experiment) -> list[Target]:
             space = load_space(name, exp.base_dir)
             out += [Target(p, space, Context(hardware, p)) for p in exp.problems]
     for t in out:
+        # a recorded kernel of no workload's kind (a Kernel Tuner file's) promises nothing to check against
+        if t.problem.workload is not None and t.space.workload != t.problem.kind:
+            raise ExperimentError(exp.path, "space", f"{t.space.name!r} serves {t.space.workload!r} problems, "
+                                  f"not {t.problem.kind!r} ({t.problem.describe()})")
         if len(t.space.feasible(t.ctx)) == 0:
             pruned = ", ".join(f"{k} ({v})" for k, v in t.space.feasible(t.ctx).pruned.most_common(3))
             raise ExperimentError(exp.path, "space", f"every point of {t.space.name!r} is infeasible for "

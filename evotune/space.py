@@ -194,9 +194,11 @@ class SearchSpace:
 
     For the CPU oracle (``oracle.kind = "cpu"``, :mod:`evotune.evaluation.cpu`)
     ``build(point, problem)`` is all that is needed: it returns a callable
-    ``fn(a, b) -> c`` on numpy float64 arrays, ``a`` of shape (m, k) and ``b``
-    of shape (k, n), and ``c`` is checked against ``a @ b`` (relative Frobenius
-    error at most ``evotune.evaluation.cpu.TOLERANCE``, 1e-9, else the point is
+    ``fn(*inputs) -> output`` on the numpy inputs of the problem's workload,
+    which checks the output: for a GEMM ``fn(a, b) -> c`` on float64 arrays,
+    ``a`` of shape (m, k) and ``b`` of shape (k, n), and ``c`` is checked
+    against ``a @ b`` (relative Frobenius error at most
+    ``evotune.workloads.gemm.CPU_TOLERANCE``, 1e-9, else the point is
     ``wrong_result``). Both run in a worker process that loads the space again
     from ``source``; an exception in ``build`` is a ``compile_error``, one in
     ``fn`` a ``runtime_error``, and a crash or a hang fails only that point.
@@ -215,6 +217,7 @@ class SearchSpace:
     run: Callable[..., Any] | None = None
     reference: Callable[..., Any] | None = None
     make_inputs: Callable[..., Any] | None = None
+    workload: str = "gemm"  # the problem kind it serves (evotune.workloads); the runner refuses any other
     source: str = ""  # how plugins.load_space found it (a name or a path), so a worker process can load it too
     _feasible: dict[tuple[str, str], FeasibleSet] = field(default_factory=dict, repr=False)
 

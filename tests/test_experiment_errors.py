@@ -32,6 +32,7 @@ GPU = '[oracle]\nkind = "gpu"\n'
 PROBLEM = '[[problem]]\nm = 1024\nn = 1024\nk = 1024\ndtype = "bf16"\n'
 CPU = '[oracle]\nkind = "cpu"\n'
 CPU_PROBLEM = '[[problem]]\nm = 64\nn = 64\nk = 64\ndtype = "fp32"\n'
+CONV_PROBLEM = '[[problem]]\nkind = "conv2d"\nN = 1\nC = 32\nH = 4\nW = 4\nK = 32\nR = 3\nS = 3\n'
 NO_BUILD = 'from evotune.space import SearchSpace, ordinal\nSPACE = SearchSpace("nobuild", [ordinal("x", (1, 2))])\n'
 _DEFAULT = object()
 
@@ -178,6 +179,23 @@ CASES: list[tuple[str, str, str, dict[str, str | bytes]]] = [
     ("problem-unknown-field", gpu_doc(problem=PROBLEM + "batch = 4\n"), "problem[0].batch", {}),
     ("problem-second-entry-bad", gpu_doc(problem=PROBLEM + PROBLEM.replace("m = 1024", 'm = "big"')),
      "problem[1].m", {}),
+    ("problem-unknown-kind", gpu_doc(problem=PROBLEM + 'kind = "stencil"\n'), "problem[0].kind", {}),
+    ("problem-kind-not-a-string", gpu_doc(problem=PROBLEM + "kind = 3\n"), "problem[0].kind", {}),
+    # a space serves one workload: a GEMM problem is refused by a space for another kind
+    ("space-serves-another-workload", doc(space='space = "other.py"\n', oracle=CPU, problem=CPU_PROBLEM), "space",
+     {"other.py": NO_BUILD.replace('ordinal("x", (1, 2))]', 'ordinal("x", (1, 2))], workload="stencil"')}),
+    # conv2d problems: the conv2d workload names its own fields
+    ("conv-stride-zero", doc(oracle=CPU, problem=CONV_PROBLEM + "stride = 0\n"), "problem[0].stride", {}),
+    ("conv-negative-pad", doc(oracle=CPU, problem=CONV_PROBLEM + "pad = -1\n"), "problem[0].pad", {}),
+    ("conv-missing-C", doc(oracle=CPU, problem=CONV_PROBLEM.replace("C = 32\n", "")), "problem[0].C", {}),
+    ("conv-unknown-layout", doc(oracle=CPU, problem=CONV_PROBLEM + 'layout = "nchw"\n'), "problem[0].layout", {}),
+    ("conv-nc32hw32-C-not-32", doc(oracle=CPU, problem=CONV_PROBLEM.replace("C = 32", "C = 48")
+                                   + 'dtype = "int8"\nlayout = "nc32hw32"\n'), "problem[0].C", {}),
+    ("conv-filter-larger-than-input", doc(oracle=CPU, problem=CONV_PROBLEM.replace("R = 3", "R = 9")),
+     "problem[0].R", {}),
+    ("conv-scaling-on-fp16", doc(oracle=CPU, problem=CONV_PROBLEM + 'scaling = "channel"\n'),
+     "problem[0].scaling", {}),
+    ("conv-gemm-field", doc(oracle=CPU, problem=CONV_PROBLEM + "m = 4\n"), "problem[0].m", {}),
     ("problem-missing-with-gpu-oracle", gpu_doc(problem=""), "problem", {}),
     ("problem-with-replay-oracle", doc(problem=PROBLEM), "problem", {}),
     # -- storage and outputs

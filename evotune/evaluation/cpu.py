@@ -2,17 +2,21 @@
 
 The CPU twin of :mod:`evotune.evaluation.gpu`, with the same isolation design,
 for spaces whose ``build(point, problem)`` returns a numpy callable
-``fn(a, b) -> c`` (no GPU, no torch): the fault-injection space
-(``tests/spaces/faults.py``) and tests of the tuner's fault handling.
+``fn(*inputs) -> output`` (no GPU, no torch): the fault-injection space
+(``tests/spaces/faults.py``), tests of the tuner's fault handling, and small
+numpy kernels of any workload. The problem's workload
+(:mod:`evotune.workloads`) makes the inputs and checks the output: a GEMM is
+``fn(a, b) -> c`` checked against ``a @ b``.
 
 * The worker is a spawned process that loads the space by name
   (``SearchSpace.source``); nothing of the user's is pickled.
 * An exception while building is ``compile_error``; an exception while
   running is ``runtime_error`` (``MemoryError`` included: the worker's
   address space is capped with ``RLIMIT_AS``, so "allocate until memory runs
-  out" fails inside the worker instead of hurting the machine); a result off
-  ``a @ b`` by more than ``TOLERANCE`` (relative Frobenius norm) is
-  ``wrong_result``. The worker carries on after each of these.
+  out" fails inside the worker instead of hurting the machine); a result the
+  workload's ``cpu_verify`` rejects (a GEMM: off ``a @ b`` by more than
+  ``evotune.workloads.gemm.CPU_TOLERANCE``, relative Frobenius norm) is ``wrong_result``.
+  The worker carries on after each of these.
 * A worker that dies (abort, segfault, killed for memory) is a ``crash`` with
   its exit code or signal; one that does not answer within ``options.timeout_s``
   is killed and the point is a ``timeout``. Either way a fresh worker takes over.
@@ -38,7 +42,6 @@ from evotune.evaluation.result import EvalResult
 from evotune.problem import Problem
 from evotune.space import Context, Point, SearchSpace
 
-TOLERANCE = 1e-9  # relative Frobenius-norm error allowed against the float64 reference a @ b
 MEMORY_LIMIT_MB = 2048  # address space the worker may add to what it holds once loaded
 
 
@@ -117,31 +120,6 @@ class _Worker:
         return _evaluate(self.space, self.kernels, point, Problem.from_dict(problem), seed, repeats)
 
 
-def make_inputs(problem: Problem, seed: int) -> tuple[Any, Any]:
-    """Random float64 ``a`` (m, k) and ``b`` (k, n)."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    return rng.standard_normal((problem.m, problem.k)), rng.standard_normal((problem.k, problem.n))
-
-
-def verify(a: Any, b: Any, c: Any) -> tuple[bool, float | None, str]:
-    """(ok, relative error, why not) of ``c`` against ``a @ b``."""
-    import numpy as np
-
-    ref = a @ b
-    if not isinstance(c, np.ndarray):
-        return False, None, f"returned {type(c).__name__}, not an array"
-    if c.shape != ref.shape:
-        return False, None, f"shape {c.shape}, expected {ref.shape}"
-    if not np.all(np.isfinite(c)):
-        return False, None, "non-finite values in the result"
-    err = float(np.linalg.norm(c - ref) / max(float(np.linalg.norm(ref)), 1e-300))
-    if err > TOLERANCE:
-        return False, err, f"relative error {err:.3g} > {TOLERANCE:g}"
-    return True, err, ""
-
-
 def _evaluate(space: SearchSpace, kernels: dict, point: Point, problem: Problem, seed: int,
               repeats: int) -> dict[str, Any]:
     key = (problem.key, space.key(point))
@@ -157,8 +135,11 @@ def _evaluate(space: SearchSpace, kernels: dict, point: Point, problem: Problem,
         kernels[key] = fn
     stage = "verify"
     try:
-        a, b = make_inputs(problem, seed)
-        ok, err, why = verify(a, b, fn(a, b))
+        workload = problem.workload
+        if workload is None:
+            raise ValueError(f"problem kind {problem.kind!r} is no workload: nothing to check its output against")
+        inputs = workload.cpu_inputs(problem, seed)
+        ok, err, why = workload.cpu_verify(problem, inputs, fn(*inputs))
         if not ok:
             return {"status": "wrong_result", "error": err, "message": why, "compile_s": compile_s}
         stage = "time"
@@ -166,7 +147,7 @@ def _evaluate(space: SearchSpace, kernels: dict, point: Point, problem: Problem,
         bench_started = time.perf_counter()
         for _ in range(repeats):
             t0 = time.perf_counter()
-            fn(a, b)
+            fn(*inputs)
             samples.append((time.perf_counter() - t0) * 1e3)
         bench_s = time.perf_counter() - bench_started
     except Exception as exc:  # MemoryError (the RLIMIT_AS cap) included

@@ -20,6 +20,7 @@ from evotune.evaluation.isolation import serve
 from evotune.evaluation.options import TimingOptions
 from evotune.problem import Problem
 from evotune.space import Point
+from evotune.workloads.base import Workload
 
 KEEP_KERNELS = 64  # built kernels a GPU worker keeps, most recently used first
 
@@ -78,18 +79,15 @@ class _Worker:
         gc.collect()
         torch.cuda.empty_cache()
 
-    def _inputs(self, problem: Problem) -> tuple[Any, Any, Any]:
-        from evotune.evaluation.gemm import make_inputs
-
-        if problem.key not in self.inputs:
-            self.inputs = {problem.key: make_inputs(problem, seed=12345)}  # one problem's buffers at a time
+    def _inputs(self, problem: Problem) -> tuple[Any, ...]:
+        if problem.key not in self.inputs:  # one problem's buffers at a time
+            self.inputs = {problem.key: _workload(problem).make_inputs(problem, seed=12345)}
         return self.inputs[problem.key]
 
     def evaluate(self, point: Point, problem: Problem, seed: int) -> dict[str, Any]:
         import torch
 
-        from evotune.evaluation.gemm import make_inputs, poison, verify
-
+        workload = _workload(problem)
         kept = (problem.key, self.space.key(point)) in self.kernels
         started = time.perf_counter()
         kernel = self._kernel(point, problem)
@@ -99,18 +97,18 @@ class _Worker:
         stage = "verify"
         checked = time.perf_counter()
         try:
-            a, b, c = make_inputs(problem, seed=seed)  # fresh data for every check
-            kernel(a, b, c)
+            fresh = workload.make_inputs(problem, seed=seed)  # fresh data for every check
+            kernel(*fresh)
             torch.cuda.synchronize()
-            ok, err, why = verify(problem, a, b, c)
-            del a, b, c
+            ok, err, why = workload.verify(problem, fresh)
+            del fresh
             if not ok:
                 return {"status": "wrong_result", "error": err, "message": why, "compile_s": compile_s}
             stage = "time"
             verify_s = time.perf_counter() - checked
-            a, b, c = self._inputs(problem)
-            poison(c)
-            timing = self.oracle.time(lambda: kernel(a, b, c))
+            inputs = self._inputs(problem)
+            workload.poison(inputs)
+            timing = self.oracle.time(lambda: kernel(*inputs))
         except Exception as exc:
             return self._failure("runtime_error", exc, 0.0, compile_s, stage)
         # what the point cost beside compiling: verification and timing (preparing the graph included)
@@ -148,13 +146,13 @@ class _Worker:
         import torch
 
         from evotune.evaluation.confirm import confirm_rounds
-        from evotune.evaluation.gemm import baselines, make_inputs, verify
 
+        workload = _workload(problem)
         launches: dict[str, Any] = {}
         configs: dict[str, Point] = {}
         search: dict[str, float] = {}
         skipped: dict[str, str] = {}
-        a, b, c = self._inputs(problem)
+        inputs = self._inputs(problem)
         for point, ms in zip(points, search_ms, strict=True):
             name = self.space.key(point)
             reply_or_kernel = self._kernel(point, problem)
@@ -163,22 +161,22 @@ class _Worker:
                 continue
             kernel = reply_or_kernel
             try:
-                fa, fb, fc = make_inputs(problem, seed=4242)
-                kernel(fa, fb, fc)
+                fresh = workload.make_inputs(problem, seed=4242)
+                kernel(*fresh)
                 torch.cuda.synchronize()
-                ok, _, why = verify(problem, fa, fb, fc)
-                del fa, fb, fc
+                ok, _, why = workload.verify(problem, fresh)
+                del fresh
                 if ok:
-                    launches[name], _ = self.oracle.prepare(lambda kernel=kernel: kernel(a, b, c))
+                    launches[name], _ = self.oracle.prepare(lambda kernel=kernel: kernel(*inputs))
             except Exception as exc:  # it ran in the search; if it fails now, it is left out, not trusted
                 ok, why = False, f"{type(exc).__name__}: {exc}"[:500]
             if not ok:
                 skipped[name] = why
                 continue
             configs[name], search[name] = point, float(ms)
-        for name, fn in baselines(problem).items():
+        for name, fn in workload.baselines(problem).items():
             try:
-                launches[name], _ = self.oracle.prepare(lambda fn=fn: fn(a, b, c))
+                launches[name], _ = self.oracle.prepare(lambda fn=fn: fn(*inputs))
             except Exception as exc:  # a baseline the library does not support for this shape
                 skipped[name] = f"{type(exc).__name__}: {exc}"[:500]
         names = list(launches)
@@ -213,21 +211,27 @@ class _Worker:
         return kernel
 
     def baselines(self, problem: Problem) -> dict[str, dict[str, Any]]:
-        from evotune.evaluation.gemm import baselines, make_inputs, verify
-
+        workload = _workload(problem)
         out = {}
-        for name, fn in baselines(problem).items():
-            a, b, c = make_inputs(problem, seed=777)
+        for name, fn in workload.baselines(problem).items():
+            inputs = workload.make_inputs(problem, seed=777)
             try:
-                fn(a, b, c)
-                ok, err, _ = verify(problem, a, b, c)
-                t = self.oracle.time(lambda fn=fn, a=a, b=b, c=c: fn(a, b, c))
+                fn(*inputs)
+                ok, err, _ = workload.verify(problem, inputs)
+                t = self.oracle.time(lambda fn=fn, inputs=inputs: fn(*inputs))
             except Exception as exc:  # a baseline the library does not support for this shape
                 out[name] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
                 continue
             out[name] = {"time_ms": t.median_ms, "samples_ms": t.samples_ms, "ci95_ms": list(t.ci95_ms),
                          "verified": ok, "error_value": err}
         return out
+
+
+def _workload(problem: Problem) -> Workload:
+    """The problem's workload: its inputs, reference and baselines (the kernel is called as ``kernel(*inputs)``)."""
+    from evotune.workloads import get_workload
+
+    return get_workload(problem.kind)
 
 
 def _context_poisoned() -> bool:

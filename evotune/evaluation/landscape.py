@@ -112,6 +112,7 @@ class Landscape:
             constraints=[constraint("recorded", is_recorded, "not in the recorded landscape")],
             description=f"recorded on {self.meta.get('device', '?')}: {self.problem.describe()}",
             default_problem=self.problem,
+            workload=self.problem.kind,
         )
         # Feasibility here depends on nothing but the file, so enumerate the
         # recorded points directly instead of the (much larger) full product.
