@@ -13,7 +13,7 @@ returned).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 from evotune.problem import Problem
@@ -25,6 +25,25 @@ class FieldError(ValueError):
     def __init__(self, field: str, message: str):
         self.field, self.message = field, message
         super().__init__(f"{field}: {message}")
+
+
+def int_field(table: dict[str, Any], name: str, default: int | None = None, minimum: int = 1) -> int:
+    """An integer field of a ``[[problem]]`` table, at least ``minimum``; required when ``default`` is None."""
+    if name not in table and default is None:
+        raise FieldError(name, "missing (required)")
+    value = table.get(name, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise FieldError(name, f"must be {what}, got {value!r}")
+    return value
+
+
+def choice_field(table: dict[str, Any], name: str, default: str, accepted: Iterable[str]) -> str:
+    """A field of a ``[[problem]]`` table that takes one of ``accepted``."""
+    value, accepted = table.get(name, default), list(accepted)
+    if value not in accepted:
+        raise FieldError(name, f"unknown {name} {value!r}; accepted: {', '.join(accepted)}")
+    return value
 
 
 class Workload:

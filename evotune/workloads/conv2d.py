@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evotune.problem import Problem
-from evotune.workloads.base import FieldError, Workload
+from evotune.workloads.base import FieldError, Workload, choice_field, int_field
 
 DTYPES = ("int8", "fp16", "bf16")
 LAYOUTS = ("nhwc", "nc32hw32")
@@ -81,31 +81,17 @@ class ConvShape:
         return Problem("conv2d", dtype=dtype, layout=layout, extra=tuple(sorted(extra.items())))
 
 
-def _int(table: dict[str, Any], name: str, default: int | None, minimum: int) -> int:
-    if name not in table and default is None:
-        raise FieldError(name, "missing (required)")
-    value = table.get(name, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise FieldError(name, f"must be {what}, got {value!r}")
-    return value
-
-
 class Conv2dWorkload(Workload):
     kind = "conv2d"
     fields = (*_SIZES, "pad", "stride", "dilation", "dtype", "layout", "scaling")
 
     def parse(self, table: dict[str, Any]) -> Problem:
-        sizes = {name: _int(table, name, None, 1) for name in _SIZES}
-        pad = _int(table, "pad", 0, 0)
-        stride = _int(table, "stride", 1, 1)
-        dilation = _int(table, "dilation", 1, 1)
-        dtype = table.get("dtype", "fp16")
-        if dtype not in DTYPES:
-            raise FieldError("dtype", f"unknown dtype {dtype!r}; accepted: {', '.join(DTYPES)}")
-        layout = table.get("layout", "nhwc")
-        if layout not in LAYOUTS:
-            raise FieldError("layout", f"unknown layout {layout!r}; accepted: {', '.join(LAYOUTS)}")
+        sizes = {name: int_field(table, name, None, 1) for name in _SIZES}
+        pad = int_field(table, "pad", 0, 0)
+        stride = int_field(table, "stride", 1, 1)
+        dilation = int_field(table, "dilation", 1, 1)
+        dtype = choice_field(table, "dtype", "fp16", DTYPES)
+        layout = choice_field(table, "layout", "nhwc", LAYOUTS)
         if layout == "nc32hw32":
             if dtype != "int8":
                 raise FieldError("layout", f"nc32hw32 holds int8 only, not {dtype}")

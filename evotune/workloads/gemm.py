@@ -13,18 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from evotune.problem import DTYPES, LAYOUTS, Problem
-from evotune.workloads.base import FieldError, Workload
+from evotune.workloads.base import Workload, choice_field, int_field
 
 CPU_TOLERANCE = 1e-9  # relative Frobenius-norm error allowed against the float64 reference a @ b
-
-
-def _positive_int(table: dict[str, Any], name: str) -> int:
-    if name not in table:
-        raise FieldError(name, "missing (required)")
-    value = table[name]
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise FieldError(name, f"must be a positive integer, got {value!r}")
-    return value
 
 
 class GemmWorkload(Workload):
@@ -32,13 +23,9 @@ class GemmWorkload(Workload):
     fields = ("m", "n", "k", "dtype", "layout")
 
     def parse(self, table: dict[str, Any]) -> Problem:
-        m, n, k = (_positive_int(table, d) for d in ("m", "n", "k"))
-        dtype = table.get("dtype", "bf16")
-        if dtype not in DTYPES:
-            raise FieldError("dtype", f"unknown dtype {dtype!r}; accepted: {', '.join(DTYPES)}")
-        layout = table.get("layout", "tn")
-        if layout not in LAYOUTS:
-            raise FieldError("layout", f"unknown layout {layout!r}; accepted: {', '.join(LAYOUTS)}")
+        m, n, k = (int_field(table, d) for d in ("m", "n", "k"))
+        dtype = choice_field(table, "dtype", "bf16", DTYPES)
+        layout = choice_field(table, "layout", "tn", LAYOUTS)
         return Problem.gemm(m, n, k, dtype, layout)
 
     def key(self, problem: Problem) -> str:
