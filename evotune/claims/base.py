@@ -169,7 +169,6 @@ class Claims(ABC):
         return owner != self.owner and (expires < now or owner_dead(owner))
 
 
-
 class NoClaims(Claims):
     """For storages that live in one process (in-memory): nobody else can measure anything."""
 
