@@ -35,6 +35,7 @@ import optuna
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from optuna.trial import TrialState
 
+from evotune.evaluation.confirm import newer
 from evotune.study import make_storage
 
 
@@ -68,7 +69,7 @@ def load_runs(storage: str | optuna.storages.BaseStorage, experiment: str | None
         key = (exp, a.get("problem_key", s.study_name))
         runs = groups.setdefault(key, ProblemRuns(exp, key[1], a.get("optimum_ms"), [], []))
         rec = a.get("confirmation") or {}
-        if rec.get("items") and rec.get("date", "") >= runs.confirmation.get("date", ""):
+        if newer(rec, runs.confirmation):
             runs.confirmation = rec
         trials = optuna.load_study(study_name=s.study_name, storage=st).get_trials(
             deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))

@@ -54,19 +54,21 @@ from evotune.evaluation.landscape import (
     write_landscape,
 )
 from evotune.evaluation.result import EvalResult
-from evotune.experiment import Budget, Experiment, ExperimentError
+from evotune.experiment import Budget, Experiment
 from evotune.runner import (
     Target,
     cache_summary,
+    confirm_best,
     make_evaluator,
     measure_baselines,
+    open_storage,
     preflight,
     study_attrs,
     study_name,
     targets,
 )
 from evotune.strategies import make_strategy
-from evotune.study import StudyStore, create_database, make_storage
+from evotune.study import StudyStore
 from evotune.tuner import tune
 
 WRITE_EVERY_S = 60.0  # rewrite the landscape file this often while a problem is being recorded
@@ -89,7 +91,7 @@ def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, con
     """Record each problem of ``exp`` in turn, for at most ``seconds`` of tuning time in all; the files written."""
     resolved = targets(exp)
     preflight(exp, resolved)
-    storage = open_record_storage(exp)
+    storage = open_storage(exp, record=True)
     written: list[Path] = []
     evaluators: dict[str, Evaluator] = {}
     spent = 0.0
@@ -106,15 +108,6 @@ def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, con
         for ev in evaluators.values():
             ev.close()
     return written
-
-
-def open_record_storage(exp: Experiment) -> Any:
-    """The recording studies' own storage (``exp.record_storage``), made on a server when missing."""
-    try:
-        create_database(exp.record_storage)
-        return make_storage(exp.record_storage)
-    except Exception as exc:  # any storage driver error: the URL is what the user can fix
-        raise ExperimentError(exp.path, "storage.record_url", f"cannot open {exp.record_storage!r}: {exc}") from None
 
 
 def _record_one(exp: Experiment, target: Target, evaluator: Evaluator, storage: Any, out_dir: Path,
@@ -157,19 +150,12 @@ def _confirm_recorded(exp: Experiment, target: Target, evaluator: Evaluator, sto
                       console: Console) -> None:
     """Re-time the fastest points recorded so far beside the baselines, before the file is written, so that
     the file's optimum and its baselines come from one interleaved measurement, not from one lucky sample."""
-    top_k = exp.oracle_options.confirm.top_k
-    if not evaluator.confirms or top_k <= 0:
+    if not evaluator.confirms or exp.oracle_options.confirm.top_k <= 0:
         return
-    ok = sorted((r for r in store.history() if r.value is not None), key=lambda r: r.value)[:top_k]
-    record = evaluator.confirm([r.point for r in ok], target.problem, [r.value for r in ok])
-    if record is None:
-        return
-    names = target.space.names
-    record["configs"] = {k: json_values(p, names) for k, p in record.get("configs", {}).items()}
-    record["date"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-    store.study.set_user_attr("confirmation", record)
-    for warning in record.get("warnings", []) + ([record["error"]] if "error" in record else []):
-        console.print(f"  [yellow]{target.problem.key}:[/] {warning}")
+    measured = [(r.value, r.point) for r in store.history() if r.value is not None]
+    record = confirm_best(exp, target, evaluator, measured, lambda p: json_values(p, target.space.names), console)
+    if record is not None:
+        store.study.set_user_attr("confirmation", record)
 
 
 def _evaluator(exp: Experiment, target: Target, evaluators: dict[str, Evaluator]) -> Evaluator:

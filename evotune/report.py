@@ -24,6 +24,8 @@ from rich.table import Table
 from rich.text import Text
 
 from evotune import hardware as hw
+from evotune.evaluation.confirm import newer
+from evotune.evaluation.oracle import ci_half_width
 from evotune.problem import Problem
 from evotune.study import make_storage
 
@@ -102,9 +104,9 @@ def _apply_confirmation(best: Best, summaries: list[optuna.study.StudySummary],
     record (the newest per space), with that record's baselines; unchanged when nothing was confirmed."""
     records: dict[str, dict[str, Any]] = {}
     for s in summaries:
-        rec = s.user_attrs.get("confirmation")
+        rec = s.user_attrs.get("confirmation") or {}
         space = s.user_attrs.get("space", "?")
-        if rec and rec.get("configs") and rec.get("date", "") >= records.get(space, {}).get("date", ""):
+        if rec.get("configs") and newer(rec, records.get(space)):
             records[space] = rec
     found = [(item["median_ms"], space, key, rec) for space, rec in records.items()
              for key, item in rec["items"].items() if key in rec["configs"]]
@@ -186,8 +188,8 @@ def _confirmed_text(b: Best) -> str:
     """'±0.3% (search 0.1234)' for a confirmed best; '-' for one the search alone measured."""
     if not b.confirmed or not b.ci95_ms:
         return "-"
-    half = (b.ci95_ms[1] - b.ci95_ms[0]) / 2.0 / b.time_ms
-    return f"±{100 * half:.1f}%" + (f" (search {b.search_ms:.4g})" if b.search_ms is not None else "")
+    search = f" (search {b.search_ms:.4g})" if b.search_ms is not None else ""
+    return f"±{100 * ci_half_width(b.time_ms, b.ci95_ms):.1f}%{search}"
 
 
 def _tflops_text(tflops: float) -> str:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import datetime as _dt
 import importlib.util
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import optuna
 from rich.console import Console
@@ -29,7 +30,7 @@ from evotune.plugins import load_space
 from evotune.problem import Problem
 from evotune.space import Context, SearchSpace
 from evotune.strategies import make_strategy
-from evotune.study import StudyStore, make_storage
+from evotune.study import StudyStore, create_database, make_storage
 from evotune.tuner import TuneResult, tune
 
 
@@ -191,11 +192,15 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
     return results
 
 
-def open_storage(exp: Experiment) -> optuna.storages.BaseStorage:
+def open_storage(exp: Experiment, record: bool = False) -> optuna.storages.BaseStorage:
+    """The experiment's storage, or with ``record`` the recording studies' own (made on a server when missing)."""
+    url, where = (exp.record_storage, "storage.record_url") if record else (exp.storage, "storage.url")
     try:
-        return make_storage(exp.storage)
+        if record:
+            create_database(url)
+        return make_storage(url)
     except Exception as exc:  # any storage driver error: the URL is what the user can fix
-        raise ExperimentError(exp.path, "storage.url", f"cannot open {exp.storage!r}: {exc}") from None
+        raise ExperimentError(exp.path, where, f"cannot open {url!r}: {exc}") from None
 
 
 def measure_baselines(exp: Experiment, target: Target, evaluator: Evaluator) -> None:
@@ -211,21 +216,29 @@ def confirm_target(exp: Experiment, target: Target, evaluator: Evaluator, storag
     experiment, re-timed beside the baselines; the record is kept in each of those studies."""
     if not evaluator.confirms or exp.oracle_options.confirm.top_k <= 0:
         return None
-    names = [study_name(exp, target, spec.name, seed) for spec in exp.strategies for seed in spec.seeds]
+    stores = [StudyStore.open(storage, study_name(exp, target, spec.name, seed), target.space)
+              for spec in exp.strategies for seed in spec.seeds]
     best: dict[str, tuple[float, dict]] = {}
-    for name in names:
-        store = StudyStore.open(storage, name, target.space)
+    for store in stores:
         for r in store.history():
             if r.value is not None and (r.key not in best or r.value < best[r.key][0]):
                 best[r.key] = (r.value, r.point)
-    top = sorted(best.values(), key=lambda t: t[0])[:exp.oracle_options.confirm.top_k]
+    record = confirm_best(exp, target, evaluator, list(best.values()), target.space.to_storage, console)
+    for store in stores if record is not None else []:
+        store.study.set_user_attr("confirmation", record)
+    return record
+
+
+def confirm_best(exp: Experiment, target: Target, evaluator: Evaluator, measured: list[tuple[float, dict]],
+                 config_form: Callable[[dict], Any], console: Console) -> dict | None:
+    """Confirm the ``confirm.top_k`` fastest of ``measured`` (search time, point) on ``evaluator``: the
+    record, dated, its configurations written by ``config_form``, its warnings printed; None when off."""
+    top = sorted(measured, key=lambda t: t[0])[:exp.oracle_options.confirm.top_k]
     record = evaluator.confirm([p for _, p in top], target.problem, [t for t, _ in top])
     if record is None:
         return None
-    record["configs"] = {k: target.space.to_storage(p) for k, p in record.get("configs", {}).items()}
+    record["configs"] = {k: config_form(p) for k, p in record.get("configs", {}).items()}
     record["date"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-    for name in names:
-        StudyStore.open(storage, name, target.space, {"confirmation": record})
     if "error" in record:
         console.print(f"  [yellow]confirmation of {target.problem.key} failed:[/] {record['error']}")
     for warning in record.get("warnings", []):

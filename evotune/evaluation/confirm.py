@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from evotune.evaluation.options import ConfirmOptions
-from evotune.evaluation.oracle import summarize
+from evotune.evaluation.oracle import ci_half_width, summarize
 
 
 @dataclass
@@ -49,7 +49,7 @@ class ConfirmedItem:
 
     @property
     def ci95_rel(self) -> float:
-        return (self.ci95_ms[1] - self.ci95_ms[0]) / 2.0 / self.median_ms
+        return ci_half_width(self.median_ms, self.ci95_ms)
 
     @property
     def drift_rel(self) -> float:
@@ -109,13 +109,18 @@ def confirm_rounds(names: Sequence[str], take: Callable[[str, int], list[float]]
     return result
 
 
+def newer(record: dict[str, Any], than: dict[str, Any] | None) -> bool:
+    """Whether a stored confirmation ``record`` (dated, with items) replaces ``than`` as a problem's newest."""
+    return bool(record and record.get("items")) and record.get("date", "") >= (than or {}).get("date", "")
+
+
 def _flat(rounds: list[list[float]]) -> list[float]:
     return [s for r in rounds for s in r]
 
 
 def _ci_rel(samples: list[float]) -> float:
-    med, (lo, hi), _ = summarize(samples)
-    return (hi - lo) / 2.0 / med
+    med, ci, _ = summarize(samples)
+    return ci_half_width(med, ci)
 
 
 def _item(rounds: list[list[float]], search_ms: float | None) -> ConfirmedItem:

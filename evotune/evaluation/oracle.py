@@ -51,8 +51,12 @@ class Timing:
 
     @property
     def ci95_rel(self) -> float:
-        lo, hi = self.ci95_ms
-        return (hi - lo) / 2.0 / self.median_ms
+        return ci_half_width(self.median_ms, self.ci95_ms)
+
+
+def ci_half_width(median: float, ci: tuple[float, float] | list[float]) -> float:
+    """Half the width of a confidence interval, as a fraction of the median it is around."""
+    return (ci[1] - ci[0]) / 2.0 / median
 
 
 def summarize(samples: list[float]) -> tuple[float, tuple[float, float], int]:
@@ -144,7 +148,7 @@ class Oracle:
             if len(samples) < self.min_samples:
                 continue
             med, ci, _ = summarize(samples)
-            if (ci[1] - ci[0]) / 2.0 / med <= self.ci_target:
+            if ci_half_width(med, ci) <= self.ci_target:
                 break
             if len(samples) >= self.max_samples:
                 notes.append(f"stopped at {len(samples)} samples before the CI reached {self.ci_target:.0%}")
