@@ -27,7 +27,7 @@ Landscape files are named ``SPACE_PROBLEM.json.gz`` with every character that
 some file system refuses (``:`` of ``landscape:NAME`` spaces, ``/``, ``\\``, ...)
 replaced by ``_``, so the files can be copied to any OS.
 
-On a GPU one evaluator (one GPU worker) serves every problem of a space, so a
+One evaluator (on a GPU, one GPU worker) serves every problem of a space, so a
 kernel whose binary does not depend on the shape is loaded once for them all.
 
 Example::
@@ -56,10 +56,10 @@ from evotune.evaluation.landscape import (
 from evotune.evaluation.result import EvalResult
 from evotune.experiment import Budget, Experiment
 from evotune.runner import (
+    Evaluators,
     Target,
     cache_summary,
     confirm_best,
-    make_evaluator,
     measure_baselines,
     open_storage,
     preflight,
@@ -93,20 +93,16 @@ def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, con
     preflight(exp, resolved)
     storage = open_storage(exp, record=True)
     written: list[Path] = []
-    evaluators: dict[str, Evaluator] = {}
     spent = 0.0
-    try:
+    with Evaluators(exp) as evaluators:
         for target in resolved:
             if seconds is not None and spent >= seconds:
                 console.print(f"  {target.problem.key}: not started, the {seconds:.0f} s of this piece are spent")
                 continue
-            path, used = _record_one(exp, target, _evaluator(exp, target, evaluators), storage, out_dir,
+            path, used = _record_one(exp, target, evaluators.get(target), storage, out_dir,
                                      None if seconds is None else seconds - spent, console)
             written.append(path)
             spent += used
-    finally:
-        for ev in evaluators.values():
-            ev.close()
     return written
 
 
@@ -156,18 +152,6 @@ def _confirm_recorded(exp: Experiment, target: Target, evaluator: Evaluator, sto
     record = confirm_best(exp, target, evaluator, measured, lambda p: json_values(p, target.space.names), console)
     if record is not None:
         store.study.set_user_attr("confirmation", record)
-
-
-def _evaluator(exp: Experiment, target: Target, evaluators: dict[str, Evaluator]) -> Evaluator:
-    """A GPU worker per space, shared by its problems; other oracles answer for one problem (a landscape)."""
-    if exp.oracle != "gpu":
-        for ev in evaluators.values():
-            ev.close()
-        evaluators.clear()
-    key = target.space.name if exp.oracle == "gpu" else target.problem.key
-    if key not in evaluators:
-        evaluators[key] = make_evaluator(exp, target)
-    return evaluators[key]
 
 
 def _import_recorded(store: StudyStore, target: Target, path: Path) -> Landscape | None:

@@ -174,22 +174,56 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
     console.print(f"[bold]evotune[/] {exp.name}: space {', '.join(exp.spaces)}, oracle {exp.oracle}, "
                   f"strategies {', '.join(s.name for s in exp.strategies)}, storage {exp.storage}")
     results = []
-    with _progress(console, progress) as bar:
+    with _progress(console, progress) as bar, Evaluators(exp) as evaluators:
         for target in resolved:
-            evaluator = make_evaluator(exp, target)
+            evaluator = evaluators.get(target)
+            before = dict(getattr(evaluator, "cache_stats", None) or {})
             measure_baselines(exp, target, evaluator)
-            try:
-                for spec in exp.strategies:
-                    for seed in spec.seeds:
-                        results.append(_run_one(exp, target, evaluator, storage, spec.name, seed, spec.options, bar,
-                                                draw_seed))
-                confirm_target(exp, target, evaluator, storage, console)
-            finally:
-                evaluator.close()
-            summary = cache_summary(evaluator)
+            for spec in exp.strategies:
+                for seed in spec.seeds:
+                    results.append(_run_one(exp, target, evaluator, storage, spec.name, seed, spec.options, bar,
+                                            draw_seed))
+            confirm_target(exp, target, evaluator, storage, console)
+            summary = cache_summary(evaluator, before)
             if summary:
                 console.print(f"  compiled-kernel cache for {target.problem.key}: {summary}")
     return results
+
+
+class Evaluators:
+    """The evaluators of one run, made on first use: a measuring evaluator (its worker process, compile pool
+    and CUDA start-up) serves every problem of its space, so those costs are paid once per run, not once
+    per problem; a replay evaluator answers for its one landscape and is closed when the next is asked for.
+
+    Example::
+
+        with Evaluators(exp) as evaluators:
+            for target in targets(exp):
+                evaluators.get(target).evaluate(point, target.problem)
+    """
+
+    def __init__(self, exp: Experiment):
+        self.exp = exp
+        self._open: dict[str, Evaluator] = {}
+
+    def get(self, target: Target) -> Evaluator:
+        key = target.problem.key if self.exp.oracle == "replay" else target.space.name
+        if key not in self._open:
+            if self.exp.oracle == "replay":
+                self.close()
+            self._open[key] = make_evaluator(self.exp, target)
+        return self._open[key]
+
+    def close(self) -> None:
+        for ev in self._open.values():
+            ev.close()
+        self._open.clear()
+
+    def __enter__(self) -> Evaluators:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def open_storage(exp: Experiment, record: bool = False) -> optuna.storages.BaseStorage:
@@ -246,12 +280,14 @@ def confirm_best(exp: Experiment, target: Target, evaluator: Evaluator, measured
     return record
 
 
-def cache_summary(evaluator: Evaluator) -> str:
-    """The compiled-kernel cache's counts so far ("" for evaluators without one)."""
+def cache_summary(evaluator: Evaluator, before: dict[str, int] | None = None) -> str:
+    """The compiled-kernel cache's counts so far, or since ``before`` ("" for evaluators without one)."""
     stats = getattr(evaluator, "cache_stats", None)
     if not stats:
         return ""
-    return f"{stats.get('hit', 0)} hits, {stats.get('miss', 0)} misses, {stats.get('memory', 0)} in memory"
+    before = before or {}
+    hit, miss, memory = (stats.get(k, 0) - before.get(k, 0) for k in ("hit", "miss", "memory"))
+    return f"{hit} hits, {miss} misses, {memory} in memory"
 
 
 def _run_one(exp: Experiment, target: Target, evaluator: Evaluator, storage, strategy: str, seed: int,

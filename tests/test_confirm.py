@@ -167,11 +167,11 @@ def _all_trials(url):
 def test_a_recorded_landscape_holds_its_confirmed_optimum_and_baselines(tmp_path, monkeypatch, pnpoly):
     from conftest import replay_experiment
 
-    from evotune import record
+    from evotune import runner
     from evotune.cli import main
     from evotune.evaluation.landscape import load_landscape
 
-    monkeypatch.setattr(record, "make_evaluator", lambda exp, target: ConfirmingReplay(target.landscape))
+    monkeypatch.setattr(runner, "make_evaluator", lambda exp, target: ConfirmingReplay(target.landscape))
     exp = replay_experiment(tmp_path / "rec.toml", name="rec", url=f"journal:{tmp_path / 'rec.journal'}",
                             trials=10, strategy="random")
     assert main(["record", str(exp), "--out", str(tmp_path / "out"), "--seconds", "40"]) == 0
