@@ -11,6 +11,8 @@ and sources: docs/notes/cutlass_operators_api.md.
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import os
 import time
 from typing import Any
@@ -43,18 +45,31 @@ def _kernel_class(stages: int) -> Any:
     return StagedKernel
 
 
-def _cache_key(point: Point, problem: Problem) -> str:
-    import cutlass
-    import torch
+@functools.cache
+def _toolchain() -> tuple[str, str, int]:
+    """(CuTe DSL version, device name, SM count), read without importing CuTe DSL or torch: a compile
+    process finds most kernels in the cache, and should not pay seconds of imports to learn that."""
+    from evotune.hardware import detect
 
+    try:
+        version = importlib.metadata.version("nvidia-cutlass-dsl")
+    except importlib.metadata.PackageNotFoundError:
+        import cutlass
+
+        version = cutlass.__version__
+    device = detect()
+    return version, device.name, device.sm_count
+
+
+def _cache_key(point: Point, problem: Problem) -> str:
     from evotune.evaluation.kernel_cache import KernelCache
 
     # Shapes are symbolic in the compiled kernel, so M, N and K stay out of the key: one binary
     # serves every problem of the same dtypes and layout. The persistent grid size is baked in,
     # hence the device and its SM count.
-    props = torch.cuda.get_device_properties(0)
-    return KernelCache.key("cute_sm90", cutlass.__version__, props.name, props.multi_processor_count, problem.dtype,
-                           problem.layout, sorted(point.items()))
+    version, device, sm_count = _toolchain()
+    return KernelCache.key("cute_sm90", version, device, sm_count, problem.dtype, problem.layout,
+                           sorted(point.items()))
 
 
 def _object_path(key: str) -> Any:
