@@ -121,16 +121,19 @@ class _Run:
     def next_point(self) -> Point | None:
         """The strategy's next proposal that is feasible and not stored yet; None when it has nothing left.
 
-        Evaluators that compile ahead (a pool) get a batch of proposals to start on; the rest get one.
+        Evaluators that compile ahead (a pool) get a batch of proposals to start on, topped up once half of
+        it is measured, so the pool compiles the next points while the GPU measures the ones it built (a
+        pool that waits for a whole batch to be measured sits idle); the rest get one proposal at a time.
         """
         depth = self.evaluator.prefetch_depth
         while True:
+            if len(self.queue) <= depth // 2:
+                more = self.strategy.ask(depth - len(self.queue))
+                if more and depth > 1:
+                    self.evaluator.prefetch(more, self.ctx.problem)
+                self.queue += more
             if not self.queue:
-                self.queue = self.strategy.ask(depth)
-                if not self.queue:
-                    return None
-                if depth > 1:
-                    self.evaluator.prefetch(self.queue, self.ctx.problem)
+                return None
             point = self.queue.pop(0)
             if self.space.key(point) in self.state.done or self.space.check(point, self.ctx) is not None:
                 # strategies never hand these out; if one ever did, it must cost nothing and teach nothing wrong
