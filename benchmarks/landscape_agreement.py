@@ -3,7 +3,8 @@
 For the points both files measured correctly it gives the Spearman rank
 correlation of their times, the spread of the per-point ratio (second / first:
 median, 5th and 95th percentile), and where each file's optimum ranks in the
-other. A landscape whose ranking reproduces but whose optimum does not says the
+other; for files recorded with the confirmation stage, the two confirmed optima
+side by side. A landscape whose ranking reproduces but whose optimum does not says the
 optimum was a lucky (or unlucky) measurement: re-measure the top of it
 (``benchmarks/recheck_optima.py``) before quoting it. CPU only.
 
@@ -55,6 +56,15 @@ def agreement(a: Landscape, b: Landscape) -> dict:
     }
 
 
+def confirmed_optimum(ls: Landscape) -> tuple[float, dict] | None:
+    """(median ms, parameters) of the fastest point of the file's confirmation stage; None without one."""
+    conf = ls.meta.get("confirmation") or {}
+    configs = conf.get("configs", {})
+    timed = [(item["median_ms"], configs[key]) for key, item in conf.get("items", {}).items()
+             if key in configs and item.get("median_ms") is not None]
+    return min(timed, key=lambda t: t[0]) if timed else None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="+", type=Path, help="pairs of landscape files: first, second, ...")
@@ -72,6 +82,15 @@ def main(argv: list[str] | None = None) -> int:
               f"{g['its_time_in_second_ms'] * 1e3:.1f} ({g['its_rank_in_second']}) | "
               f"{g['second_optimum_ms'] * 1e3:.1f}, {g['its_time_in_first_ms'] * 1e3:.1f} "
               f"({g['its_rank_in_first']}) |")
+    pairs = [(load_landscape(f), load_landscape(s)) for f, s in zip(args.files[::2], args.files[1::2], strict=True)]
+    confirmed = [(a, b, confirmed_optimum(a), confirmed_optimum(b)) for a, b in pairs]
+    if any(ca and cb for _, _, ca, cb in confirmed):
+        print("\n| landscape | first's confirmed optimum (µs) | second's (µs) | second / first | same configuration |")
+        print("|---|---|---|---|---|")
+        for a, _, ca, cb in confirmed:
+            if ca and cb:
+                print(f"| {a.stem} | {ca[0] * 1e3:.2f} | {cb[0] * 1e3:.2f} | {cb[0] / ca[0]:.4f} | "
+                      f"{'yes' if ca[1] == cb[1] else 'no'} |")
     return 0
 
 

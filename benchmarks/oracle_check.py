@@ -1,12 +1,15 @@
 """Check evotune's timing oracle against an independent timer: Triton's ``do_bench``.
 
 Takes one recorded landscape, its ``--top`` fastest points and ``--random`` others
-drawn uniformly from the rest (failed points left out), builds each kernel once,
-verifies it on fresh data, and times it twice in the same process, back to back:
-with evotune's oracle (CUDA graph, cold L2, adaptive samples) and with
-``triton.testing.do_bench`` (eager launches, its own cache flush, the median of
-its samples). It prints the Spearman rank correlation between the two timers, the
-median of do_bench / oracle, and the same against the times in the landscape.
+drawn uniformly from the rest (failed points left out), builds each kernel once and
+verifies it, then times every point with both timers in ``--rounds`` interleaved
+rounds (each round visits every point; the timers alternate which goes first):
+evotune's oracle (CUDA graph, cold L2; ``--samples`` per round, pooled) and
+``triton.testing.do_bench`` (eager launches, its own cache flush; the median of its
+per-round medians). Interleaving gives both timers, and every point, the same mix of
+preceding GPU load, which moves a power-bound kernel's time by several per cent. It
+prints the Spearman rank correlation between the two timers, the median of
+do_bench / oracle, and the same against the times in the landscape.
 
 Usage (on the GPU machine, with the gpu extra)::
 
@@ -30,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from evotune.evaluation.landscape import Landscape, load_landscape  # noqa: E402
+from evotune.evaluation.oracle import summarize  # noqa: E402
 from evotune.evaluation.result import Status  # noqa: E402
 
 
@@ -57,12 +61,11 @@ def spearman(x: list[float], y: list[float]) -> float:
     return float(np.corrcoef(rx, ry)[0, 1])
 
 
-def check(path: Path, top: int, random: int, seed: int, workers: int) -> list[dict]:
+def check(path: Path, top: int, random: int, seed: int, workers: int, rounds: int, samples: int) -> list[dict]:
     import torch
     from triton.testing import do_bench
 
     from evotune.evaluation.gemm import make_inputs, poison, verify
-    from evotune.evaluation.options import TimingOptions
     from evotune.evaluation.oracle import Oracle
     from evotune.plugins import load_space
 
@@ -75,24 +78,39 @@ def check(path: Path, top: int, random: int, seed: int, workers: int) -> list[di
         with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
             list(pool.map(_precompile, [space.source] * len(chosen), [p for _, p in chosen],
                           [problem.to_dict()] * len(chosen)))
-    oracle = Oracle(TimingOptions(min_samples=50, max_samples=300, ci_target=0.005))
-    rows = []
-    for i, (group, point) in enumerate(chosen):
+    oracle = Oracle()
+    a, b, c = make_inputs(problem, seed=100)
+    rows, timed = [], []  # timed: (row, the oracle's prepared launch, the eager launch)
+    for group, point in chosen:
         kernel = space.build(point, problem)
-        a, b, c = make_inputs(problem, seed=100 + i)
+        poison(c)
         kernel(a, b, c)
         torch.cuda.synchronize()
         ok, _, why = verify(problem, a, b, c)
         if not ok:
             rows.append({"group": group, "point": point, "error": why})
             continue
-        poison(c)
-        ours = oracle.time(lambda kernel=kernel, a=a, b=b, c=c: kernel(a, b, c)).median_ms
-        theirs = float(do_bench(lambda kernel=kernel, a=a, b=b, c=c: kernel(a, b, c), warmup=25, rep=200,
-                                return_mode="median"))
-        rows.append({"group": group, "point": point, "recorded_ms": ls.lookup(point).time_ms,
-                     "oracle_ms": ours, "do_bench_ms": theirs})
-        print(json.dumps(rows[-1]), flush=True)
+        row = {"group": group, "point": point, "recorded_ms": ls.lookup(point).time_ms, "oracle": [], "do_bench": []}
+        rows.append(row)
+        eager = lambda kernel=kernel: kernel(a, b, c)  # noqa: E731
+        timed.append((row, oracle.prepare(eager)[0], eager))
+    # A power-bound kernel runs a few per cent slower on a GPU that has just run a heavy one for a while: timed
+    # one point after another, each point's figure would carry the previous point's load. In rounds, every
+    # point, with both timers, sees the same mix of what ran before; the two timers alternate which goes first.
+    warm_until = time.perf_counter() + 1.0
+    while time.perf_counter() < warm_until:
+        oracle.sample(timed[0][1], 20)
+    for r in range(rounds):
+        for row, launch, eager in timed:
+            for timer in (("oracle", "do_bench") if r % 2 == 0 else ("do_bench", "oracle")):
+                if timer == "oracle":
+                    row["oracle"] += oracle.sample(launch, samples)
+                else:
+                    row["do_bench"].append(float(do_bench(eager, warmup=1, rep=5, return_mode="median")))
+    for row, _, _ in timed:
+        row["oracle_ms"] = summarize(row.pop("oracle"))[0]
+        row["do_bench_ms"] = statistics.median(row.pop("do_bench"))
+        print(json.dumps(row), flush=True)
     return rows
 
 
@@ -114,9 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--random", type=int, default=50)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=14, help="processes that compile the kernels first")
+    ap.add_argument("--rounds", type=int, default=10, help="interleaved rounds over all points")
+    ap.add_argument("--samples", type=int, default=20, help="oracle samples per point per round")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
-    rows = check(args.landscape, args.top, args.random, args.seed, args.workers)
+    rows = check(args.landscape, args.top, args.random, args.seed, args.workers, args.rounds, args.samples)
     result = {"landscape": args.landscape.name, "summary": summary(rows), "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
