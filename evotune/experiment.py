@@ -84,7 +84,7 @@ class Experiment:
 # [oracle] keys that set how the GPU oracle samples (see evotune/evaluation/oracle.py)
 TIMING_OPTIONS = tuple(f.name for f in fields(TimingOptions))
 # [oracle] keys of the confirmation stage -> ConfirmOptions fields
-CONFIRM_OPTIONS = {"confirm_top": "top_k", "confirm_ci": "ci_target"}
+CONFIRM_OPTIONS = {"confirm_top": "top_k", "confirm_ci": "ci_target", "confirm_screen": "screen"}
 _TOP = {"name", "description", "space", "hardware", "oracle", "problem", "strategy", "budget", "storage", "outputs"}
 
 
@@ -220,6 +220,10 @@ class _Parser:
         for k in ("timeout_s", "ci_target", "confirm_ci"):
             if self.positive_number(given, k, f"oracle.{k}") is not None:
                 given[k] = float(given[k])
+        screen = given.get("confirm_screen")
+        if screen is not None and (isinstance(screen, bool) or not isinstance(screen, (int, float))
+                                   or not 0 <= screen <= 10):
+            raise self.fail("oracle.confirm_screen", f"must be a number from 0 to 10, got {screen!r}")
         for k in ("workers", "min_samples", "max_samples", "confirm_top"):
             self.positive_int(given, k, f"oracle.{k}", minimum=0 if k in ("workers", "confirm_top") else 1)
         confirm = ConfirmOptions(**{field: given.pop(key) for key, field in CONFIRM_OPTIONS.items() if key in given})

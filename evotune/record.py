@@ -178,9 +178,10 @@ def write_recorded(store: StudyStore, target: Target, exp: Experiment, feasible:
     history = store.history()
     attrs = store.study.user_attrs
     confirmation = attrs.get("confirmation") or {}
-    confirmed = {k: v["median_ms"] for k, v in confirmation.get("items", {}).items()
+    confirmed = {k: v["median_ms"] for part in ("raced_out", "items") for k, v in confirmation.get(part, {}).items()
                  if k in confirmation.get("configs", {})}
-    # a confirmed point's time is its confirmed median (its search time stays in the confirmation record)
+    # a confirmed point's time is its confirmed median (its search time stays in the confirmation record), and
+    # so is a raced-out one's: a fresh, interleaved figure, where its search time may have been a lucky sample
     rows = [(r.point, EvalResult(r.status, time_ms=confirmed.get(r.key, r.value),
                                  samples_ms=r.attrs.get("samples_ms", []),
                                  compile_s=r.attrs.get("compile_s", 0.0), bench_s=r.attrs.get("bench_s", 0.0),

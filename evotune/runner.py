@@ -24,6 +24,7 @@ from evotune import hardware as hw
 from evotune.claims import make_claims
 from evotune.evaluation.base import Evaluator
 from evotune.evaluation.landscape import Landscape, LandscapeError, load_landscape
+from evotune.evaluation.options import ConfirmOptions
 from evotune.evaluation.replay import ReplayEvaluator
 from evotune.experiment import Experiment, ExperimentError
 from evotune.plugins import load_space
@@ -265,9 +266,11 @@ def confirm_target(exp: Experiment, target: Target, evaluator: Evaluator, storag
 
 def confirm_best(exp: Experiment, target: Target, evaluator: Evaluator, measured: list[tuple[float, dict]],
                  config_form: Callable[[dict], Any], console: Console) -> dict | None:
-    """Confirm the ``confirm.top_k`` fastest of ``measured`` (search time, point) on ``evaluator``: the
-    record, dated, its configurations written by ``config_form``, its warnings printed; None when off."""
-    top = sorted(measured, key=lambda t: t[0])[:exp.oracle_options.confirm.top_k]
+    """Confirm the fastest of ``measured`` (search time, point) on ``evaluator``: the ``confirm.top_k`` fastest
+    and the others within ``confirm.screen`` of the fastest (at most ``confirm.screen_max``), raced down to
+    ``top_k``. The record, dated, its configurations written by ``config_form``, its warnings printed; None
+    when off."""
+    top = screened(measured, exp.oracle_options.confirm)
     record = evaluator.confirm([p for _, p in top], target.problem, [t for t, _ in top])
     if record is None:
         return None
@@ -278,6 +281,16 @@ def confirm_best(exp: Experiment, target: Target, evaluator: Evaluator, measured
     for warning in record.get("warnings", []):
         console.print(f"  [yellow]{target.problem.key}:[/] {warning}")
     return record
+
+
+def screened(measured: list[tuple[float, Any]], opts: ConfirmOptions) -> list[tuple[float, Any]]:
+    """The candidates of the confirmation stage, fastest first: the ``top_k`` fastest of ``measured``
+    (search time, point) and every other within ``screen`` of the fastest, ``screen_max`` at most."""
+    ranked = sorted(measured, key=lambda t: t[0])
+    if not ranked or opts.top_k <= 0:
+        return []
+    near = [t for t in ranked if t[0] <= ranked[0][0] * (1.0 + opts.screen)]
+    return ranked[:max(opts.top_k, min(len(near), opts.screen_max))]
 
 
 def cache_summary(evaluator: Evaluator, before: dict[str, int] | None = None) -> str:

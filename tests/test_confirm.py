@@ -100,6 +100,32 @@ def test_nothing_to_confirm_times_nothing():
     assert result.items == {} and timer.events == []
 
 
+def test_configurations_race_and_only_the_leaders_are_timed_to_the_end():
+    # the true winner was measured 12% slow by the search; the clearly slower ones drop out early
+    true = {"winner": 1.00, "near1": 1.004, "near2": 1.006, **{f"slow{i}": 1.10 + 0.02 * i for i in range(8)}}
+    search = {"winner": 1.12, "near1": 1.00, "near2": 1.01, **{f"slow{i}": 1.02 + 0.01 * i for i in range(8)}}
+    timer = FakeTimer({**true, "base": 1.5}, noise=0.002)
+    result = confirm_rounds([*true, "base"], timer.take, ConfirmOptions(top_k=3, min_rounds=3), search_ms=search)
+    assert result.converged and result.screened == 11
+    assert set(result.items) == {"winner", "near1", "near2", "base"}
+    assert min((n for n in result.items if n != "base"), key=lambda n: result.items[n].median_ms) == "winner"
+    assert all(timer.calls.count(f"slow{i}") == 3 for i in range(8))  # dropped once the racing starts
+    assert set(result.raced_out) == {f"slow{i}" for i in range(8)} and result.raced_out["slow0"].samples == 30
+    assert timer.calls.count("winner") == result.rounds == timer.calls.count("base")
+
+
+def test_candidates_are_the_top_k_and_those_near_the_fastest_search_time():
+    from evotune.evaluation.options import ConfirmOptions as Opts
+    from evotune.runner import screened
+
+    measured = [(t, f"p{t}") for t in (1.30, 1.00, 1.10, 1.05, 1.16, 1.14, 2.0)]
+    assert [p for _, p in screened(measured, Opts(top_k=2, screen=0.15))] == ["p1.0", "p1.05", "p1.1", "p1.14"]
+    assert [p for _, p in screened(measured, Opts(top_k=2, screen=0.0))] == ["p1.0", "p1.05"]
+    assert len(screened(measured, Opts(top_k=2, screen=0.15, screen_max=3))) == 3
+    assert len(screened(measured, Opts(top_k=6, screen=0.0))) == 6
+    assert screened(measured, Opts(top_k=0)) == [] and screened([], Opts()) == []
+
+
 class ConfirmingReplay:
     """A replay oracle that also confirms, as the GPU one does: each point re-times slower than the search saw
     it, the search's best by 10% (a lucky sample), the others by 1%; a baseline at 1 ms."""
@@ -178,13 +204,16 @@ def test_a_recorded_landscape_holds_its_confirmed_optimum_and_baselines(tmp_path
     (path,) = (tmp_path / "out").glob("*.json.gz")
     part = load_landscape(path)
     confirmation = part.meta["confirmation"]
-    assert confirmation["baselines"] == ["fake.blas"] and len(confirmation["configs"]) == 5
-    for key, item in confirmation["items"].items():
+    assert confirmation["baselines"] == ["fake.blas"]
+    assert 5 <= len(confirmation["configs"]) == confirmation["screened"] <= 40  # the leaders and those near them
+    timed = {**confirmation["items"], **confirmation["raced_out"]}
+    assert set(timed) == {*confirmation["configs"], "fake.blas"}
+    for key, item in timed.items():
         if key == "fake.blas":
             continue
         point = dict(zip(part.names, confirmation["configs"][key], strict=True))
         # the file's time of a confirmed point is its confirmed median; the search's stays in the record
         assert part.lookup(point).time_ms == pytest.approx(item["median_ms"], rel=1e-5)
         assert pnpoly.lookup(point).time_ms == pytest.approx(item["search_ms"], rel=1e-5)
-    recorded_best = min(item["search_ms"] for k, item in confirmation["items"].items() if k != "fake.blas")
+    recorded_best = min(item["search_ms"] for k, item in timed.items() if k != "fake.blas")
     assert part.optimum_ms > recorded_best  # the lucky sample no longer makes the optimum

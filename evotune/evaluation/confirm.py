@@ -11,6 +11,10 @@ over a thousand measurements is biased low). Confirmation removes both:
    of the clocks or of the machine touches every item alike;
 3. rounds go on until every median's 95% confidence interval is within
    ``ci_target`` of it (at least ``min_rounds``, at most ``max_rounds``);
+   configurations race: from ``min_rounds`` on, one whose interval lies wholly
+   above the ``top_k``-th fastest configuration's is out of the running and is
+   timed no more (baselines always stay; its figure so far is kept apart), so
+   many candidates cost little more than the few that remain;
 4. each item's median over the first and over the last rounds are compared: a
    difference above ``drift`` says the machine moved during the stage, and a
    confirmed time more than ``drift`` away from the item's search time says the
@@ -69,11 +73,17 @@ class Confirmation:
     converged: bool  # every CI reached ci_target
     seconds: float
     warnings: list[str] = field(default_factory=list)
+    screened: int = 0  # configurations that entered the stage
+    # configurations out of the running, as timed up to the round they dropped out in (wider intervals)
+    raced_out: dict[str, ConfirmedItem] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"items": {k: {**asdict(v), "ci95_ms": list(v.ci95_ms)} for k, v in self.items.items()},
-                "rounds": self.rounds, "converged": self.converged, "seconds": self.seconds,
-                "warnings": list(self.warnings)}
+        def plain(items: dict[str, ConfirmedItem]) -> dict[str, Any]:
+            return {k: {**asdict(v), "ci95_ms": list(v.ci95_ms)} for k, v in items.items()}
+
+        return {"items": plain(self.items), "raced_out": plain(self.raced_out), "rounds": self.rounds,
+                "converged": self.converged, "seconds": self.seconds, "warnings": list(self.warnings),
+                "screened": self.screened}
 
 
 def confirm_rounds(names: Sequence[str], take: Callable[[str, int], list[float]], options: ConfirmOptions,
@@ -89,22 +99,29 @@ def confirm_rounds(names: Sequence[str], take: Callable[[str, int], list[float]]
         return Confirmation({}, 0, True, 0.0)
     if warm is not None and options.warmup_s > 0:
         warm(options.warmup_s)
+    search_ms = search_ms or {}
     started = clock()
     per_round: dict[str, list[list[float]]] = {n: [] for n in names}
+    alive = list(names)
+    raced_out: dict[str, ConfirmedItem] = {}
     rounds, converged = 0, False
     while rounds < options.max_rounds:
-        for n in names:
+        for n in alive:
             per_round[n].append(list(take(n, options.per_round)))
         rounds += 1
         if rounds < options.min_rounds:
             continue
-        if all(_ci_rel(_flat(per_round[n])) <= options.ci_target for n in names):
+        running = _race(alive, {n: summarize(_flat(per_round[n])) for n in alive}, search_ms, options.top_k)
+        raced_out.update({n: _item(per_round[n], search_ms.get(n)) for n in alive if n not in running})
+        alive = running
+        if all(_ci_rel(_flat(per_round[n])) <= options.ci_target for n in alive):
             converged = True
             break
         if clock() - started > options.max_seconds:
             break
-    items = {n: _item(per_round[n], (search_ms or {}).get(n)) for n in names}
-    result = Confirmation(items, rounds, converged, clock() - started)
+    items = {n: _item(per_round[n], search_ms.get(n)) for n in alive}
+    result = Confirmation(items, rounds, converged, clock() - started, screened=sum(n in search_ms for n in names),
+                          raced_out=raced_out)
     result.warnings = _warnings(result, options)
     return result
 
@@ -112,6 +129,17 @@ def confirm_rounds(names: Sequence[str], take: Callable[[str, int], list[float]]
 def newer(record: dict[str, Any], than: dict[str, Any] | None) -> bool:
     """Whether a stored confirmation ``record`` (dated, with items) replaces ``than`` as a problem's newest."""
     return bool(record and record.get("items")) and record.get("date", "") >= (than or {}).get("date", "")
+
+
+def _race(alive: list[str], stats: dict[str, tuple[float, tuple[float, float], int]], search_ms: dict[str, float],
+          top_k: int) -> list[str]:
+    """``alive`` without the configurations that are out of the running: those whose 95% CI lies wholly above
+    the CI of the ``top_k``-th fastest configuration (by median). Baselines (no search time) always stay."""
+    configs = sorted((n for n in alive if n in search_ms), key=lambda n: stats[n][0])
+    if len(configs) <= top_k:
+        return alive
+    bar = stats[configs[top_k - 1]][1][1]
+    return [n for n in alive if n not in search_ms or stats[n][1][0] <= bar]
 
 
 def _flat(rounds: list[list[float]]) -> list[float]:

@@ -33,6 +33,11 @@ class ConfirmOptions:
     """How the confirmation stage runs; ``top_k = 0`` turns it off."""
 
     top_k: int = 5  # best configurations re-timed beside the baselines
+    # Configurations whose search time is within this fraction of the fastest one's enter the stage too (at
+    # most screen_max in all): a search figure can be off by more than the gap between the leaders, and a
+    # winner measured slow once would otherwise never be looked at again. The stage races them down to top_k.
+    screen: float = 0.15
+    screen_max: int = 40
     ci_target: float = 0.005  # stop once every median's 95% CI is within this fraction of it
     per_round: int = 10  # samples per item per round
     min_rounds: int = 3
