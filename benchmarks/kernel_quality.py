@@ -99,7 +99,9 @@ def same_run_baselines(ls: Landscape, best_ms: float) -> dict:
     """
     confirmation = ls.meta.get("confirmation") or {}
     items = confirmation.get("items", {})
-    if any(math.isclose(items[k]["median_ms"], best_ms, rel_tol=1e-5) for k in confirmation.get("configs", {})):
+    timed = {**confirmation.get("raced_out", {}), **items}  # a raced-out point's time is the stage's too
+    if any(math.isclose(timed[k]["median_ms"], best_ms, rel_tol=1e-5) for k in confirmation.get("configs", {})
+           if k in timed):
         return {n: {"time_ms": items[n]["median_ms"], "ci95_ms": items[n]["ci95_ms"], "confirmed": True}
                 for n in confirmation.get("baselines", []) if n in items}
     pieces = ls.meta.get("pieces") or []
