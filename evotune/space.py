@@ -294,6 +294,36 @@ class SearchSpace:
         return cached
 
 
+class _Unset(Exception):
+    """A predicate read a parameter that the enumeration has not set yet."""
+
+
+class _Partial(dict):
+    """A point whose parameters from ``depth`` on are unset: reading one of them raises :class:`_Unset`.
+
+    Predicates read points by indexing (``p["tile_m"]``) or ``p.get``; both are covered.
+    """
+
+    def __init__(self, names: Sequence[str]):
+        super().__init__()
+        self._position = {n: i for i, n in enumerate(names)}
+        self.depth = 0
+
+    def _unset(self, key: str) -> bool:
+        position = self._position.get(key)
+        return position is not None and position >= self.depth
+
+    def __missing__(self, key: str) -> Any:
+        if self._unset(key):
+            raise _Unset(key)
+        raise KeyError(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key not in self and self._unset(key):
+            raise _Unset(key)
+        return super().get(key, default)
+
+
 class FeasibleSet:
     """The feasible points of a space in one context, with fast nearest-point repair.
 
@@ -315,18 +345,52 @@ class FeasibleSet:
 
     @classmethod
     def build(cls, space: SearchSpace, ctx: Context) -> FeasibleSet:
+        """Every feasible point, in the order of :meth:`SearchSpace.points`, with each pruned point counted
+        under the first constraint (in declaration order) that rejects it.
+
+        The product is walked one parameter at a time, and a constraint is tried as soon as every
+        constraint before it has passed and its predicate can be answered from the parameters set so
+        far (reading an unset one raises inside the predicate): a failing one prunes the whole subtree
+        at once. A space whose later parameters are launch arguments multiplies its raw size without
+        multiplying the work, as long as its compile-time rules come first.
+        """
+        params, names, constraints = space.params, space.names, space.constraints
+        below = [math.prod(len(p.choices) for p in params[d:]) for d in range(len(params) + 1)]
         codes: list[tuple[int, ...]] = []
         pruned: Counter[str] = Counter()
         reasons: dict[str, str] = {}
-        for point in space.points():
-            reason = space.check(point, ctx)
-            if reason is None:
-                codes.append(space.encode(point))
-            else:
-                name = reason.split(":", 1)[0]
-                pruned[name] += 1
-                reasons.setdefault(name, reason)
-        arr = np.array(codes, dtype=np.int32).reshape(len(codes), len(space.params))
+        code: list[int] = []
+        partial = _Partial(names)  # one point, set and unset in place as the walk goes down and up
+
+        def visit(depth: int, passed: int) -> None:
+            partial.depth = depth
+            while passed < len(constraints):
+                c = constraints[passed]
+                try:
+                    ok = c.predicate(partial, ctx)
+                except _Unset:
+                    break
+                if not ok:
+                    pruned[c.name] += below[depth]
+                    if c.name not in reasons:  # the subtree's first point stands for it, as in a walk of every point
+                        first = dict(partial, **{n: params[i].choices[0] for i, n in enumerate(names) if i >= depth})
+                        reasons[c.name] = c.reason(first, ctx) or c.name
+                    return
+                passed += 1
+            if depth == len(params):
+                codes.append(tuple(code))
+                return
+            name, choices = names[depth], params[depth].choices
+            for i, value in enumerate(choices):
+                code.append(i)
+                partial[name] = value
+                visit(depth + 1, passed)
+                partial.depth = depth
+                code.pop()
+            del partial[name]
+
+        visit(0, 0)
+        arr = np.array(codes, dtype=np.int32).reshape(len(codes), len(params))
         return cls(space, arr, pruned, reasons)
 
     @classmethod

@@ -113,3 +113,53 @@ def test_problem_keys_and_buckets():
     assert p.bucket().key == "gemm_int8_tn_4096x8192x4096"
     with pytest.raises(ValueError, match="m: must be a positive integer"):
         Problem.gemm(-1, 1, 1)
+
+
+def _every_point(space: SearchSpace, context: Context) -> tuple[list[tuple[int, ...]], dict[str, int], dict[str, str]]:
+    """What the feasible set must hold, by checking every point of the product in turn."""
+    codes, pruned, reasons = [], {}, {}
+    for point in space.points():
+        reason = space.check(point, context)
+        if reason is None:
+            codes.append(space.encode(point))
+        else:
+            name = reason.split(":", 1)[0]
+            pruned[name] = pruned.get(name, 0) + 1
+            reasons.setdefault(name, reason)
+    return codes, pruned, reasons
+
+
+def test_the_staged_walk_prunes_exactly_like_checking_every_point():
+    # rules that read early, late, none (context only) and p.get of a parameter and of a missing key
+    space = SearchSpace(
+        "walk",
+        [ordinal("a", [1, 2, 3]), categorical("b", ["x", "y"]), ordinal("c", [1, 2, 4]), boolean("d")],
+        constraints=[
+            hardware_limit("gpu", lambda p, ctx: ctx.hardware is None or ctx.hardware.name != "A100", "not on A100"),
+            constraint("late", lambda p, ctx: p["d"] or p["c"] < 4, "c {c} needs d"),
+            constraint("early", lambda p, ctx: p["a"] != 2, "a {a}"),
+            constraint("get", lambda p, ctx: p.get("b") != "y" or (p.get("missing", 1) == 1 and p["a"] < 3), "b {b}"),
+        ],
+    )
+    for hw in (None, get_hardware("H100"), get_hardware("A100")):
+        context = Context(hw)
+        fs = space.feasible(context)
+        codes, pruned, reasons = _every_point(space, context)
+        assert [tuple(c) for c in fs.codes] == codes
+        assert dict(fs.pruned) == pruned and fs.reasons == reasons
+    assert len(space.feasible(Context(get_hardware("A100")))) == 0
+
+
+@pytest.mark.parametrize("name", ["cute_hopper_gemm", "cute_blackwell_gemm", "triton_matmul"])
+def test_the_staged_walk_agrees_on_the_builtin_spaces(name):
+    from evotune.plugins import load_space
+
+    space = load_space(name)
+    for hw, problem in [("H100", Problem.gemm(4096, 4096, 4096, "bf16")),
+                        ("B200", Problem.gemm(16, 4096, 11008, "int8")),
+                        ("A100", Problem.gemm(100, 30, 64, "fp16", "nn"))]:
+        context = Context(get_hardware(hw), problem)
+        fs = space.feasible(context)
+        codes, pruned, reasons = _every_point(space, context)
+        assert [tuple(c) for c in fs.codes] == codes
+        assert dict(fs.pruned) == pruned and fs.reasons == reasons
