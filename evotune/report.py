@@ -13,6 +13,7 @@ Example::
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -57,6 +58,9 @@ class Best:
     search_ms: float | None = None
     search_baselines: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # Where several spaces tuned the problem: each space's fastest time (confirmed where its
+    # confirmation record has one), so a user sees by how much the winning space won.
+    by_space: dict[str, float] = field(default_factory=dict)
 
     @property
     def fraction_of_optimum(self) -> float | None:
@@ -92,10 +96,29 @@ def collect_best(storage: str | optuna.storages.BaseStorage, experiment: str | N
         best.baselines = {k: float(v["time_ms"] if isinstance(v, dict) else v)
                           for k, v in (a.get("baselines") or {}).items()
                           if not isinstance(v, dict) or v.get("time_ms") is not None}
+        best.by_space = _space_bests(done)
         _apply_confirmation(best, done, st)
         _add_throughput(best, (a.get("device_info") or {}).get("copy_gbps"))
         out.append(best)
     return out
+
+
+def _space_bests(summaries: list[optuna.study.StudySummary]) -> dict[str, float]:
+    """Each space's fastest time for one problem: its newest confirmation record's fastest configuration,
+    else the fastest trial of its studies."""
+    searched: dict[str, float] = {}
+    records: dict[str, dict[str, Any]] = {}
+    for s in summaries:
+        space = s.user_attrs.get("space", "?")
+        searched[space] = min(searched.get(space, math.inf), float(s.best_trial.value))
+        rec = s.user_attrs.get("confirmation") or {}
+        if rec.get("configs") and newer(rec, records.get(space)):
+            records[space] = rec
+    for space, rec in records.items():
+        confirmed = [item["median_ms"] for key, item in rec["items"].items() if key in rec["configs"]]
+        if confirmed:
+            searched[space] = float(min(confirmed))
+    return dict(sorted(searched.items(), key=lambda kv: kv[1]))
 
 
 def _apply_confirmation(best: Best, summaries: list[optuna.study.StudySummary],
@@ -180,6 +203,9 @@ def best_table(rows: list[Best], title: str = "Best configurations") -> Group:
         table.add_row(b.problem_key, b.space, f"{b.time_ms:.4g}", _confirmed_text(b), frac, base, tput, roof,
                       str(b.trials), f"{b.strategy} s{b.seed}")
         configs.append(Text.assemble((b.problem_key, "bold"), ": ", " ".join(f"{k}={v}" for k, v in b.config.items())))
+        if len(b.by_space) > 1:
+            configs.append(Text("  each space's best: " + ", ".join(
+                f"{space} {ms:.4g} ms ({ms / b.time_ms:.2f}x)" for space, ms in b.by_space.items())))
         configs += [Text.assemble(("  warning: ", "yellow"), w) for w in b.warnings]
     return Group(table, *configs)
 

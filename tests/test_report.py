@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import optuna
 import pytest
 from conftest import GEMM, PNPOLY
 from rich.console import Console
@@ -11,7 +12,7 @@ from rich.console import Console
 from evotune.cli import main
 from evotune.evaluation.landscape import load_landscape
 from evotune.problem import Problem
-from evotune.report import Best, best_table, export_best, throughput
+from evotune.report import Best, best_table, collect_best, export_best, throughput
 
 
 def table_text(rows: list[Best]) -> str:
@@ -71,3 +72,51 @@ def test_compare_prints_the_kernel_tuner_caveat_only_for_kernel_tuner_strategies
     assert "tune_cache" not in out and KT_CAVEAT not in out
     pytest.importorskip("kernel_tuner")
     assert KT_CAVEAT in compare(tmp_path / "kt", capsys, "random", "kt:random_sample")
+
+
+# -- several spaces on one problem ----------------------------------------------------------
+def _study(storage, space: str, times: list[float], confirmation: dict | None = None) -> None:
+    problem = Problem.gemm(64, 4096, 11008, "bf16")
+    study = optuna.create_study(storage=storage, study_name=f"x/{problem.key}/{space}/default/seed0")
+    attrs = {"experiment": "x", "problem_key": problem.key, "problem": problem.to_dict(), "space": space,
+             "strategy": "default", "seed": 0, "hardware": "H100", "oracle": "gpu",
+             "baselines": {"torch.matmul": {"time_ms": 0.050}}}
+    if confirmation is not None:
+        attrs["confirmation"] = confirmation
+    for k, v in attrs.items():
+        study.set_user_attr(k, v)
+    for i, t in enumerate(times):
+        study.add_trial(optuna.trial.create_trial(params={"tile": i}, value=t, user_attrs={"key": f"tile={i}"},
+                                                  distributions={"tile": optuna.distributions.IntDistribution(0, 99)}))
+
+
+def test_the_winner_is_the_fastest_space_and_every_space_best_is_shown(tmp_path):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    storage = optuna.storages.RDBStorage(url)
+    _study(storage, "cute_hopper_gemm", [0.060, 0.052])
+    _study(storage, "cutlass_sm90_gemm", [0.070, 0.045, 0.047])
+    _study(storage, "triton_matmul", [0.080])
+    (best,) = collect_best(url, "x")
+    assert best.space == "cutlass_sm90_gemm" and best.time_ms == pytest.approx(0.045)
+    assert list(best.by_space) == ["cutlass_sm90_gemm", "cute_hopper_gemm", "triton_matmul"]
+    assert best.by_space["cute_hopper_gemm"] == pytest.approx(0.052)
+    doc = json.loads(export_best([best], tmp_path / "best.json").read_text())[0]
+    assert doc["by_space"]["triton_matmul"] == pytest.approx(0.080)
+    from rich.console import Console
+
+    console = Console(record=True, width=220)
+    console.print(best_table([best]))
+    text = console.export_text()
+    assert "each space's best: cutlass_sm90_gemm 0.045 ms (1.00x), cute_hopper_gemm 0.052 ms (1.16x)" in text
+
+
+def test_a_space_best_is_its_confirmed_time_where_it_was_confirmed(tmp_path):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    storage = optuna.storages.RDBStorage(url)
+    record = {"configs": {"tile=1": {"tile": 1}}, "baselines": ["torch.matmul"], "finished": "2026-11-24T00:00:00",
+              "items": {"tile=1": {"median_ms": 0.0500, "ci95_ms": [0.0499, 0.0501], "search_ms": 0.045},
+                        "torch.matmul": {"median_ms": 0.0510, "ci95_ms": [0.0509, 0.0511]}}}
+    _study(storage, "cutlass_sm90_gemm", [0.070, 0.045], confirmation=record)
+    _study(storage, "cute_hopper_gemm", [0.052])
+    (best,) = collect_best(url, "x")
+    assert best.by_space == {"cute_hopper_gemm": pytest.approx(0.052), "cutlass_sm90_gemm": pytest.approx(0.050)}
