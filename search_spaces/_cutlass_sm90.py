@@ -108,6 +108,16 @@ using GemmKernel = cutlass::gemm::kernel::GemmUniversal<
 using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 constexpr bool kStreamK = {stream_k};
 
+// Only the stream-K scheduler's arguments have a decomposition and splits; a template, so that the
+// branch a persistent kernel does not take is never instantiated.
+template <bool StreamK, class SchedulerArgs>
+static void set_stream_k(SchedulerArgs& scheduler, int decomposition, int splits) {{
+  if constexpr (StreamK) {{
+    scheduler.decomposition_mode = static_cast<decltype(scheduler.decomposition_mode)>(decomposition);
+    scheduler.splits = splits;
+  }}
+}}
+
 static typename Gemm::Arguments arguments(const void* a, const void* b, void* d, int m, int n, int k,
                                           int raster, int swizzle, int decomposition, int splits, int sm_count) {{
   auto sa = cutlass::make_cute_packed_stride(typename GemmKernel::StrideA{{}}, cute::make_shape(m, k, 1));
@@ -126,11 +136,7 @@ static typename Gemm::Arguments arguments(const void* a, const void* b, void* d,
   using Raster = decltype(args.scheduler.raster_order);
   args.scheduler.raster_order = static_cast<Raster>(raster);
   args.scheduler.max_swizzle_size = swizzle;
-  if constexpr (kStreamK) {{
-    using Decomposition = decltype(args.scheduler.decomposition_mode);
-    args.scheduler.decomposition_mode = static_cast<Decomposition>(decomposition);
-    args.scheduler.splits = splits;
-  }}
+  set_stream_k<kStreamK>(args.scheduler, decomposition, splits);
   return args;
 }}
 
