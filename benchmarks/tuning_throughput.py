@@ -1,10 +1,11 @@
-"""Tuning throughput on the CuTe DSL sm90 space: configurations evaluated per minute.
+"""Tuning throughput on a compiled GEMM space (CuTe DSL or CUTLASS C++ sm90): configurations evaluated per minute.
 
 Three ways through the same configurations, in one process tree, on one GPU:
 
 * ``serial``: the CuTe DSL autotuning guide's loop (``autotune_gemm``): for each
   configuration compile it, then time it with CUDA events (3 warm-ups, 10
-  launches); no verification, no cold L2, no isolation;
+  launches); no verification, no cold L2, no isolation (for the CUTLASS space:
+  nvcc, load the library, time it the same way);
 * ``evotune cold``: evotune's GPU evaluator with an empty kernel cache: a pool of
   compile processes works ahead while one GPU worker verifies each kernel
   against the reference and times it with the full oracle;
@@ -13,6 +14,7 @@ Three ways through the same configurations, in one process tree, on one GPU:
 Usage (on the GPU machine)::
 
     python3 benchmarks/tuning_throughput.py --configs 120 --problem 4096x4096x4096 --dtype bf16
+    python3 benchmarks/tuning_throughput.py --space cutlass_sm90_gemm --configs 8
 
 It prints the seconds and configurations per minute of each, in all and after the first
 configuration (each loop's start-up: processes, imports, CUDA, the first compile, paid
@@ -34,28 +36,47 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def serial_loop(points, problem) -> tuple[float, float]:
+def _compile_cute(p, problem, a, b, c):
+    """Compile one CuTe DSL configuration; returns a launcher."""
+    import cutlass.torch as cutlass_torch
+
+    from search_spaces._cute_sm90 import operator
+
+    op, args = operator(p, problem, a, b, c)
+    fn = op.compile(args, target_sm="90a").compiled_obj
+    stream = cutlass_torch.current_stream()
+    return lambda: fn(a, b, c, stream)
+
+
+def _compile_cutlass(p, problem, a, b, c):
+    """nvcc one CUTLASS configuration (into a cache of the serial loop's own, so each is compiled), load it."""
+    from search_spaces import _cutlass_sm90 as cpp
+
+    fn = cpp.build(p, problem)
+    return lambda: fn(a, b, c)
+
+
+COMPILE = {"cute_hopper_gemm": _compile_cute, "cutlass_sm90_gemm": _compile_cutlass}
+
+
+def serial_loop(points, problem, space_name) -> tuple[float, float]:
     """The guide's shape of loop: compile, then time, one configuration after another; (seconds in all,
     seconds until the first configuration was timed)."""
-    import cutlass.torch as cutlass_torch
     import torch
 
     from evotune.evaluation.gemm import make_inputs
-    from search_spaces._cute_sm90 import operator
 
     a, b, c = make_inputs(problem, seed=0)
     started = time.perf_counter()
     first = None
     for p in points:
-        op, args = operator(p, problem, a, b, c)
-        fn = op.compile(args, target_sm="90a").compiled_obj
-        stream = cutlass_torch.current_stream()
+        launch = COMPILE[space_name](p, problem, a, b, c)
         for _ in range(3):
-            fn(a, b, c, stream)
+            launch()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(10):
-            fn(a, b, c, stream)
+            launch()
         end.record()
         torch.cuda.synchronize()
         first = first or time.perf_counter() - started
@@ -95,6 +116,7 @@ def evotune_loop(points, problem, space, ctx, workers) -> tuple[float, float, di
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--space", default="cute_hopper_gemm", choices=sorted(COMPILE))
     ap.add_argument("--configs", type=int, default=120)
     ap.add_argument("--problem", default="4096x4096x4096")
     ap.add_argument("--dtype", default="bf16")
@@ -110,7 +132,7 @@ def main() -> None:
 
     m, n, k = (int(x) for x in args.problem.split("x"))
     problem = Problem.gemm(m, n, k, args.dtype)
-    space = load_space("cute_hopper_gemm")
+    space = load_space(args.space)
     ctx = Context(detect(), problem)
     fs = space.feasible(ctx)
     rows = random.Random(0).sample(range(len(fs)), args.configs)
@@ -119,12 +141,14 @@ def main() -> None:
     os.environ["EVOTUNE_KERNEL_CACHE"] = tempfile.mkdtemp(prefix="evotune-kernels-")
     cold, cold_first, cold_stats, cold_parts = evotune_loop(points, problem, space, ctx, workers)
     warm, warm_first, warm_stats, warm_parts = evotune_loop(points, problem, space, ctx, workers)
-    serial, serial_first = serial_loop(points, problem)
+    os.environ["EVOTUNE_KERNEL_CACHE"] = tempfile.mkdtemp(prefix="evotune-serial-")  # the serial loop compiles all
+    serial, serial_first = serial_loop(points, problem, args.space)
     runs = {"serial": (serial, serial_first), "cold": (cold, cold_first), "warm": (warm, warm_first)}
     # Start-up (processes, imports, CUDA, the first compile) is paid once per run, however many problems and
     # configurations follow: the figures after the first configuration are each loop's pace once running.
     rest = len(points) - 1
-    out = {"device": ctx.hardware.name, "problem": problem.key, "configs": len(points), "workers": workers,
+    out = {"device": ctx.hardware.name, "space": args.space, "problem": problem.key, "configs": len(points),
+           "workers": workers,
            "seconds": {name: total for name, (total, _) in runs.items()},
            "first_config_s": {name: first for name, (_, first) in runs.items()},
            "configs_per_minute": {name: 60.0 * len(points) / total for name, (total, _) in runs.items()},
