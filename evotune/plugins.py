@@ -62,7 +62,7 @@ def load_space(name: str, base_dir: Path | None = None) -> SearchSpace:
         if ep.name == name:
             obj = ep.load()
             if isinstance(obj, SearchSpace):
-                obj.source = obj.source or name
+                obj.source = name
                 return obj
             return _space_of(obj, name)
     raise SpaceNotFound(name)
@@ -94,5 +94,7 @@ def _space_of(module: object, name: str, source: str | None = None) -> SearchSpa
         shown = repr(space) if len(repr(space)) <= 40 else repr(space)[:37] + "..."
         raise SpaceInvalid(f"{name} defines SPACE = {shown} ({'an' if kind[0] in 'aeiou' else 'a'} {kind}), "
                            "not an evotune.space.SearchSpace")
-    space.source = space.source or source or name
+    # always where this loader found it: a space made from another (dataclasses.replace of a built-in's
+    # SPACE) carries the other's source, and its workers would load the other one
+    space.source = source or name
     return space

@@ -331,3 +331,16 @@ def test_message_fields():
     msg = gm.Message("{a} needs {need} B on {ctx.hardware.name}", lambda p, c: {"need": 2 * p["a"]})
     assert msg.format(a=3, ctx=ctx(H100)) == "3 needs 6 B on H100"
     assert isinstance(msg, str) and str(msg) == "{a} needs {need} B on {ctx.hardware.name}"
+
+
+def test_a_space_made_from_a_builtin_is_loaded_by_workers_from_its_own_file(tmp_path):
+    # workers load a space again from its source: a file whose SPACE is dataclasses.replace(builtin.SPACE)
+    # must name that file, not the built-in it copied
+    base = load_space("cute_hopper_gemm")
+    assert base.source == "cute_hopper_gemm"
+    path = tmp_path / "mine.py"
+    path.write_text("import dataclasses\nfrom search_spaces import cute_hopper_gemm\n"
+                    "SPACE = dataclasses.replace(cute_hopper_gemm.SPACE, name='mine', _feasible={})\n")
+    mine = load_space(str(path))
+    assert mine.name == "mine" and mine.source == str(path)
+    assert load_space(mine.source).name == "mine" and base.source == "cute_hopper_gemm"
