@@ -46,6 +46,11 @@ import numpy as np
 
 from evotune.strategies.base import Option
 from evotune.strategies.gp import GaussianProcess, Surrogate
+from evotune.strategies.prior import Prior
+from evotune.strategies.seeding import spread_rows
+
+#: with a trusted prior, its best-ranked fresh rows join every proposal's candidates
+PRIOR_CANDIDATES = 20
 
 
 class Default(GaussianProcess):
@@ -62,7 +67,12 @@ class Default(GaussianProcess):
         "stall_shared": Option(True, bool),  # once stalled, every other proposal uses one length-scale again
         "noise": Option(1e-3, float, 1e-9, 1.0),
         "refit": Option(10, int, 1),  # results between length-scale fits
+        "transfer": Option(True, bool),  # learn from related results (sources) when there are any
+        "transfer_first": Option(4, int, 0),  # the sources' winners measured first
+        "transfer_checks": Option(2, int, 0),  # then spread-out points, against which the prior's ranking is checked
+        "trust": Option(0.3, float, -1.0, 1.0),  # rank correlation the prior must keep with the told times
     }
+    transfers = True
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -72,6 +82,11 @@ class Default(GaussianProcess):
         self._best: float | None = None
         self._improved_at = 0  # results told when the best time last improved
         self._proposals = 0
+        self.prior: Prior | None = None
+        if self.sources and bool(o["transfer"]):
+            self.prior = Prior(self, self.sources) or None
+        self._trusted = False  # whether the prior currently ranks the told results well enough to be used
+        self._checks: list[int] = []
 
     def _propose(self) -> int | None:
         # Length-scales per feature fitted on a few dozen points can over-fit (gemm: 0.77 of the optimum at
@@ -79,11 +94,44 @@ class Default(GaussianProcess):
         # early on, and again once stalled (the per-feature model is then sure of its plateau), every other
         # proposal is ranked by the GP with one shared length-scale instead.
         self._proposals += 1
+        if self.prior is not None:
+            row = self._transferred()
+            if row is not None:
+                return row
         o = self.options
         uniform = len(self.values) < int(o["shared"]) or (bool(o["stall_shared"]) and self._stalled())
         use_shared = uniform and self._proposals % 2 == 0 and bool(o["relevance"])
         self.model = self._shared if use_shared else self._relevant
+        if self._trusted:  # the prior stands in for the start-up sample
+            return self.model_row()
         return super()._propose()
+
+    def _transferred(self) -> int | None:
+        """A transferred winner or a check point while those last; else decide whether to trust the prior.
+
+        The check points are spread out, so that the told results hold both the prior's favourites and
+        ordinary points: a prior that does not rank them (Spearman below ``trust``) is dropped, and the
+        search goes on as plain ``default`` (its start-up sample first, counting the points measured so far).
+        """
+        assert self.prior is not None
+        o = self.options
+        first, checks = int(o["transfer_first"]), int(o["transfer_checks"])
+        if self._proposals <= first:
+            picks = self.prior.picks(1)
+            if picks:
+                return picks[0]
+        elif self._proposals <= first + checks:
+            if not self._checks:
+                self._checks = spread_rows(self, checks)
+            while self._checks:
+                row = self._checks.pop(0)
+                if not self.taken[row]:
+                    return row
+        agree = self.prior.agreement()
+        self._trusted = agree is None or agree >= float(o["trust"])
+        mean = self.prior.mean if self._trusted else None
+        self._relevant.prior = self._shared.prior = mean
+        return None
 
     def _stalled(self) -> bool:
         """Whether ``patience`` results have passed without a better time."""
@@ -98,8 +146,11 @@ class Default(GaussianProcess):
             if len(rows):
                 return rows
         top = int(o["top"])
-        return np.union1d(np.union1d(self.random_subset(free, int(o["pool"])), self.neighbours(top)),
+        rows = np.union1d(np.union1d(self.random_subset(free, int(o["pool"])), self.neighbours(top)),
                           self.children(int(o["cross"]), 2 * top))
+        if self._trusted and self.prior is not None:  # the rows the sources rank best, wherever they are
+            rows = np.union1d(rows, self.prior.best_rows(PRIOR_CANDIDATES))
+        return rows
 
     def _observe(self, row: int, value: float | None) -> None:
         if value is not None and (self._best is None or value < self._best):
