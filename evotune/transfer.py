@@ -154,12 +154,3 @@ def from_cache(entries: list[dict[str, Any]], space: SearchSpace, problem: Probl
         dist = problem_distance(other, problem) + device_distance(e.get("hardware"), device)
         out.append(Source(f"cache:{e['problem_key']}", ((point, float(e["time_ms"])),), dist))
     return out
-
-
-def describe(sources: list[Source], limit: int = 3) -> str:
-    """'4 sources, nearest: a (0.0), b (1.0), c (1.6)' for logs, ``best`` and the plots."""
-    if not sources:
-        return "no sources"
-    near = sorted(sources, key=lambda s: s.distance)[:limit]
-    return (f"{len(sources)} source{'s' if len(sources) > 1 else ''}, nearest: "
-            + ", ".join(f"{s.name} ({s.distance:.1f})" for s in near))

@@ -47,7 +47,6 @@ import numpy as np
 from evotune.strategies.base import Option
 from evotune.strategies.gp import GaussianProcess, Surrogate
 from evotune.strategies.prior import Prior
-from evotune.strategies.seeding import spread_rows
 
 #: with a trusted prior, its best-ranked fresh rows join every proposal's candidates
 PRIOR_CANDIDATES = 20
@@ -68,8 +67,8 @@ class Default(GaussianProcess):
         "noise": Option(1e-3, float, 1e-9, 1.0),
         "refit": Option(10, int, 1),  # results between length-scale fits
         "transfer": Option(True, bool),  # learn from related results (sources) when there are any
-        "transfer_first": Option(4, int, 0),  # the sources' winners measured first
-        "transfer_checks": Option(2, int, 0),  # then spread-out points, against which the prior's ranking is checked
+        "transfer_first": Option(2, int, 0),  # the sources' winners measured first
+        "transfer_checks": Option(3, int, 0),  # then spread-out points, against which the prior's ranking is checked
         "trust": Option(0.3, float, -1.0, 1.0),  # rank correlation the prior must keep with the told times
     }
     transfers = True
@@ -86,7 +85,6 @@ class Default(GaussianProcess):
         if self.sources and bool(o["transfer"]):
             self.prior = Prior(self, self.sources) or None
         self._trusted = False  # whether the prior currently ranks the told results well enough to be used
-        self._checks: list[int] = []
 
     def _propose(self) -> int | None:
         # Length-scales per feature fitted on a few dozen points can over-fit (gemm: 0.77 of the optimum at
@@ -111,22 +109,23 @@ class Default(GaussianProcess):
 
         The check points are spread out, so that the told results hold both the prior's favourites and
         ordinary points: a prior that does not rank them (Spearman below ``trust``) is dropped, and the
-        search goes on as plain ``default`` (its start-up sample first, counting the points measured so far).
+        search goes on as plain ``default`` (the rest of its start-up sample first).
         """
         assert self.prior is not None
         o = self.options
         first, checks = int(o["transfer_first"]), int(o["transfer_checks"])
+        if self._proposals == 1:
+            self._startup = self.seed_rows(int(o["startup"]))  # before any pick is taken, as plain default does
         if self._proposals <= first:
             picks = self.prior.picks(1)
             if picks:
                 return picks[0]
         elif self._proposals <= first + checks:
-            if not self._checks:
-                self._checks = spread_rows(self, checks)
-            while self._checks:
-                row = self._checks.pop(0)
-                if not self.taken[row]:
-                    return row
+            # the checks are the first points of plain default's own start-up sample, drawn as it would draw
+            # them: a search that drops the prior goes on with the rest of that sample
+            row = self.startup_row(int(o["startup"]))
+            if row is not None:
+                return row
         agree = self.prior.agreement()
         self._trusted = agree is None or agree >= float(o["trust"])
         mean = self.prior.mean if self._trusted else None
