@@ -81,17 +81,13 @@ def vendor(device: str) -> str:
 
 
 def device_distance(a: str | None, b: str | None) -> float:
-    """0 for the same GPU, 1 for another of the same vendor (or an unknown one), 2 for another vendor's."""
+    """0 for the same GPU (or when either is not known), 1 for another of the same vendor (or of a vendor
+    the device string does not name), 2 for another vendor's."""
     a, b = (a or "").strip(), (b or "").strip()
-    if a and a.lower() == b.lower():
+    if not a or not b or a.lower() == b.lower():
         return 0.0
     va, vb = vendor(a), vendor(b)
     return 2.0 if va and vb and va != vb else 1.0
-
-
-def matches(space: SearchSpace, names: list[str]) -> bool:
-    """Whether results over parameters ``names`` describe points of ``space``."""
-    return sorted(names) == sorted(space.names)
 
 
 def from_landscape(ls: Landscape, problem: Problem, device: str | None, name: str | None = None) -> Source:

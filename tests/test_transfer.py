@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import math
+import statistics
 
+import numpy as np
 import pytest
 from conftest import LANDSCAPES, PNPOLY, ROOT
 
 from evotune.compare import Target
+from evotune.compare.metrics import measure
+from evotune.compare.runner import run_evotune
+from evotune.problem import Problem
 from evotune.space import Context
-from evotune.strategies import make_strategy
-from evotune.transfer import from_landscape
+from evotune.strategies import Source, make_strategy
+from evotune.strategies.base import OptionError
+from evotune.transfer import device_distance, from_landscape, problem_distance
 
 H100 = ROOT / "experiments" / "landscapes" / "h100"
 INT8 = "cute_hopper_gemm_gemm_int8_tn_{}.json.gz"
@@ -61,3 +67,77 @@ def test_transfer_false_ignores_the_sources(pnpoly):
     sources = [from_landscape(other.landscape, pnpoly.landscape.problem, "NVIDIA GeForce RTX 2080 Ti")]
     assert rows_of(pnpoly, 0, 60, sources, transfer=False) == BEFORE[0]
     assert rows_of(pnpoly, 0, 60, sources) != BEFORE[0]
+
+
+def int8(shape: str) -> Target:
+    return Target.load(str(H100 / INT8.format(shape)), 100)
+
+
+def test_distances_follow_sizes_dtype_and_gpu():
+    a = Problem.gemm(64, 4096, 4096, "int8")
+    assert problem_distance(a, a) == 0
+    assert problem_distance(a, Problem.gemm(128, 4096, 4096, "int8")) == pytest.approx(1.0)
+    assert problem_distance(a, Problem.gemm(64, 4096, 4096, "bf16")) == pytest.approx(3.0)
+    assert device_distance("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3") == 0
+    assert device_distance("NVIDIA RTX A4000", "NVIDIA RTX A6000") == 1
+    assert device_distance("NVIDIA RTX A4000", "AMD Radeon PRO W6600") == 2
+
+
+def test_the_nearest_sources_winners_come_first():
+    target, near, far = int8("64x4096x11008"), int8("64x4096x4096"), int8("256x4096x4096")
+    problem = target.landscape.problem
+    sources = [from_landscape(far.landscape, problem, None), from_landscape(near.landscape, problem, None)]
+    assert sources[1].distance < sources[0].distance
+    space, fs, times = target.replay()
+    s = make_strategy("default", space, fs, seed=0, ctx=Context(problem=problem), sources=sources)
+    first, second = s.ask(1)[0], s.ask(1)[0]
+    assert near.landscape.lookup(first).time_ms == near.landscape.optimum_ms  # the nearest source's winner
+    # then the next source's fastest that this shape can run (its own winner, unless that was the first)
+    ranked = sorted((r.time_ms, key) for key, r in far.landscape.entries.items() if key in target.landscape.entries)
+    assert far.landscape.key(second) == next(k for _, k in ranked if k != far.landscape.key(first))
+    # the transferred winner is within 2% of this shape's optimum, which plain default takes 20-odd evaluations for
+    assert target.optimum / float(times[fs.row(first)]) >= 0.98
+
+
+def test_a_landscape_of_another_kernel_is_no_source(pnpoly):
+    target = int8("64x4096x11008")
+    other = from_landscape(pnpoly.landscape, target.landscape.problem, None)
+    space, fs, _ = target.replay()
+    s = make_strategy("default", space, fs, seed=0, ctx=Context(problem=target.landscape.problem), sources=[other])
+    assert s.prior is None
+    assert rows_of(target, 0, 30, [other]) == rows_of(target, 0, 30)
+
+
+def shuffled(source: Source, seed: int = 0) -> Source:
+    values = [v for _, v in source.results]
+    np.random.default_rng(seed).shuffle(values)
+    return Source("shuffled", tuple((p, v) for (p, _), v in zip(source.results, values, strict=True)), 0.0)
+
+
+def test_a_misleading_source_costs_at_most_ten_percent_more_evaluations():
+    """Times shuffled, at distance 0 (the most trusted a source can be): the checks drop it."""
+    with_bad, without, dropped = [], [], 0
+    for shape, source_shape in [("64x4096x11008", "64x4096x4096"), ("256x4096x4096", "256x4096x11008"),
+                                ("16x4096x4096", "16x4096x11008")]:
+        target = int8(shape)
+        bad = shuffled(from_landscape(int8(source_shape).landscape, target.landscape.problem, None))
+        for seed in range(8):
+            without.append(measure(run_evotune(target, "default", seed, 100), target, 100)["evals_to_99"])
+            with_bad.append(measure(run_evotune(target, "default", seed, 100, sources=[bad]), target, 100)
+                            ["evals_to_99"])
+            space, fs, times = target.replay()
+            s = make_strategy("default", space, fs, seed=seed, ctx=Context(problem=target.landscape.problem),
+                              sources=[bad])
+            for _ in range(15):
+                (p,) = s.ask(1)
+                s.tell([(p, float(times[fs.row(p)]))])
+            dropped += not s._trusted
+    assert dropped >= 22  # of 24: after fifteen results, the shuffled times have been found out
+    assert statistics.mean(with_bad) <= 1.10 * statistics.mean(without)
+
+
+def test_transfer_option_is_typed():
+    target = int8("64x4096x4096")
+    space, fs, _ = target.replay()
+    with pytest.raises(OptionError, match="transfer"):
+        make_strategy("default", space, fs, transfer="yes")

@@ -69,7 +69,7 @@ class Default(GaussianProcess):
         "transfer": Option(True, bool),  # learn from related results (sources) when there are any
         "transfer_first": Option(2, int, 0),  # the sources' winners measured first
         "transfer_checks": Option(3, int, 0),  # then spread-out points, against which the prior's ranking is checked
-        "trust": Option(0.3, float, -1.0, 1.0),  # rank correlation the prior must keep with the told times
+        "trust": Option(0.6, float, -1.0, 1.0),  # rank correlation the prior must keep with the told times
     }
     transfers = True
 
