@@ -141,3 +141,46 @@ def test_transfer_option_is_typed():
     space, fs, _ = target.replay()
     with pytest.raises(OptionError, match="transfer"):
         make_strategy("default", space, fs, transfer="yes")
+
+
+def run_h100(tmp_path, name: str, options: str = "") -> list[dict]:
+    from evotune.cli import main
+
+    files = [H100 / INT8.format("64x4096x4096"), H100 / INT8.format("64x4096x11008")]
+    exp = tmp_path / f"{name}.toml"
+    exp.write_text(f"""
+name = "{name}"
+space = "cute_hopper_gemm"
+[oracle]
+kind = "replay"
+landscapes = {[str(p) for p in files]}
+[strategy]
+name = "default"
+{f"options = {{ {options} }}" if options else ""}
+[budget]
+trials = 12
+[storage]
+url = "journal:{tmp_path / (name + '.journal')}"
+[outputs]
+best = "{tmp_path / (name + '_best.json')}"
+plots = "{tmp_path / 'plots'}"
+""")
+    assert main(["run", str(exp), "--no-progress"]) == 0
+    import json
+
+    return json.loads((tmp_path / f"{name}_best.json").read_text())
+
+
+def test_run_transfers_from_the_experiments_own_studies_and_says_so(tmp_path, capsys):
+    best = {b["problem_key"]: b for b in run_h100(tmp_path, "tx")}
+    # the first problem had nothing to learn from; the second learnt from the first one's study
+    assert best["gemm_int8_tn_64x4096x4096"]["sources"] == []
+    assert [s["name"] for s in best["gemm_int8_tn_64x4096x11008"]["sources"]] == ["study:tx/gemm_int8_tn_64x4096x4096"]
+    assert "transferred from 1 source, nearest: study:tx/gemm_int8_tn_64x4096x4096" in capsys.readouterr().out
+    from evotune.plots import load_runs
+
+    runs = {r.problem_key: r for r in load_runs(f"journal:{tmp_path / 'tx.journal'}", "tx")}
+    assert runs["gemm_int8_tn_64x4096x11008"].sources["default"][0]["name"] == "study:tx/gemm_int8_tn_64x4096x4096"
+    assert runs["gemm_int8_tn_64x4096x4096"].sources == {}
+    off = {b["problem_key"]: b for b in run_h100(tmp_path, "off", "transfer = false")}
+    assert off["gemm_int8_tn_64x4096x11008"]["sources"] == []
