@@ -27,12 +27,13 @@ from evotune.evaluation.landscape import Landscape, LandscapeError, load_landsca
 from evotune.evaluation.options import ConfirmOptions
 from evotune.evaluation.replay import ReplayEvaluator
 from evotune.experiment import Experiment, ExperimentError
+from evotune.lookup import read_tuned
 from evotune.plugins import load_space
 from evotune.problem import Problem
 from evotune.space import Context, SearchSpace
 from evotune.strategies import STRATEGIES, Source, make_strategy
 from evotune.study import StudyStore, create_database, make_storage
-from evotune.transfer import from_studies
+from evotune.transfer import from_cache, from_landscape, from_studies
 from evotune.tuner import TuneResult, tune
 
 
@@ -306,13 +307,26 @@ def cache_summary(evaluator: Evaluator, before: dict[str, int] | None = None) ->
 
 def transfer_sources(exp: Experiment, target: Target, storage: optuna.storages.BaseStorage, strategy: str,
                      options: dict) -> list[Source]:
-    """The experiment's own studies of the same space for other problems, for a strategy that transfers
-    (unless its options say ``transfer = false``); empty otherwise."""
+    """For a strategy that transfers (unless its options say ``transfer = false``): the experiment's own studies
+    of the same space for other problems, and the landscapes and the tuning-result cache its ``sources`` names
+    (a landscape of this very problem on this very GPU is left out: it would be the answer); else none."""
     if not STRATEGIES[strategy].transfers or options.get("transfer") is False:
         return []
     device = target.ctx.hardware.name if target.ctx.hardware else (
         target.landscape.meta.get("device") if target.landscape is not None else None)
-    return from_studies(storage, target.space, target.problem, device, experiment=exp.name)
+    found = from_studies(storage, target.space, target.problem, device, experiment=exp.name)
+    for named in exp.sources:
+        if named == "cache":
+            found += from_cache(read_tuned(), target.space, target.problem, device)
+            continue
+        try:
+            ls = load_landscape(named)
+        except LandscapeError as exc:
+            raise ExperimentError(exp.path, "sources", str(exc)) from None
+        source = from_landscape(ls, target.problem, device)
+        if source.distance > 0 or ls.problem.key != target.problem.key:
+            found.append(source)
+    return found
 
 
 def _run_one(exp: Experiment, target: Target, evaluator: Evaluator, storage, strategy: str, seed: int,

@@ -143,14 +143,16 @@ def test_transfer_option_is_typed():
         make_strategy("default", space, fs, transfer="yes")
 
 
-def run_h100(tmp_path, name: str, options: str = "") -> list[dict]:
+def run_h100(tmp_path, name: str, options: str = "", shapes=("64x4096x4096", "64x4096x11008"),
+             top: str = "") -> list[dict]:
     from evotune.cli import main
 
-    files = [H100 / INT8.format("64x4096x4096"), H100 / INT8.format("64x4096x11008")]
+    files = [H100 / INT8.format(shape) for shape in shapes]
     exp = tmp_path / f"{name}.toml"
     exp.write_text(f"""
 name = "{name}"
 space = "cute_hopper_gemm"
+{top}
 [oracle]
 kind = "replay"
 landscapes = {[str(p) for p in files]}
@@ -184,3 +186,29 @@ def test_run_transfers_from_the_experiments_own_studies_and_says_so(tmp_path, ca
     assert runs["gemm_int8_tn_64x4096x4096"].sources == {}
     off = {b["problem_key"]: b for b in run_h100(tmp_path, "off", "transfer = false")}
     assert off["gemm_int8_tn_64x4096x11008"]["sources"] == []
+
+
+def test_an_experiment_names_landscapes_as_sources(tmp_path):
+    source = H100 / INT8.format("64x4096x4096")
+    (got,) = run_h100(tmp_path, "named", shapes=("64x4096x11008",), top=f"sources = [{str(source)!r}]")
+    assert [s["name"] for s in got["sources"]] == ["landscape:cute_hopper_gemm_gemm_int8_tn_64x4096x4096"]
+    assert got["fraction_of_optimum"] >= 0.98  # its winner, measured first
+
+
+def test_a_missing_source_is_refused_before_anything_runs(tmp_path):
+    from evotune.experiment import ExperimentError, load_experiment
+
+    exp = tmp_path / "bad.toml"
+    exp.write_text(f"""
+space = "cute_hopper_gemm"
+sources = ["nowhere.json.gz"]
+[oracle]
+kind = "replay"
+landscapes = [{str(H100 / INT8.format("64x4096x4096"))!r}]
+[strategy]
+name = "default"
+[budget]
+trials = 5
+""")
+    with pytest.raises(ExperimentError, match=r"sources: no such file 'nowhere\.json\.gz'"):
+        load_experiment(exp)
