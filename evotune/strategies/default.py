@@ -26,10 +26,21 @@ The algorithm:
    (two-parameter ones once those are all measured), so that a search cannot stop
    one or two parameters short of the optimum because the model is sure of it.
 
+6. **Transfer** (``sources`` given and ``transfer`` on): related results of the same
+   space (other shapes, other GPUs; :mod:`evotune.strategies.prior`) make a prior
+   over the feasible points. The first ``transfer_first`` proposals are the sources'
+   winners, nearest source first; the next ``transfer_checks`` are the first points
+   of the start-up sample. While the prior ranks the told results with a Spearman
+   correlation of at least ``trust``, it replaces the start-up sample: the GP models
+   what the prior (scaled by least squares) leaves unexplained, and the prior's
+   best-ranked fresh points join the candidates. Below ``trust`` the search is plain
+   ``default`` again, its start-up sample first. Without sources nothing changes.
+
 Options (defaults): ``startup`` 10, ``pool`` 1000, ``top`` 5, ``cross`` 50,
 ``local`` 0.5, ``patience`` 30, ``relevance`` true, ``shared`` 40,
 ``stall_shared`` true, ``noise`` 1e-3, ``refit`` 10 (results between length-scale
-fits). The measurements behind each choice are in ``docs/STRATEGY_DESIGN.md``.
+fits), ``transfer`` true, ``transfer_first`` 2, ``transfer_checks`` 3, ``trust`` 0.6.
+The measurements behind each choice are in ``docs/STRATEGY_DESIGN.md``.
 
 Example::
 
