@@ -28,18 +28,19 @@ The algorithm:
 
 6. **Transfer** (``sources`` given and ``transfer`` on): related results of the same
    space (other shapes, other GPUs; :mod:`evotune.strategies.prior`) make a prior
-   over the feasible points. The first ``transfer_first`` proposals are the sources'
-   winners, nearest source first; the next ``transfer_checks`` are the first points
-   of the start-up sample. While the prior ranks the told results with a Spearman
-   correlation of at least ``trust``, it replaces the start-up sample: the GP models
-   what the prior (scaled by least squares) leaves unexplained, and the prior's
-   best-ranked fresh points join the candidates. Below ``trust`` the search is plain
-   ``default`` again, its start-up sample first. Without sources nothing changes.
+   over the feasible points. The first proposals are half of the ``transfer_first``
+   winners of the sources, nearest source first; the next ``transfer_checks`` are the
+   first points of the start-up sample; the other winners follow while the prior is
+   trusted. While the prior ranks the told results with a Spearman correlation of at
+   least ``trust``, it replaces the start-up sample: the GP models what the prior
+   (scaled by least squares) leaves unexplained, and the prior's best-ranked fresh
+   points join the candidates. Below ``trust`` the search is plain ``default`` again,
+   its start-up sample first. Without sources nothing changes.
 
 Options (defaults): ``startup`` 10, ``pool`` 1000, ``top`` 5, ``cross`` 50,
 ``local`` 0.5, ``patience`` 30, ``relevance`` true, ``shared`` 40,
 ``stall_shared`` true, ``noise`` 1e-3, ``refit`` 10 (results between length-scale
-fits), ``transfer`` true, ``transfer_first`` 2, ``transfer_checks`` 3, ``trust`` 0.6.
+fits), ``transfer`` true, ``transfer_first`` 4, ``transfer_checks`` 3, ``trust`` 0.6.
 The measurements behind each choice are in ``docs/STRATEGY_DESIGN.md``.
 
 Example::
@@ -78,7 +79,7 @@ class Default(GaussianProcess):
         "noise": Option(1e-3, float, 1e-9, 1.0),
         "refit": Option(10, int, 1),  # results between length-scale fits
         "transfer": Option(True, bool),  # learn from related results (sources) when there are any
-        "transfer_first": Option(2, int, 0),  # the sources' winners measured first
+        "transfer_first": Option(4, int, 0),  # the sources' winners measured: half first, the rest once trusted
         "transfer_checks": Option(3, int, 0),  # then spread-out points, against which the prior's ranking is checked
         "trust": Option(0.6, float, -1.0, 1.0),  # rank correlation the prior must keep with the told times
     }
@@ -96,6 +97,7 @@ class Default(GaussianProcess):
         if self.sources and bool(o["transfer"]):
             self.prior = Prior(self, self.sources) or None
         self._trusted = False  # whether the prior currently ranks the told results well enough to be used
+        self._winners = 0  # transferred winners handed out
 
     def _propose(self) -> int | None:
         # Length-scales per feature fitted on a few dozen points can over-fit (gemm: 0.77 of the optimum at
@@ -125,13 +127,14 @@ class Default(GaussianProcess):
         assert self.prior is not None
         o = self.options
         first, checks = int(o["transfer_first"]), int(o["transfer_checks"])
+        early = (first + 1) // 2  # winners before the checks; the rest only while the prior is trusted
         if self._proposals == 1:
             self._startup = self.seed_rows(int(o["startup"]))  # before any pick is taken, as plain default does
-        if self._proposals <= first:
-            picks = self.prior.picks(1)
-            if picks:
-                return picks[0]
-        elif self._proposals <= first + checks:
+        if self._proposals <= early:
+            row = self._winner()
+            if row is not None:
+                return row
+        elif self._proposals <= early + checks:
             # the checks are the first points of plain default's own start-up sample, drawn as it would draw
             # them: a search that drops the prior goes on with the rest of that sample
             row = self.startup_row(int(o["startup"]))
@@ -141,7 +144,16 @@ class Default(GaussianProcess):
         self._trusted = agree is None or agree >= float(o["trust"])
         mean = self.prior.mean if self._trusted else None
         self._relevant.prior = self._shared.prior = mean
-        return None
+        return self._winner() if self._trusted and self._winners < first else None
+
+    def _winner(self) -> int | None:
+        """The next transferred winner (the sources' fastest points in turn), if any is fresh."""
+        assert self.prior is not None
+        picks = self.prior.picks(1)
+        if not picks:
+            return None
+        self._winners += 1
+        return picks[0]
 
     def _stalled(self) -> bool:
         """Whether ``patience`` results have passed without a better time."""
