@@ -212,3 +212,20 @@ trials = 5
 """)
     with pytest.raises(ExperimentError, match=r"sources: no such file 'nowhere\.json\.gz'"):
         load_experiment(exp)
+
+
+def test_the_tuning_caches_winner_of_a_nearby_shape_is_tried_first():
+    from evotune.plugins import load_space
+    from evotune.transfer import from_cache
+
+    target = int8("64x4096x11008")
+    space, fs, _ = target.replay()
+    config = {"tile_m": 64, "tile_n": 128, "cluster": "1x1", "swizzle": 1, "raster": "n", "stages": 5}
+    entries = [{"space": "cute_hopper_gemm", "problem_key": "gemm_int8_tn_64x4096x4096", "hardware": "H100",
+                "problem": Problem.gemm(64, 4096, 4096, "int8").to_dict(), "config": config, "time_ms": 0.0144},
+               {"space": "triton_matmul", "problem_key": "gemm_int8_tn_64x4096x4096", "hardware": "H100",
+                "problem": Problem.gemm(64, 4096, 4096, "int8").to_dict(), "config": {}, "time_ms": 0.01}]
+    sources = from_cache(entries, load_space("cute_hopper_gemm"), target.landscape.problem, "H100")
+    assert [s.name for s in sources] == ["cache:gemm_int8_tn_64x4096x4096"]  # the other space's entry is not one
+    s = make_strategy("default", space, fs, seed=0, ctx=Context(problem=target.landscape.problem), sources=sources)
+    assert space.to_storage(s.ask(1)[0]) == config
