@@ -75,6 +75,7 @@ class Experiment:
     description: str = ""
     oracle_options: OracleOptions = field(default_factory=OracleOptions)  # gpu and cpu oracles
     record_storage: str = ""  # where `evotune record` keeps its studies: never the tuning storage
+    sources: list[Path | str] = field(default_factory=list)  # landscapes, or "cache", for strategies that transfer
 
     @property
     def base_dir(self) -> Path:
@@ -85,7 +86,8 @@ class Experiment:
 TIMING_OPTIONS = tuple(f.name for f in fields(TimingOptions))
 # [oracle] keys of the confirmation stage -> ConfirmOptions fields
 CONFIRM_OPTIONS = {"confirm_top": "top_k", "confirm_ci": "ci_target", "confirm_screen": "screen"}
-_TOP = {"name", "description", "space", "hardware", "oracle", "problem", "strategy", "budget", "storage", "outputs"}
+_TOP = {"name", "description", "space", "hardware", "oracle", "problem", "strategy", "budget", "storage", "outputs",
+        "sources"}
 
 
 def load_experiment(path: str | Path) -> Experiment:
@@ -193,7 +195,21 @@ class _Parser:
         best_path = Path(self.string(outputs, "best", "outputs.best", default=f"runs/{name}_best.json"))
         options = self.oracle_options(oracle_t, oracle)
         return Experiment(self.path, name, spaces, oracle, landscapes, problems, hardware, strategies, budget,
-                          storage, plots_dir, best_path, description, options, record_storage)
+                          storage, plots_dir, best_path, description, options, record_storage, self.sources())
+
+    def sources(self) -> list[Path | str]:
+        """``sources``: recorded landscapes (paths) and "cache" (the tuning-result cache), beside the studies."""
+        value = self.raw.get("sources", [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.fail("sources", f"must be a list of landscape paths and \"cache\", got {value!r}")
+        out: list[Path | str] = []
+        for v in value:
+            p = Path(v) if Path(v).is_absolute() else self.path.parent / v
+            if v != "cache" and not p.is_file():
+                raise self.fail("sources", f"no such file {v!r} (paths are relative to the experiment file; "
+                                           "\"cache\" names the tuning-result cache)")
+            out.append("cache" if v == "cache" else p)
+        return out
 
     def derived_record_url(self, storage: str) -> str:
         from evotune.study import record_storage_url  # optuna and sqlalchemy: only once the rest is checked

@@ -36,6 +36,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from optuna.trial import TrialState
 
 from evotune.evaluation.confirm import newer
+from evotune.report import sources_text
 from evotune.study import make_storage
 
 
@@ -56,6 +57,7 @@ class ProblemRuns:
     curves: list[Curve]
     trials: list[optuna.trial.FrozenTrial]
     confirmation: dict = field(default_factory=dict)  # the newest confirmation record of the problem (GPU runs)
+    sources: dict[str, list[dict]] = field(default_factory=dict)  # strategy -> what it transferred from
 
 
 def load_runs(storage: str | optuna.storages.BaseStorage, experiment: str | None = None) -> list[ProblemRuns]:
@@ -68,6 +70,8 @@ def load_runs(storage: str | optuna.storages.BaseStorage, experiment: str | None
             continue
         key = (exp, a.get("problem_key", s.study_name))
         runs = groups.setdefault(key, ProblemRuns(exp, key[1], a.get("optimum_ms"), [], []))
+        if a.get("transfer_sources"):
+            runs.sources.setdefault(a.get("strategy", "?"), a["transfer_sources"])
         rec = a.get("confirmation") or {}
         if newer(rec, runs.confirmation):
             runs.confirmation = rec
@@ -145,7 +149,8 @@ def plot_convergence(runs: ProblemRuns, path: str | Path) -> Path:
     for ax in (ax_e, ax_t):
         ax.grid(alpha=0.3)
     ax_e.legend(loc="lower right" if opt else "upper right")
-    fig.suptitle(f"{runs.experiment}: {runs.problem_key} (median and inter-quartile band over seeds)")
+    transfer = "".join(f"\n{strategy} transferred from {sources_text(src)}" for strategy, src in runs.sources.items())
+    fig.suptitle(f"{runs.experiment}: {runs.problem_key} (median and inter-quartile band over seeds){transfer}")
     fig.tight_layout()
     return _save(fig, path)
 

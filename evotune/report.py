@@ -61,6 +61,8 @@ class Best:
     # Where several spaces tuned the problem: each space's fastest time (confirmed where its
     # confirmation record has one), so a user sees by how much the winning space won.
     by_space: dict[str, float] = field(default_factory=dict)
+    # what the best study's strategy transferred from: related results of the same space (name, distance)
+    sources: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def fraction_of_optimum(self) -> float | None:
@@ -93,6 +95,7 @@ def collect_best(storage: str | optuna.storages.BaseStorage, experiment: str | N
         best = Best(exp, key, a.get("problem", {}), a.get("space", "?"), dict(t.params), float(t.value),
                     s.study_name, t.number, a.get("strategy", "?"), int(a.get("seed", 0)), trials,
                     a.get("hardware"), a.get("oracle", "replay"), a.get("optimum_ms"))
+        best.sources = list(a.get("transfer_sources") or [])
         best.baselines = {k: float(v["time_ms"] if isinstance(v, dict) else v)
                           for k, v in (a.get("baselines") or {}).items()
                           if not isinstance(v, dict) or v.get("time_ms") is not None}
@@ -207,7 +210,17 @@ def best_table(rows: list[Best], title: str = "Best configurations") -> Group:
             configs.append(Text("  each space's best: " + ", ".join(
                 f"{space} {ms:.4g} ms ({ms / b.time_ms:.2f}x)" for space, ms in b.by_space.items())))
         configs += [Text.assemble(("  warning: ", "yellow"), w) for w in b.warnings]
+        if b.sources:
+            configs.append(Text(f"  transferred from {sources_text(b.sources)}"))
     return Group(table, *configs)
+
+
+def sources_text(sources: list[dict[str, Any]], limit: int = 3) -> str:
+    """'5 sources, nearest: study:x/a (1.0), study:x/b (2.0), ...' from a study's ``transfer_sources``."""
+    near = sorted(sources, key=lambda s: s.get("distance", 0.0))[:limit]
+    more = ", ..." if len(sources) > limit else ""
+    return (f"{len(sources)} source{'s' if len(sources) != 1 else ''}, nearest: "
+            + ", ".join(f"{s.get('name')} ({s.get('distance', 0.0):g})" for s in near) + more)
 
 
 def _confirmed_text(b: Best) -> str:

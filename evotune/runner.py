@@ -27,11 +27,13 @@ from evotune.evaluation.landscape import Landscape, LandscapeError, load_landsca
 from evotune.evaluation.options import ConfirmOptions
 from evotune.evaluation.replay import ReplayEvaluator
 from evotune.experiment import Experiment, ExperimentError
+from evotune.lookup import read_tuned
 from evotune.plugins import load_space
 from evotune.problem import Problem
 from evotune.space import Context, SearchSpace
-from evotune.strategies import make_strategy
+from evotune.strategies import STRATEGIES, Source, make_strategy
 from evotune.study import StudyStore, create_database, make_storage
+from evotune.transfer import from_cache, from_landscape, from_studies
 from evotune.tuner import TuneResult, tune
 
 
@@ -303,15 +305,43 @@ def cache_summary(evaluator: Evaluator, before: dict[str, int] | None = None) ->
     return f"{hit} hits, {miss} misses, {memory} in memory"
 
 
+def transfer_sources(exp: Experiment, target: Target, storage: optuna.storages.BaseStorage, strategy: str,
+                     options: dict) -> list[Source]:
+    """For a strategy that transfers (unless its options say ``transfer = false``): the experiment's own studies
+    of the same space for other problems, and the landscapes and the tuning-result cache its ``sources`` names
+    (a landscape of this very problem on this very GPU is left out: it would be the answer); else none."""
+    if not STRATEGIES[strategy].transfers or options.get("transfer") is False:
+        return []
+    device = target.ctx.hardware.name if target.ctx.hardware else (
+        target.landscape.meta.get("device") if target.landscape is not None else None)
+    found = from_studies(storage, target.space, target.problem, device, experiment=exp.name)
+    for named in exp.sources:
+        if named == "cache":
+            found += from_cache(read_tuned(), target.space, target.problem, device)
+            continue
+        try:
+            ls = load_landscape(named)
+        except LandscapeError as exc:
+            raise ExperimentError(exp.path, "sources", str(exc)) from None
+        source = from_landscape(ls, target.problem, device)
+        if source.distance > 0 or ls.problem.key != target.problem.key:
+            found.append(source)
+    return found
+
+
 def _run_one(exp: Experiment, target: Target, evaluator: Evaluator, storage, strategy: str, seed: int,
              options: dict, bar: Progress | None, draw_seed: int = 0) -> TuneResult:
     name = study_name(exp, target, strategy, seed)
-    store = StudyStore.open(storage, name, target.space, study_attrs(exp, target, strategy, seed))
+    sources = transfer_sources(exp, target, storage, strategy, options)
+    attrs = study_attrs(exp, target, strategy, seed)
+    if sources:
+        attrs["transfer_sources"] = [{"name": s.name, "distance": round(s.distance, 3)} for s in sources]
+    store = StudyStore.open(storage, name, target.space, attrs)
     feasible = target.space.feasible(target.ctx)
     # The study is named by `seed`; a worker that joins it draws its proposals from `draw_seed` on top,
     # so that workers do not all propose the same points (and lose them to each other's claims).
     strat = make_strategy(strategy, target.space, feasible, seed=seed + draw_seed, ctx=target.ctx,
-                          budget=exp.budget.trials, **options)
+                          budget=exp.budget.trials, sources=sources, **options)
     task = None
     if bar is not None:
         total = min(exp.budget.trials, len(feasible)) if exp.budget.trials else None

@@ -32,7 +32,7 @@ from evotune.compare.metrics import Run, expected_random_best, measure, summaris
 from evotune.compare.outputs import RUN_COLUMNS, SUMMARY_COLUMNS, plot_landscape, write_csv, write_readme
 from evotune.evaluation.landscape import Landscape, LandscapeError, landscape_stem, load_landscape
 from evotune.space import Context, FeasibleSet, SearchSpace
-from evotune.strategies import STRATEGIES, make_strategy
+from evotune.strategies import STRATEGIES, Source, make_strategy
 
 #: evotune strategies that need a package evotune does not install
 NEEDS = {"optuna-gp": "torch"}
@@ -156,11 +156,13 @@ def make_plan(landscapes: Sequence[str], strategies: Sequence[str], budgets: Seq
 
 
 # -- running ------------------------------------------------------------------
-def run_evotune(target: Target, name: str, seed: int, budget: int, **options: Any) -> Run:
-    """Drive an evotune strategy (with ``options``) by ask(1) / tell against the landscape, up to ``budget``."""
+def run_evotune(target: Target, name: str, seed: int, budget: int, sources: Sequence[Source] = (),
+                **options: Any) -> Run:
+    """Drive an evotune strategy (with ``options``, and ``sources`` to transfer from) by ask(1) / tell against
+    the landscape, up to ``budget``."""
     space, fs, row_times = target.replay()
     ctx = Context(problem=target.landscape.problem)
-    strategy = make_strategy(name, space, fs, seed=seed, ctx=ctx, budget=budget, **options)
+    strategy = make_strategy(name, space, fs, seed=seed, ctx=ctx, budget=budget, sources=sources, **options)
     clock = time.perf_counter
     times: list[float] = []
     steps: list[float] = []

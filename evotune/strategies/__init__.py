@@ -9,6 +9,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from evotune.space import Context, FeasibleSet, SearchSpace
@@ -18,6 +19,7 @@ from evotune.strategies.exhaustive import Exhaustive
 from evotune.strategies.genetic import GeneticAlgorithm
 from evotune.strategies.gp import GaussianProcess
 from evotune.strategies.optuna_samplers import CMAES, NSGA2, QMC, TPE, OptunaGP
+from evotune.strategies.prior import Source
 from evotune.strategies.random_search import RandomSearch
 
 STRATEGIES: dict[str, type[Strategy]] = {
@@ -31,11 +33,16 @@ def names() -> list[str]:
 
 
 def make_strategy(name: str, space: SearchSpace, feasible: FeasibleSet, *, seed: int = 0,
-                  ctx: Context | None = None, budget: int | None = None, **options: Any) -> Strategy:
-    """Build a strategy by name. Raises KeyError for an unknown name, ValueError for a bad option."""
+                  ctx: Context | None = None, budget: int | None = None, sources: Sequence[Source] = (),
+                  **options: Any) -> Strategy:
+    """Build a strategy by name. Raises KeyError for an unknown name, ValueError for a bad option.
+
+    ``sources`` are related results (:class:`~evotune.strategies.prior.Source`) for the strategies
+    that transfer (``default``); the others ignore them.
+    """
     if name not in STRATEGIES:
         raise KeyError(name)
-    return STRATEGIES[name](space, feasible, seed=seed, ctx=ctx, budget=budget, **options)
+    return STRATEGIES[name](space, feasible, seed=seed, ctx=ctx, budget=budget, sources=sources, **options)
 
 
-__all__ = ["STRATEGIES", "Exhausted", "Strategy", "Told", "make_strategy", "names"]
+__all__ = ["STRATEGIES", "Exhausted", "Source", "Strategy", "Told", "make_strategy", "names"]

@@ -23,11 +23,14 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from evotune.space import Context, FeasibleSet, Point, SearchSpace
+
+if TYPE_CHECKING:
+    from evotune.strategies.prior import Source
 
 Told = tuple[Point, float | None]
 SEEDINGS = ("random", "hardware")
@@ -79,6 +82,8 @@ class Strategy(ABC):
     name: ClassVar[str] = "base"
     #: options accepted from the experiment file (``seeding`` is accepted by every strategy)
     schema: ClassVar[dict[str, Option]] = {}
+    #: whether the strategy learns from related results (``sources``); the others ignore them
+    transfers: ClassVar[bool] = False
 
     @classmethod
     def check_options(cls, options: dict[str, Any]) -> None:
@@ -94,8 +99,10 @@ class Strategy(ABC):
                 cls.schema[name].check(name, value)
 
     def __init__(self, space: SearchSpace, feasible: FeasibleSet, *, seed: int = 0,
-                 ctx: Context | None = None, budget: int | None = None, **options: Any):
+                 ctx: Context | None = None, budget: int | None = None, sources: Sequence[Source] = (),
+                 **options: Any):
         self.check_options(options)
+        self.sources = tuple(sources)
         self.space = space
         self.feasible = feasible
         self.ctx = ctx or Context()

@@ -26,10 +26,22 @@ The algorithm:
    (two-parameter ones once those are all measured), so that a search cannot stop
    one or two parameters short of the optimum because the model is sure of it.
 
+6. **Transfer** (``sources`` given and ``transfer`` on): related results of the same
+   space (other shapes, other GPUs; :mod:`evotune.strategies.prior`) make a prior
+   over the feasible points. The first proposals are half of the ``transfer_first``
+   winners of the sources, nearest source first; the next ``transfer_checks`` are the
+   first points of the start-up sample; the other winners follow while the prior is
+   trusted. While the prior ranks the told results with a Spearman correlation of at
+   least ``trust``, it replaces the start-up sample: the GP models what the prior
+   (scaled by least squares) leaves unexplained, and the prior's best-ranked fresh
+   points join the candidates. Below ``trust`` the search is plain ``default`` again,
+   its start-up sample first. Without sources nothing changes.
+
 Options (defaults): ``startup`` 10, ``pool`` 1000, ``top`` 5, ``cross`` 50,
 ``local`` 0.5, ``patience`` 30, ``relevance`` true, ``shared`` 40,
 ``stall_shared`` true, ``noise`` 1e-3, ``refit`` 10 (results between length-scale
-fits). The measurements behind each choice are in ``docs/STRATEGY_DESIGN.md``.
+fits), ``transfer`` true, ``transfer_first`` 4, ``transfer_checks`` 3, ``trust`` 0.6.
+The measurements behind each choice are in ``docs/STRATEGY_DESIGN.md``.
 
 Example::
 
@@ -46,6 +58,10 @@ import numpy as np
 
 from evotune.strategies.base import Option
 from evotune.strategies.gp import GaussianProcess, Surrogate
+from evotune.strategies.prior import Prior
+
+#: with a trusted prior, its best-ranked fresh rows join every proposal's candidates
+PRIOR_CANDIDATES = 20
 
 
 class Default(GaussianProcess):
@@ -62,7 +78,12 @@ class Default(GaussianProcess):
         "stall_shared": Option(True, bool),  # once stalled, every other proposal uses one length-scale again
         "noise": Option(1e-3, float, 1e-9, 1.0),
         "refit": Option(10, int, 1),  # results between length-scale fits
+        "transfer": Option(True, bool),  # learn from related results (sources) when there are any
+        "transfer_first": Option(4, int, 0),  # the sources' winners measured: half first, the rest once trusted
+        "transfer_checks": Option(3, int, 0),  # then spread-out points, against which the prior's ranking is checked
+        "trust": Option(0.6, float, -1.0, 1.0),  # rank correlation the prior must keep with the told times
     }
+    transfers = True
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -72,6 +93,11 @@ class Default(GaussianProcess):
         self._best: float | None = None
         self._improved_at = 0  # results told when the best time last improved
         self._proposals = 0
+        self.prior: Prior | None = None
+        if self.sources and bool(o["transfer"]):
+            self.prior = Prior(self, self.sources) or None
+        self._trusted = False  # whether the prior currently ranks the told results well enough to be used
+        self._winners = 0  # transferred winners handed out
 
     def _propose(self) -> int | None:
         # Length-scales per feature fitted on a few dozen points can over-fit (gemm: 0.77 of the optimum at
@@ -79,11 +105,55 @@ class Default(GaussianProcess):
         # early on, and again once stalled (the per-feature model is then sure of its plateau), every other
         # proposal is ranked by the GP with one shared length-scale instead.
         self._proposals += 1
+        if self.prior is not None:
+            row = self._transferred()
+            if row is not None:
+                return row
         o = self.options
         uniform = len(self.values) < int(o["shared"]) or (bool(o["stall_shared"]) and self._stalled())
         use_shared = uniform and self._proposals % 2 == 0 and bool(o["relevance"])
         self.model = self._shared if use_shared else self._relevant
+        if self._trusted:  # the prior stands in for the start-up sample
+            return self.model_row()
         return super()._propose()
+
+    def _transferred(self) -> int | None:
+        """A transferred winner or a check point while those last; else decide whether to trust the prior.
+
+        The check points are spread out, so that the told results hold both the prior's favourites and
+        ordinary points: a prior that does not rank them (Spearman below ``trust``) is dropped, and the
+        search goes on as plain ``default`` (the rest of its start-up sample first).
+        """
+        assert self.prior is not None
+        o = self.options
+        first, checks = int(o["transfer_first"]), int(o["transfer_checks"])
+        early = (first + 1) // 2  # winners before the checks; the rest only while the prior is trusted
+        if self._proposals == 1:
+            self._startup = self.seed_rows(int(o["startup"]))  # before any pick is taken, as plain default does
+        if self._proposals <= early:
+            row = self._winner()
+            if row is not None:
+                return row
+        elif self._proposals <= early + checks:
+            # the checks are the first points of plain default's own start-up sample, drawn as it would draw
+            # them: a search that drops the prior goes on with the rest of that sample
+            row = self.startup_row(int(o["startup"]))
+            if row is not None:
+                return row
+        agree = self.prior.agreement()
+        self._trusted = agree is None or agree >= float(o["trust"])
+        mean = self.prior.mean if self._trusted else None
+        self._relevant.prior = self._shared.prior = mean
+        return self._winner() if self._trusted and self._winners < first else None
+
+    def _winner(self) -> int | None:
+        """The next transferred winner (the sources' fastest points in turn), if any is fresh."""
+        assert self.prior is not None
+        picks = self.prior.picks(1)
+        if not picks:
+            return None
+        self._winners += 1
+        return picks[0]
 
     def _stalled(self) -> bool:
         """Whether ``patience`` results have passed without a better time."""
@@ -98,8 +168,11 @@ class Default(GaussianProcess):
             if len(rows):
                 return rows
         top = int(o["top"])
-        return np.union1d(np.union1d(self.random_subset(free, int(o["pool"])), self.neighbours(top)),
+        rows = np.union1d(np.union1d(self.random_subset(free, int(o["pool"])), self.neighbours(top)),
                           self.children(int(o["cross"]), 2 * top))
+        if self._trusted and self.prior is not None:  # the rows the sources rank best, wherever they are
+            rows = np.union1d(rows, self.prior.best_rows(PRIOR_CANDIDATES))
+        return rows
 
     def _observe(self, row: int, value: float | None) -> None:
         if value is not None and (self._best is None or value < self._best):

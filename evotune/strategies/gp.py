@@ -17,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
@@ -128,6 +129,7 @@ class Fit:
     alpha: np.ndarray
     x: np.ndarray  # the training rows' scaled features
     best: float  # the best standardised observation
+    mean: Callable[[np.ndarray], np.ndarray] | None = None  # the prior mean at given rows (transfer), else 0
 
 
 class Surrogate:
@@ -148,6 +150,9 @@ class Surrogate:
         self.encoding = encode(strategy.space, strategy.feasible)
         self._scale: np.ndarray | None = None
         self._fitted_at = 0
+        #: a prior over rows (standardised log-time predicted from related results); the GP then models
+        #: what the prior leaves unexplained, with the prior scaled by least squares on the told results
+        self.prior: Callable[[np.ndarray], np.ndarray] | None = None
 
     def training_set(self) -> tuple[list[int], np.ndarray, int]:
         """(rows, standardised log-times, how many of the rows were told) including pending rows."""
@@ -185,6 +190,11 @@ class Surrogate:
     def fit(self) -> Fit | None:
         rows, ys, n_told = self.training_set()
         x = self.encoding.x[rows]
+        best = float(ys.min())
+        mean = None
+        if self.prior is not None:
+            mean = scaled_prior(self.prior, np.asarray(rows), ys, n_told)
+            ys = ys - mean(np.asarray(rows))
         if self._scale is None or n_told >= self._fitted_at + self.refit_every:
             scale = self.choose_scale(x, ys)
             if scale is None:
@@ -193,7 +203,7 @@ class Surrogate:
         got = log_likelihood(x * self._scale, ys, self.noise)
         if got is None:
             return None
-        return Fit(self._scale, got[1], got[2], x * self._scale, float(ys.min()))
+        return Fit(self._scale, got[1], got[2], x * self._scale, best, mean)
 
     def predict(self, model: Fit, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and standard deviation (standardised log-time) at ``rows``."""
@@ -201,7 +211,8 @@ class Surrogate:
 
         ks = matern52(self.encoding.x[rows] * model.scale, model.x)
         v = solve_triangular(model.chol, ks.T, lower=True)
-        return ks @ model.alpha, np.sqrt(np.maximum(1.0 - (v * v).sum(0), 1e-12))
+        mu = ks @ model.alpha if model.mean is None else ks @ model.alpha + model.mean(rows)
+        return mu, np.sqrt(np.maximum(1.0 - (v * v).sum(0), 1e-12))
 
     def expected_improvement(self, rows: np.ndarray) -> np.ndarray | None:
         """EI of each of ``rows`` under a fresh fit; None when the GP cannot be fitted."""
@@ -214,6 +225,20 @@ class Surrogate:
                 return None
             mu, sigma = self.predict(model, rows)
             return expected_improvement(mu, sigma, model.best)
+
+
+def scaled_prior(prior: Callable[[np.ndarray], np.ndarray], rows: np.ndarray, ys: np.ndarray,
+                 n_told: int) -> Callable[[np.ndarray], np.ndarray]:
+    """``a + b * prior`` fitted by least squares on the first ``n_told`` of ``rows`` (b >= 0).
+
+    A prior that ranks the told results well gets a slope near one; one that does not gets
+    a slope near zero, and the GP is then the plain GP around a constant mean.
+    """
+    m, y = prior(rows[:n_told]), ys[:n_told]
+    var = float(((m - m.mean()) ** 2).sum())
+    b = max(float(((m - m.mean()) * (y - y.mean())).sum()) / var, 0.0) if var > 1e-12 else 0.0
+    a = float(y.mean() - b * m.mean())
+    return lambda r: a + b * prior(r)
 
 
 class GaussianProcess(Strategy):
@@ -232,6 +257,10 @@ class GaussianProcess(Strategy):
     def _propose(self) -> int | None:
         if len(self.values) < int(self.options["startup"]):
             return self.startup_row(int(self.options["startup"]))
+        return self.model_row()
+
+    def model_row(self) -> int | None:
+        """The candidate of highest expected improvement (a random fresh row when the GP cannot be fitted)."""
         free = np.flatnonzero(~self.taken)
         if not len(free):
             return None

@@ -1,0 +1,231 @@
+"""Transfer: ``default`` learning from related results (sources), and staying as it was without them."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import numpy as np
+import pytest
+from conftest import LANDSCAPES, PNPOLY, ROOT
+
+from evotune.compare import Target
+from evotune.compare.metrics import measure
+from evotune.compare.runner import run_evotune
+from evotune.problem import Problem
+from evotune.space import Context
+from evotune.strategies import Source, make_strategy
+from evotune.strategies.base import OptionError
+from evotune.transfer import device_distance, from_landscape, problem_distance
+
+H100 = ROOT / "experiments" / "landscapes" / "h100"
+INT8 = "cute_hopper_gemm_gemm_int8_tn_{}.json.gz"
+
+#: the rows ``default`` handed out on pnpoly_RTX_2080_Ti (seeds 0 and 7, ask(1) / tell), before sources existed
+BEFORE = {
+    0: [
+        299, 4017, 30, 3200, 2003, 3598, 891, 1138, 2704, 2316, 1509, 3489, 90, 3093, 3062, 3121, 512, 1079,
+        515, 2136, 497, 3753, 3596, 3101, 517, 42, 4071, 3581, 3590, 3128, 506, 3588, 520, 1542, 3570, 3589,
+        4050, 3456, 3571, 3126, 524, 3594, 3328, 3595, 4083, 1014, 3720, 3329, 3586, 262, 2565, 1245, 2572,
+        2571, 3159, 1549, 2558, 2566, 2556, 2573
+    ],
+    7: [
+        3248, 723, 4059, 893, 1092, 3002, 29, 3129, 1897, 2542, 690, 756, 789, 921, 888, 822, 855, 1020,
+        657, 558, 426, 294, 360, 162, 228, 459, 2029, 327, 2023, 393, 1977, 456, 2003, 720, 230, 357, 461,
+        582, 1753, 621, 1945, 224, 71, 323, 453, 717, 1253, 2210, 2255, 3266, 394, 289, 441, 619, 1575,
+        1115, 1482, 192, 525, 447
+    ],
+}
+
+
+def rows_of(target: Target, seed: int, n: int, sources=(), **options) -> list[int]:
+    space, fs, times = target.replay()
+    s = make_strategy("default", space, fs, seed=seed, ctx=Context(problem=target.landscape.problem),
+                      sources=sources, **options)
+    rows = []
+    for _ in range(n):
+        (p,) = s.ask(1)
+        r = fs.row(p)
+        rows.append(r)
+        t = float(times[r])
+        s.tell([(p, None if math.isnan(t) else t)])
+    return rows
+
+
+@pytest.fixture(scope="module")
+def pnpoly() -> Target:
+    return Target.load(str(PNPOLY), 60)
+
+
+def test_without_sources_default_proposes_exactly_what_it_did_before(pnpoly):
+    for seed, before in BEFORE.items():
+        assert rows_of(pnpoly, seed, 60) == before
+
+
+def test_transfer_false_ignores_the_sources(pnpoly):
+    other = Target.load(str(LANDSCAPES / "pnpoly_RTX_3060_laptop.json.gz"), 60)
+    sources = [from_landscape(other.landscape, pnpoly.landscape.problem, "NVIDIA GeForce RTX 2080 Ti")]
+    assert rows_of(pnpoly, 0, 60, sources, transfer=False) == BEFORE[0]
+    assert rows_of(pnpoly, 0, 60, sources) != BEFORE[0]
+
+
+def int8(shape: str) -> Target:
+    return Target.load(str(H100 / INT8.format(shape)), 100)
+
+
+def test_distances_follow_sizes_dtype_and_gpu():
+    a = Problem.gemm(64, 4096, 4096, "int8")
+    assert problem_distance(a, a) == 0
+    assert problem_distance(a, Problem.gemm(128, 4096, 4096, "int8")) == pytest.approx(1.0)
+    assert problem_distance(a, Problem.gemm(64, 4096, 4096, "bf16")) == pytest.approx(3.0)
+    assert device_distance("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3") == 0
+    assert device_distance("NVIDIA RTX A4000", "NVIDIA RTX A6000") == 1
+    assert device_distance("NVIDIA RTX A4000", "AMD Radeon PRO W6600") == 2
+
+
+def test_the_nearest_sources_winners_come_first():
+    target, near, far = int8("64x4096x11008"), int8("64x4096x4096"), int8("256x4096x4096")
+    problem = target.landscape.problem
+    sources = [from_landscape(far.landscape, problem, None), from_landscape(near.landscape, problem, None)]
+    assert sources[1].distance < sources[0].distance
+    space, fs, times = target.replay()
+    s = make_strategy("default", space, fs, seed=0, ctx=Context(problem=problem), sources=sources)
+    first, second = s.ask(1)[0], s.ask(1)[0]
+    assert near.landscape.lookup(first).time_ms == near.landscape.optimum_ms  # the nearest source's winner
+    # then the next source's fastest that this shape can run (its own winner, unless that was the first)
+    ranked = sorted((r.time_ms, key) for key, r in far.landscape.entries.items() if key in target.landscape.entries)
+    assert far.landscape.key(second) == next(k for _, k in ranked if k != far.landscape.key(first))
+    # the transferred winner is within 2% of this shape's optimum, which plain default takes 20-odd evaluations for
+    assert target.optimum / float(times[fs.row(first)]) >= 0.98
+
+
+def test_a_landscape_of_another_kernel_is_no_source(pnpoly):
+    target = int8("64x4096x11008")
+    other = from_landscape(pnpoly.landscape, target.landscape.problem, None)
+    space, fs, _ = target.replay()
+    s = make_strategy("default", space, fs, seed=0, ctx=Context(problem=target.landscape.problem), sources=[other])
+    assert s.prior is None
+    assert rows_of(target, 0, 30, [other]) == rows_of(target, 0, 30)
+
+
+def shuffled(source: Source, seed: int = 0) -> Source:
+    values = [v for _, v in source.results]
+    np.random.default_rng(seed).shuffle(values)
+    return Source("shuffled", tuple((p, v) for (p, _), v in zip(source.results, values, strict=True)), 0.0)
+
+
+def test_a_misleading_source_costs_at_most_ten_percent_more_evaluations():
+    """Times shuffled, at distance 0 (the most trusted a source can be): the checks drop it."""
+    with_bad, without, dropped = [], [], 0
+    for shape, source_shape in [("64x4096x11008", "64x4096x4096"), ("256x4096x4096", "256x4096x11008"),
+                                ("16x4096x4096", "16x4096x11008")]:
+        target = int8(shape)
+        bad = shuffled(from_landscape(int8(source_shape).landscape, target.landscape.problem, None))
+        for seed in range(8):
+            without.append(measure(run_evotune(target, "default", seed, 100), target, 100)["evals_to_99"])
+            with_bad.append(measure(run_evotune(target, "default", seed, 100, sources=[bad]), target, 100)
+                            ["evals_to_99"])
+            space, fs, times = target.replay()
+            s = make_strategy("default", space, fs, seed=seed, ctx=Context(problem=target.landscape.problem),
+                              sources=[bad])
+            for _ in range(15):
+                (p,) = s.ask(1)
+                s.tell([(p, float(times[fs.row(p)]))])
+            dropped += not s._trusted
+    assert dropped >= 22  # of 24: after fifteen results, the shuffled times have been found out
+    assert statistics.mean(with_bad) <= 1.10 * statistics.mean(without)
+
+
+def test_transfer_option_is_typed():
+    target = int8("64x4096x4096")
+    space, fs, _ = target.replay()
+    with pytest.raises(OptionError, match="transfer"):
+        make_strategy("default", space, fs, transfer="yes")
+
+
+def run_h100(tmp_path, name: str, options: str = "", shapes=("64x4096x4096", "64x4096x11008"),
+             top: str = "") -> list[dict]:
+    from evotune.cli import main
+
+    files = [H100 / INT8.format(shape) for shape in shapes]
+    exp = tmp_path / f"{name}.toml"
+    exp.write_text(f"""
+name = "{name}"
+space = "cute_hopper_gemm"
+{top}
+[oracle]
+kind = "replay"
+landscapes = {[str(p) for p in files]}
+[strategy]
+name = "default"
+{f"options = {{ {options} }}" if options else ""}
+[budget]
+trials = 12
+[storage]
+url = "journal:{tmp_path / (name + '.journal')}"
+[outputs]
+best = "{tmp_path / (name + '_best.json')}"
+plots = "{tmp_path / 'plots'}"
+""")
+    assert main(["run", str(exp), "--no-progress"]) == 0
+    import json
+
+    return json.loads((tmp_path / f"{name}_best.json").read_text())
+
+
+def test_run_transfers_from_the_experiments_own_studies_and_says_so(tmp_path, capsys):
+    best = {b["problem_key"]: b for b in run_h100(tmp_path, "tx")}
+    # the first problem had nothing to learn from; the second learnt from the first one's study
+    assert best["gemm_int8_tn_64x4096x4096"]["sources"] == []
+    assert [s["name"] for s in best["gemm_int8_tn_64x4096x11008"]["sources"]] == ["study:tx/gemm_int8_tn_64x4096x4096"]
+    assert "transferred from 1 source, nearest: study:tx/gemm_int8_tn_64x4096x4096" in capsys.readouterr().out
+    from evotune.plots import load_runs
+
+    runs = {r.problem_key: r for r in load_runs(f"journal:{tmp_path / 'tx.journal'}", "tx")}
+    assert runs["gemm_int8_tn_64x4096x11008"].sources["default"][0]["name"] == "study:tx/gemm_int8_tn_64x4096x4096"
+    assert runs["gemm_int8_tn_64x4096x4096"].sources == {}
+    off = {b["problem_key"]: b for b in run_h100(tmp_path, "off", "transfer = false")}
+    assert off["gemm_int8_tn_64x4096x11008"]["sources"] == []
+
+
+def test_an_experiment_names_landscapes_as_sources(tmp_path):
+    source = H100 / INT8.format("64x4096x4096")
+    (got,) = run_h100(tmp_path, "named", shapes=("64x4096x11008",), top=f"sources = [{str(source)!r}]")
+    assert [s["name"] for s in got["sources"]] == ["landscape:cute_hopper_gemm_gemm_int8_tn_64x4096x4096"]
+    assert got["fraction_of_optimum"] >= 0.98  # its winner, measured first
+
+
+def test_a_missing_source_is_refused_before_anything_runs(tmp_path):
+    from evotune.experiment import ExperimentError, load_experiment
+
+    exp = tmp_path / "bad.toml"
+    exp.write_text(f"""
+space = "cute_hopper_gemm"
+sources = ["nowhere.json.gz"]
+[oracle]
+kind = "replay"
+landscapes = [{str(H100 / INT8.format("64x4096x4096"))!r}]
+[strategy]
+name = "default"
+[budget]
+trials = 5
+""")
+    with pytest.raises(ExperimentError, match=r"sources: no such file 'nowhere\.json\.gz'"):
+        load_experiment(exp)
+
+
+def test_the_tuning_caches_winner_of_a_nearby_shape_is_tried_first():
+    from evotune.plugins import load_space
+    from evotune.transfer import from_cache
+
+    target = int8("64x4096x11008")
+    space, fs, _ = target.replay()
+    config = {"tile_m": 64, "tile_n": 128, "cluster": "1x1", "swizzle": 1, "raster": "n", "stages": 5}
+    entries = [{"space": "cute_hopper_gemm", "problem_key": "gemm_int8_tn_64x4096x4096", "hardware": "H100",
+                "problem": Problem.gemm(64, 4096, 4096, "int8").to_dict(), "config": config, "time_ms": 0.0144},
+               {"space": "triton_matmul", "problem_key": "gemm_int8_tn_64x4096x4096", "hardware": "H100",
+                "problem": Problem.gemm(64, 4096, 4096, "int8").to_dict(), "config": {}, "time_ms": 0.01}]
+    sources = from_cache(entries, load_space("cute_hopper_gemm"), target.landscape.problem, "H100")
+    assert [s.name for s in sources] == ["cache:gemm_int8_tn_64x4096x4096"]  # the other space's entry is not one
+    s = make_strategy("default", space, fs, seed=0, ctx=Context(problem=target.landscape.problem), sources=sources)
+    assert space.to_storage(s.ask(1)[0]) == config
