@@ -202,6 +202,39 @@ def dtype_rule(supported: tuple[str, ...], kernel: str) -> Constraint:
     return constraint("dtype", ok, f"{kernel} takes {'/'.join(supported)} inputs, not {{ctx.problem.dtype}}")
 
 
+# -- rules of the sm90 (WGMMA + TMA) kernels ---------------------------------------
+def sm90_arch_limit() -> Constraint:
+    """WGMMA and TMA: sm_90 only."""
+
+    def has_sm90(p: Point, ctx: Context) -> bool:
+        hw = ctx.hardware
+        return hw is None or (hw.has("wgmma") and hw.has("tma"))
+
+    return hardware_limit("arch", has_sm90, "needs sm_90 (WGMMA and TMA); {ctx.hardware.name} is {ctx.hardware.arch}")
+
+
+def k_major_8bit_rule() -> Constraint:
+    """WGMMA can only transpose 16-bit operands in shared memory; 8-bit A and B must be K-major, and the
+    sm90 kernels do no transposing copy of their own."""
+
+    def k_major(p: Point, ctx: Context) -> bool:
+        problem = gemm_problem(ctx)
+        return problem is None or problem.in_bytes != 1 or (problem.k_major("a") and problem.k_major("b"))
+
+    return constraint("8bit-k-major", k_major, "8-bit WGMMA operands must be K-major (layout tn), not "
+                      "{ctx.problem.layout}")
+
+
+def portable_cluster_limit() -> Constraint:
+    """A cluster no larger than the chip's portable cluster size."""
+
+    def fits(p: Point, ctx: Context) -> bool:
+        return ctx.hardware is None or math.prod(p["cluster"]) <= ctx.hardware.max_cluster_portable
+
+    return hardware_limit("cluster-size", fits, "a {cluster[0]}x{cluster[1]} cluster exceeds the portable cluster "
+                          "size {ctx.hardware.max_cluster_portable} of {ctx.hardware.name}")
+
+
 # -- the estimate ----------------------------------------------------------------
 @dataclass(frozen=True)
 class Tiling:

@@ -109,22 +109,8 @@ def _smem_need(p: Point, ctx: Context) -> int:
     return smem_bytes(p, _problem(ctx), hw_smem)
 
 
-def _has_sm90(p: Point, ctx: Context) -> bool:
-    hw = ctx.hardware
-    return hw is None or (hw.has("wgmma") and hw.has("tma"))
-
-
-def _k_major_8bit(p: Point, ctx: Context) -> bool:
-    problem = gm.gemm_problem(ctx)
-    return problem is None or problem.in_bytes != 1 or (problem.k_major("a") and problem.k_major("b"))
-
-
 def _tile_k_bytes(p: Point, ctx: Context) -> bool:
     return p["tile_k"] * _problem(ctx).in_bytes in (64, 128, 256)
-
-
-def _cluster_fits(p: Point, ctx: Context) -> bool:
-    return ctx.hardware is None or math.prod(p["cluster"]) <= ctx.hardware.max_cluster_portable
 
 
 def _split_split(p: Point, ctx: Context) -> bool:
@@ -190,10 +176,9 @@ SPACE = SearchSpace(
         ordinal("splits", [1, 2, 3, 4, 8], doc="K slices per tile with the splitk decomposition (launch argument)"),
     ],
     constraints=[
-        hardware_limit("arch", _has_sm90, "needs sm_90 (WGMMA and TMA); {ctx.hardware.name} is {ctx.hardware.arch}"),
+        gm.sm90_arch_limit(),
         gm.dtype_rule(SUPPORTED_DTYPES, "the CUTLASS sm90 GEMM"),
-        constraint("8bit-k-major", _k_major_8bit,
-                   "8-bit WGMMA operands must be K-major (layout tn), not {ctx.problem.layout}"),
+        gm.k_major_8bit_rule(),
         gm.tma_alignment_limit(),
         constraint("tile-k", _tile_k_bytes,
                    "tile K of {tile_k} elements is not 64, 128 or 256 bytes of {ctx.problem.dtype}"),
@@ -205,9 +190,7 @@ SPACE = SearchSpace(
         constraint("streamk-cooperative", lambda p, ctx: p["scheduler"] != "streamk" or p["schedule"] == "cooperative",
                    "stream-K and split-K need the cooperative schedule (CUTLASS's ping-pong kernel has no "
                    "stream-K support)"),
-        hardware_limit("cluster-size", _cluster_fits,
-                       "a {cluster[0]}x{cluster[1]} cluster exceeds the portable cluster size "
-                       "{ctx.hardware.max_cluster_portable} of {ctx.hardware.name}"),
+        gm.portable_cluster_limit(),
         gm.smem_limit("smem", _smem_need, "{stages} stages of {tile_m}x{tile_n}x{tile_k} + epilogue + barriers"),
         # launch arguments last: they are checked once the compiled kernel's knobs have passed
         constraint("decomposition-streamk",
