@@ -301,7 +301,8 @@ class _Unset(Exception):
 class _Partial(dict):
     """A point whose parameters from ``depth`` on are unset: reading one of them raises :class:`_Unset`.
 
-    Predicates read points by indexing (``p["tile_m"]``) or ``p.get``; both are covered.
+    A predicate that reads an unset parameter (``p["tile_m"]``, ``p.get``, ``in``), or the whole point
+    (iteration, ``len``, ``keys``, ``values``, ``items``) before it is complete, raises :class:`_Unset`.
     """
 
     def __init__(self, names: Sequence[str]):
@@ -319,9 +320,39 @@ class _Partial(dict):
         raise KeyError(key)
 
     def get(self, key: str, default: Any = None) -> Any:
-        if key not in self and self._unset(key):
+        if self._unset(key):
             raise _Unset(key)
         return super().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        if isinstance(key, str) and self._unset(key):
+            raise _Unset(key)
+        return super().__contains__(key)
+
+    # A predicate that looks at the whole point (sum(p.values()), len(p), {**p}) waits for all of it.
+    def _whole(self) -> None:
+        if self.depth < len(self._position):
+            raise _Unset("*")
+
+    def __iter__(self) -> Iterator[str]:
+        self._whole()
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        self._whole()
+        return super().__len__()
+
+    def keys(self) -> Any:
+        self._whole()
+        return super().keys()
+
+    def values(self) -> Any:
+        self._whole()
+        return super().values()
+
+    def items(self) -> Any:
+        self._whole()
+        return super().items()
 
 
 class FeasibleSet:
@@ -373,7 +404,8 @@ class FeasibleSet:
                 if not ok:
                     pruned[c.name] += below[depth]
                     if c.name not in reasons:  # the subtree's first point stands for it, as in a walk of every point
-                        first = dict(partial, **{n: params[i].choices[0] for i, n in enumerate(names) if i >= depth})
+                        first = dict(dict.items(partial))
+                        first.update({n: params[i].choices[0] for i, n in enumerate(names) if i >= depth})
                         reasons[c.name] = c.reason(first, ctx) or c.name
                     return
                 passed += 1

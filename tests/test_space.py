@@ -139,6 +139,10 @@ def test_the_staged_walk_prunes_exactly_like_checking_every_point():
             constraint("late", lambda p, ctx: p["d"] or p["c"] < 4, "c {c} needs d"),
             constraint("early", lambda p, ctx: p["a"] != 2, "a {a}"),
             constraint("get", lambda p, ctx: p.get("b") != "y" or (p.get("missing", 1) == 1 and p["a"] < 3), "b {b}"),
+            constraint("in", lambda p, ctx: "c" not in p or p["c"] != 2 or p["a"] != 3, "c {c}, a {a}"),
+            # whole-point predicates: sum over the values, the length, the items
+            constraint("sum", lambda p, ctx: sum(v for v in p.values() if isinstance(v, int)) % 3 != 1, "sum"),
+            constraint("all", lambda p, ctx: len(p) == 4 and all(k for k, _ in p.items()) and {**p} != {}, "all"),
         ],
     )
     for hw in (None, get_hardware("H100"), get_hardware("A100")):
