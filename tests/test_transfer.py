@@ -99,6 +99,21 @@ def test_the_nearest_sources_winners_come_first():
     assert target.optimum / float(times[fs.row(first)]) >= 0.98
 
 
+def test_a_batch_asked_before_any_result_takes_the_winners_then_what_the_prior_ranks_best():
+    # the GPU evaluator asks a compile pool's worth of points at once, before any result is told
+    target, near = int8("64x4096x11008"), int8("64x4096x4096")
+    problem = target.landscape.problem
+    space, fs, times = target.replay()
+    s = make_strategy("default", space, fs, seed=0, ctx=Context(problem=problem),
+                      sources=[from_landscape(near.landscape, problem, None)])
+    batch = s.ask(14)
+    assert len(batch) == 14 and len({space.key(p) for p in batch}) == 14
+    assert all(p in fs for p in batch)
+    assert near.landscape.lookup(batch[0]).time_ms == near.landscape.optimum_ms
+    s.tell([(p, float(times[fs.row(p)])) for p in batch])
+    assert len(s.ask(14)) == 14  # and the search goes on from what was told
+
+
 def test_a_landscape_of_another_kernel_is_no_source(pnpoly):
     target = int8("64x4096x11008")
     other = from_landscape(pnpoly.landscape, target.landscape.problem, None)

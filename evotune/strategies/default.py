@@ -114,6 +114,9 @@ class Default(GaussianProcess):
         use_shared = uniform and self._proposals % 2 == 0 and bool(o["relevance"])
         self.model = self._shared if use_shared else self._relevant
         if self._trusted:  # the prior stands in for the start-up sample
+            if not self.values:  # a batch asked before any result (a compile pool ahead): the prior alone ranks
+                best = self.prior.best_rows(1) if self.prior is not None else ()
+                return int(best[0]) if len(best) else self.random_fresh()
             return self.model_row()
         return super()._propose()
 

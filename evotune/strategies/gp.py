@@ -188,6 +188,8 @@ class Surrogate:
         return best
 
     def fit(self) -> Fit | None:
+        if not self.strategy.values:  # nothing told yet (a batch asked ahead): no model to fit
+            return None
         rows, ys, n_told = self.training_set()
         x = self.encoding.x[rows]
         best = float(ys.min())
