@@ -172,3 +172,19 @@ def build(point: Point, problem: Problem) -> Any:
     torch.cuda.synchronize()
     launch.cache_hit = hit  # type: ignore[attr-defined]
     return launch
+
+
+def compile_only(point: Point, problem: Problem, hardware: Any) -> dict:
+    """Compile ``point`` for ``hardware`` from fake tensors (no GPU, nothing cached or launched); its resource use.
+
+    Raises with the kernel's or the compiler's message when the point does not build."""
+    from search_spaces import _cute_aot as aot
+
+    aot.set_target(hardware)
+    import cutlass.cute as cute
+
+    a, b, c, _ = aot.fake_operands(problem)
+    op, args = operator(point, problem, a, b, c)
+    clusters = aot.max_active_clusters(hardware, tuple(point["cluster"]))
+    return aot.compile_resources(op, args, hardware, (clusters, cute.runtime.make_fake_stream()),
+                                 lambda impl: impl.ab_stage)

@@ -107,6 +107,13 @@ def hardware_or_default(ctx: Context) -> Hardware:
     return ctx.hardware or get_hardware(DEFAULT_HARDWARE)
 
 
+def compiled_resources(ctx: Context, space: Any, point: Point) -> Any:
+    """What the compiler measured for ``point`` (an ``evotune.compiled.Compiled`` that built), or None."""
+    table = ctx.compiled
+    c = table.get(space, point) if table is not None else None
+    return c if c is not None and c.ok and c.smem is not None else None
+
+
 # -- messages that carry computed numbers -----------------------------------------
 class Message(str):
     """A constraint message whose extra fields are computed from the point when it prunes.

@@ -34,6 +34,7 @@ from evotune.space import (
     SearchSpace,
     boolean,
     constraint,
+    deferred,
     hardware_limit,
     int_range,
     ordinal,
@@ -120,10 +121,12 @@ def estimate(point: Point, ctx: Context) -> float:
     """Predicted time in ms from the shared roofline/wave model (default problem and H100 when unknown)."""
     problem, hw = _problem(ctx), gm.hardware_or_default(ctx)
     tm, tn = cta_tile(point)
-    stages = max(MIN_STAGES, min(auto_stages(point, problem, hw.smem_per_block), 8))
+    measured = gm.compiled_resources(ctx, SPACE, point)  # the stages the kernel chose, read off its binary
+    stages = max(MIN_STAGES, min(measured.stages if measured else auto_stages(point, problem, hw.smem_per_block), 8))
     tiling = gm.Tiling(
         tile_m=tm, tile_n=tn, tile_k=gm.k_tile(problem.in_bytes), stages=stages,
-        smem_bytes=smem_bytes(point, problem, stages), cluster=tuple(point["cluster"]),
+        smem_bytes=measured.smem if measured else smem_bytes(point, problem, stages),
+        regs_per_thread=measured.regs if measured else 0, cluster=tuple(point["cluster"]),
         persistent=True, threads=192, b_rows=b_rows_per_cta(point),
         # an MMA with 64 rows per CTA drives half of the SM's tensor-core datapath
         mma_rate=0.5 if tm < 128 else 1.0,
@@ -167,4 +170,6 @@ SPACE = SearchSpace(
     description="sm100 persistent CuTe DSL GEMM (tcgen05 MMA into TMEM, optional 2-CTA MMA and TMA store)",
     estimate=estimate,
     default_problem=DEFAULT_PROBLEM,
+    # compiled for sm_100a from fake tensors on any machine; building to run needs a B200
+    compile_only=deferred("search_spaces._cute_sm100", "compile_only"),
 )

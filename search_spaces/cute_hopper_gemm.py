@@ -96,9 +96,11 @@ def _cluster_fits(p: Point, ctx: Context) -> bool:
 def estimate(point: Point, ctx: Context) -> float:
     """Predicted time in ms from the shared roofline/wave model (default problem and H100 when unknown)."""
     problem, hw = _problem(ctx), gm.hardware_or_default(ctx)
+    measured = gm.compiled_resources(ctx, SPACE, point)  # the binary's registers and shared memory, if compiled
     tiling = gm.Tiling(
         tile_m=point["tile_m"], tile_n=point["tile_n"], tile_k=gm.k_tile(problem.in_bytes),
-        stages=point["stages"], smem_bytes=smem_bytes(point, problem), cluster=tuple(point["cluster"]),
+        stages=point["stages"], smem_bytes=measured.smem if measured else smem_bytes(point, problem),
+        regs_per_thread=measured.regs if measured else 0, cluster=tuple(point["cluster"]),
         persistent=True, threads=128 * (1 + mma_warpgroups(point)),
         band=point["swizzle"] * (point["cluster"][0] if point["raster"] == "n" else point["cluster"][1]),
         # raster along M walks down M inside a band of `swizzle` clusters along N, and vice versa
@@ -113,6 +115,7 @@ SPACE = SearchSpace(
     # compile a configuration (returns fn(a, b, c)), or only fill the kernel cache: GPU-only code
     build=deferred("search_spaces._cute_sm90", "build"),
     precompile=deferred("search_spaces._cute_sm90", "precompile"),
+    compile_only=deferred("search_spaces._cute_sm90", "compile_only"),
     params=[
         ordinal("tile_m", [64, 128], doc="CTA tile rows (one 64-row WGMMA per warpgroup step)"),
         ordinal("tile_n", [64, 128, 256], doc="CTA tile columns"),
