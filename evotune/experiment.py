@@ -75,6 +75,7 @@ class Experiment:
     description: str = ""
     oracle_options: OracleOptions = field(default_factory=OracleOptions)  # gpu and cpu oracles
     record_storage: str = ""  # where `evotune record` keeps its studies: never the tuning storage
+    compiled_dir: Path | None = None  # compile-only files whose resource use the estimates (seeding) take
 
     @property
     def base_dir(self) -> Path:
@@ -85,7 +86,8 @@ class Experiment:
 TIMING_OPTIONS = tuple(f.name for f in fields(TimingOptions))
 # [oracle] keys of the confirmation stage -> ConfirmOptions fields
 CONFIRM_OPTIONS = {"confirm_top": "top_k", "confirm_ci": "ci_target", "confirm_screen": "screen"}
-_TOP = {"name", "description", "space", "hardware", "oracle", "problem", "strategy", "budget", "storage", "outputs"}
+_TOP = {"name", "description", "space", "hardware", "oracle", "problem", "strategy", "budget", "storage", "outputs",
+        "compiled"}
 
 
 def load_experiment(path: str | Path) -> Experiment:
@@ -192,8 +194,14 @@ class _Parser:
         plots_dir = Path(self.string(outputs, "plots", "outputs.plots", default="plots"))
         best_path = Path(self.string(outputs, "best", "outputs.best", default=f"runs/{name}_best.json"))
         options = self.oracle_options(oracle_t, oracle)
+        compiled_dir = None
+        if "compiled" in raw:
+            compiled_dir = self.path.parent / self.string(raw, "compiled", "compiled")
+            if not compiled_dir.is_dir():
+                raise self.fail("compiled", f"no folder {compiled_dir} (compile-only files, "
+                                            "from `evotune record --compile-only`)")
         return Experiment(self.path, name, spaces, oracle, landscapes, problems, hardware, strategies, budget,
-                          storage, plots_dir, best_path, description, options, record_storage)
+                          storage, plots_dir, best_path, description, options, record_storage, compiled_dir)
 
     def derived_record_url(self, storage: str) -> str:
         from evotune.study import record_storage_url  # optuna and sqlalchemy: only once the rest is checked
