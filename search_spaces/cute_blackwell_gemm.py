@@ -205,10 +205,12 @@ SPACE = SearchSpace(
                        "{ctx.hardware.name} allows"),
         gm.dtype_rule(SUPPORTED_DTYPES, "the sm100 CuTe GEMM"),
         gm.tma_alignment_limit(),
-        # the direct-store epilogue has no bounds predication
+        # the direct-store epilogue has no bounds predication; the compiler cannot see it (shapes are symbolic)
         constraint("no-tma-store-oob", _full_tiles_without_tma_store,
                    "without TMA store the CTA tile must divide M and N "
-                   "({ctx.problem.m}x{ctx.problem.n} is not tiled by mma {mma_m}x{mma_n})"),
+                   "({ctx.problem.m}x{ctx.problem.n} is not tiled by mma {mma_m}x{mma_n}): such a point compiles, "
+                   "the shapes being symbolic, but its direct stores are not bounds-checked, and the kernel "
+                   "allows no partial tile without TMA store"),
         gm.smem_limit("smem", lambda p, ctx: smem_bytes(p, _problem(ctx)),
                       f"{MIN_STAGES} A/B stages + epilogue + barriers"),
         # the compiler builds these, but the binary asks for more shared memory than a block may have
