@@ -9,9 +9,11 @@ compile seconds, registers and stack frame per thread, shared memory per block
 (static plus the dynamic amount it launches with), the A/B stages the kernel
 chose, and the compiler's first error line.
 
-A compiled point *builds* on the hardware when its shared memory also fits in
-a block's opt-in limit (CuTe DSL compiles a kernel that asks for more, and
-refuses it at launch) and its registers fit one CTA per SM.
+A compiled point *builds* on the hardware when its shared memory, static plus
+dynamic, also fits in a block's opt-in limit: CUDA allows a kernel no more
+dynamic shared memory than that limit less its static shared memory (see
+``cudaFuncAttributeMaxDynamicSharedMemorySize``), and CuTe DSL compiles a
+kernel that asks for more, which then fails at launch.
 
 :func:`agreement` holds a space's pruning against such a file: a
 *false-feasible* point is feasible in the space but does not build; a
@@ -63,17 +65,15 @@ class Compiled:
     stages: int | None = None
     error: str | None = None
 
-    def builds(self, hardware: Hardware, threads: int | None = None) -> bool:
-        return self.why_not(hardware, threads) is None
+    def builds(self, hardware: Hardware) -> bool:
+        return self.why_not(hardware) is None
 
-    def why_not(self, hardware: Hardware, threads: int | None = None) -> str | None:
+    def why_not(self, hardware: Hardware) -> str | None:
         """Why the binary cannot run on ``hardware`` (the compiler's error, or a launch limit), or None."""
         if not self.ok:
             return self.error or "did not compile"
         if self.smem is not None and self.smem > hardware.smem_per_block:
             return f"launch needs {self.smem} B of shared memory, {hardware.name} allows {hardware.smem_per_block}"
-        if self.regs is not None and threads and -(-self.regs // 8) * 8 * threads > hardware.regs_per_sm:
-            return f"{self.regs} registers x {threads} threads exceed the {hardware.regs_per_sm} of an SM"
         return None
 
 
@@ -164,7 +164,7 @@ class Agreement:
 SHAPE_CONSTRAINTS = frozenset({"alignment", "no-tma-store-oob", "dtype", "8bit-k-major"})
 
 
-def agreement(space: SearchSpace, ctx: Context, table: CompiledTable, threads: int | None = None) -> Agreement:
+def agreement(space: SearchSpace, ctx: Context, table: CompiledTable) -> Agreement:
     """Count false-feasible and false-infeasible points of ``space`` in ``ctx`` over the points ``table`` holds."""
     assert ctx.hardware is not None, "agreement needs the hardware the file was compiled for"
     out = Agreement(feasible_total=len(space.feasible(ctx)))
@@ -173,7 +173,7 @@ def agreement(space: SearchSpace, ctx: Context, table: CompiledTable, threads: i
         if c is None:
             continue
         reason = space.check(point, ctx)
-        why = c.why_not(ctx.hardware, threads)
+        why = c.why_not(ctx.hardware)
         if reason is None:
             out.checked_feasible += 1
             if why is not None:
