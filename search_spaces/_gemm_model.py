@@ -74,6 +74,7 @@ from evotune.space import Constraint, Context, Point, constraint, hardware_limit
 KIB = 1024
 K_SLICE_BYTES = 128  # bytes of K per operand row and stage: one 128-byte swizzle atom
 MBARRIER_RESERVE = 1024  # mbarriers (full/empty per stage, accumulator, epilogue) and scheduler state
+CUTE_STATIC_SMEM = 1024  # static shared memory every CuTe DSL GEMM binary declares (.nv.shared), on top
 SMEM_ALIGN = 1024  # 128-byte swizzled buffers start on 1024-byte boundaries
 TMA_ALIGN_BYTES = 16  # TMA needs every global stride (the contiguous extent) to be a multiple of 16 bytes
 

@@ -47,7 +47,7 @@ SUPPORTED_DTYPES = ("bf16", "fp16", "fp8", "int8")
 MIN_STAGES = 2  # the kernel chooses its A/B stage count; a point is feasible when two fit
 C_STAGES = 2  # TMA-store staging buffers reserved before the A/B stages are sized
 EPI_ELEMS = 4096  # the sm100 epilogue subtile holds about this many outputs (up to 128 rows)
-STATIC_SMEM = 1024  # shared memory the compiled kernel declares statically (its .nv.shared section)
+STATIC_SMEM = gm.CUTE_STATIC_SMEM  # shared memory the compiled kernel declares statically (.nv.shared)
 
 _POW2 = (1, 2, 4, 8, 16)
 CLUSTERS = [(cm, cn) for cm in _POW2 for cn in _POW2 if cm * cn <= 16]

@@ -21,7 +21,7 @@ Example::
     feasible = SPACE.feasible(ctx)
     point = feasible.point(0)
     SPACE.check(dict(point, tile_m=128, tile_n=256, stages=8), ctx)
-    # 'smem: needs 427008 B of shared memory (8 stages of 128x256 + epilogue + barriers), H100 allows 232448'
+    # 'smem: needs 428032 B of shared memory (8 stages of 128x256 + epilogue + barriers), H100 allows 232448'
     SPACE.estimate(point, ctx)   # predicted milliseconds
 """
 
@@ -72,11 +72,14 @@ def epilogue_tile(point: Point, out_bytes: int) -> tuple[int, int]:
 
 
 def smem_bytes(point: Point, problem: Problem) -> int:
-    """Operand stages + epilogue staging + mbarriers, in bytes."""
+    """Operand stages + epilogue staging + mbarriers + the binary's static shared memory, in bytes.
+
+    This is the shared memory each compiled binary launches with (checked for every point on the H100)."""
     tk = gm.k_tile(problem.in_bytes)
     operands = point["stages"] * gm.operand_stage_bytes(point["tile_m"], point["tile_n"], tk, problem.in_bytes)
     rows, cols = epilogue_tile(point, problem.out_bytes)
-    return operands + gm.epilogue_bytes(rows, cols, problem.out_bytes, EPI_STAGES) + gm.MBARRIER_RESERVE
+    return (operands + gm.epilogue_bytes(rows, cols, problem.out_bytes, EPI_STAGES) + gm.MBARRIER_RESERVE
+            + gm.CUTE_STATIC_SMEM)
 
 
 def _has_sm90(p: Point, ctx: Context) -> bool:

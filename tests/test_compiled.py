@@ -188,3 +188,14 @@ def test_an_experiment_hands_the_compiled_resources_to_the_estimate(tmp_path):
     table = CompiledTable({}, {space.key(point): Compiled(True, 1.0, regs=100, frame_bytes=0, smem=50_000,
                                                           stages=2)})
     assert space.estimate(point, Context(ctx.hardware, ctx.problem, compiled=table)) > space.estimate(point, ctx)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "int8"])
+def test_the_sm90_shared_memory_model_is_each_binarys(dtype):
+    """What the space counts against the limit is what each sm90 binary launches with, pruned points included."""
+    space = cute_hopper_gemm.SPACE
+    table = load_compiled(find_compiled(COMPILED, space.name, "H100", dtype, "tn"), space)
+    problem = Problem.gemm(4096, 4096, 4096, dtype)
+    assert len(table.rows) == space.size
+    for point in space.points():
+        assert table.get(space, point).smem == cute_hopper_gemm.smem_bytes(point, problem), point
