@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -64,9 +65,17 @@ def _parser() -> argparse.ArgumentParser:
 
     record = sub.add_parser("record", help="measure every feasible point of the space; write landscape files")
     record.add_argument("experiment", help="path to an experiment .toml file (its strategies are ignored)")
-    record.add_argument("--out", default="experiments/landscapes", help="folder for the landscape files")
+    record.add_argument("--out", help="folder for the landscape files (default experiments/landscapes; "
+                                      "with --compile-only, experiments/landscapes/compile)")
     record.add_argument("--seconds", type=float, help="stop after this much tuning time (all problems together); "
                                                       "run again to go on where it stopped")
+    record.add_argument("--compile-only", action="store_true",
+                        help="compile the points for the experiment's hardware (no GPU needed), pruned ones too; "
+                             "write what the compiler said, per point")
+    record.add_argument("--pruned", metavar="N", help="with --compile-only: compile N pruned points per pruning "
+                                                      "constraint (a stratified sample; default: all of them)")
+    record.add_argument("--workers", default="2", metavar="W",
+                        help="with --compile-only: compile processes (default 2)")
     record.set_defaults(func=cmd_record)
 
     plot = sub.add_parser("plot", help="write convergence and parameter-effect PNGs")
@@ -90,7 +99,10 @@ def _parser() -> argparse.ArgumentParser:
     spaces.add_argument("--problem", default="4096x4096x4096", help="MxNxK of the GEMM to prune for")
     spaces.add_argument("--dtype", default="bf16")
     spaces.add_argument("--layout", default="tn")
-    spaces.add_argument("--verbose", "-v", action="store_true", help="also list each parameter's choices")
+    spaces.add_argument("--verbose", "-v", action="store_true",
+                        help="also list each parameter's choices and how the pruning fared against the compiler")
+    spaces.add_argument("--compiled", metavar="DIR", default=None,
+                        help="where compile-only files are looked for (default experiments/landscapes/compile)")
     spaces.set_defaults(func=cmd_spaces)
 
     cmp = sub.add_parser("compare", help="compare strategies on recorded landscapes (in memory, no storage)")
@@ -184,12 +196,41 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    from evotune.record import record_experiment
-
     exp = load_experiment(args.experiment)
     if args.seconds is not None and args.seconds <= 0:
         raise UsageError(f"--seconds: must be positive, got {args.seconds}")
-    for path in record_experiment(exp, Path(args.out), args.seconds, _console(stderr=True)):
+    if args.compile_only:
+        return _compile_only(args, exp)
+    if args.pruned is not None:
+        raise UsageError("--pruned: only with --compile-only")
+    from evotune.record import record_experiment
+
+    for path in record_experiment(exp, Path(args.out or "experiments/landscapes"), args.seconds,
+                                  _console(stderr=True)):
+        print(path)
+    return 0
+
+
+def _count(value: str | None, flag: str, low: int) -> int | None:
+    if value is None:
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = low - 1
+    if n < low:
+        raise UsageError(f"{flag}: expected an integer >= {low}, got {value!r}")
+    return n
+
+
+def _compile_only(args: argparse.Namespace, exp: Experiment) -> int:
+    from evotune.compile_only import CompileOptions, compile_experiment
+    from evotune.compiled import DEFAULT_DIR
+
+    opts = CompileOptions(Path(args.out) if args.out else DEFAULT_DIR, workers=_count(args.workers, "--workers", 1),
+                          pruned_sample=_count(args.pruned, "--pruned", 0), seconds=args.seconds)
+    console = _console(stderr=True)
+    for path in compile_experiment(exp, opts, console.print):
         print(path)
     return 0
 
@@ -253,17 +294,43 @@ def cmd_spaces(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(f"--problem/--dtype/--layout: {exc} (expected e.g. 4096x4096x4096, bf16, tn)") from None
     table = Table(title=f"Search spaces on {hardware.name} for {problem.describe()}")
-    for col in ("space", "size", "feasible", "pruned most by (count x first reason)", "parameters"):
+    columns = ["space", "size", "feasible", "pruned most by (count x first reason)", "parameters"]
+    for col in columns + (["checked against the compiler"] if args.verbose else []):
         table.add_column(col, overflow="fold")
     for name in [*builtin_names(), *entry_point_names()]:
         space = load_space(name)
-        fs = space.feasible(Context(hardware, problem))
+        ctx = Context(hardware, problem)
+        fs = space.feasible(ctx)
         pruned = "; ".join(f"{c} x {fs.reasons[r]}" for r, c in fs.pruned.most_common(2)) or "-"
         params = ", ".join(
             f"{p.name}={list(p.choices)}" if args.verbose else p.name for p in space.params)
-        table.add_row(name, str(space.size), str(len(fs)), pruned, params)
+        row = [name, str(space.size), str(len(fs)), pruned, params]
+        if args.verbose:
+            row.append(_compiler_check(space, ctx, args.compiled))
+        table.add_row(*row)
     _console().print(table)
     return 0
+
+
+def _compiler_check(space: Any, ctx: Any, directory: str | None) -> str:
+    """How many feasible points a compile-only file checked, when, and what it found."""
+    from evotune.compiled import DEFAULT_DIR, CompiledError, agreement, find_compiled, load_compiled
+
+    path = find_compiled(directory or DEFAULT_DIR, space.name, ctx.hardware.name, ctx.problem.dtype,
+                         ctx.problem.layout)
+    if path is None:
+        return "-"
+    try:
+        table = load_compiled(path, space)
+    except CompiledError as exc:
+        raise UsageError(str(exc)) from None
+    a = agreement(space, ctx, table)
+    builds = sum(a.false_infeasible.values())
+    unjudged = sum(a.unjudged.values())
+    return (f"{a.checked_feasible} of {a.feasible_total} feasible compiled for {table.meta.get('arch')} on "
+            f"{table.meta.get('date')} ({path.name}): {len(a.false_feasible)} false-feasible; "
+            f"{a.checked_pruned} pruned compiled, {builds} of them build"
+            + (f", {unjudged} pruned for the shape" if unjudged else ""))
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

@@ -76,6 +76,7 @@ class Experiment:
     oracle_options: OracleOptions = field(default_factory=OracleOptions)  # gpu and cpu oracles
     record_storage: str = ""  # where `evotune record` keeps its studies: never the tuning storage
     sources: list[Path | str] = field(default_factory=list)  # landscapes, or "cache", for strategies that transfer
+    compiled_dir: Path | None = None  # compile-only files whose resource use the estimates (seeding) take
 
     @property
     def base_dir(self) -> Path:
@@ -87,7 +88,7 @@ TIMING_OPTIONS = tuple(f.name for f in fields(TimingOptions))
 # [oracle] keys of the confirmation stage -> ConfirmOptions fields
 CONFIRM_OPTIONS = {"confirm_top": "top_k", "confirm_ci": "ci_target", "confirm_screen": "screen"}
 _TOP = {"name", "description", "space", "hardware", "oracle", "problem", "strategy", "budget", "storage", "outputs",
-        "sources"}
+        "sources", "compiled"}
 
 
 def load_experiment(path: str | Path) -> Experiment:
@@ -194,8 +195,15 @@ class _Parser:
         plots_dir = Path(self.string(outputs, "plots", "outputs.plots", default="plots"))
         best_path = Path(self.string(outputs, "best", "outputs.best", default=f"runs/{name}_best.json"))
         options = self.oracle_options(oracle_t, oracle)
+        compiled_dir = None
+        if "compiled" in raw:
+            compiled_dir = self.path.parent / self.string(raw, "compiled", "compiled")
+            if not compiled_dir.is_dir():
+                raise self.fail("compiled", f"no folder {compiled_dir} (compile-only files, "
+                                            "from `evotune record --compile-only`)")
         return Experiment(self.path, name, spaces, oracle, landscapes, problems, hardware, strategies, budget,
-                          storage, plots_dir, best_path, description, options, record_storage, self.sources())
+                          storage, plots_dir, best_path, description, options, record_storage, self.sources(),
+                          compiled_dir)
 
     def sources(self) -> list[Path | str]:
         """``sources``: recorded landscapes (paths) and "cache" (the tuning-result cache), beside the studies."""

@@ -13,7 +13,7 @@ import datetime as _dt
 import importlib.util
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import optuna
@@ -55,6 +55,23 @@ def study_name(exp: Experiment, target: Target, strategy: str, seed: int | None 
     return f"{exp.name}/{target.problem.key}/{target.space.name}/{strategy}{tail}"
 
 
+def _with_compiled(exp: Experiment, t: Target) -> Target:
+    """``t`` with the compile-only file of its space, GPU, dtype and layout in its context, when there is one:
+    the space's estimate (hardware seeding) then reads registers, shared memory and stages off the binaries."""
+    from evotune.compiled import CompiledError, find_compiled, load_compiled
+
+    hw_, p = t.ctx.hardware, t.problem
+    path = None if hw_ is None or p.kind != "gemm" else find_compiled(exp.compiled_dir, t.space.name, hw_.name,
+                                                                      p.dtype, p.layout)
+    if path is None:
+        return t
+    try:
+        table = load_compiled(path, t.space)
+    except CompiledError as exc:
+        raise ExperimentError(exp.path, "compiled", str(exc)) from None
+    return replace(t, ctx=Context(hw_, p, compiled=table))
+
+
 def targets(exp: Experiment) -> list[Target]:
     """Resolve the experiment's problems, spaces and hardware; every error names its field."""
     hardware = None
@@ -80,6 +97,8 @@ def targets(exp: Experiment) -> list[Target]:
         for name in exp.spaces:
             space = load_space(name, exp.base_dir)
             out += [Target(p, space, Context(hardware, p)) for p in exp.problems]
+    if exp.compiled_dir is not None:
+        out = [_with_compiled(exp, t) for t in out]
     for t in out:
         # a recorded kernel of no workload's kind (a Kernel Tuner file's) promises nothing to check against
         if t.problem.workload is not None and t.space.workload != t.problem.kind:

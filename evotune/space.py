@@ -128,6 +128,9 @@ class Context:
 
     hardware: Hardware | None = None
     problem: Problem | None = None
+    # what the compiler said about the space's points on this hardware (an evotune.compiled.CompiledTable):
+    # estimates then take registers, shared memory and stages from the binaries; feasibility ignores it
+    compiled: Any = field(default=None, compare=False, hash=False)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -214,6 +217,8 @@ class SearchSpace:
     default_problem: Problem | None = None
     build: Callable[..., Any] | None = None
     precompile: Callable[..., Any] | None = None  # fills an on-disk cache without launching (compile pool)
+    # compile for any GPU of the table with no GPU present: (point, problem, hardware) -> resource use
+    compile_only: Callable[..., Any] | None = None
     run: Callable[..., Any] | None = None
     reference: Callable[..., Any] | None = None
     make_inputs: Callable[..., Any] | None = None

@@ -28,7 +28,7 @@ os.environ.setdefault("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")
 _LOADED: dict[str, Any] = {}
 
 
-def _kernel_class(stages: int) -> Any:
+def _kernel_class(stages: int, check: bool = True) -> Any:
     from cutlass.operators.providers.cutedsl.gemm.implementations.sm90_static_persistent_impl import (
         Sm90StaticPersistentGemmKernel,
     )
@@ -38,7 +38,7 @@ def _kernel_class(stages: int) -> Any:
 
         def _compute_stages(self, *args: Any) -> tuple[int, int]:
             most, epilogue = Sm90StaticPersistentGemmKernel._compute_stages(*args)
-            if stages > most:
+            if check and stages > most:
                 raise ValueError(f"{stages} stages do not fit in shared memory (at most {most})")
             return stages, epilogue
 
@@ -87,7 +87,7 @@ def _object_file(key: str) -> Any:
     return path if KernelCache().has(key) and path.is_file() else None
 
 
-def operator(point: Point, problem: Problem, a: Any, b: Any, c: Any) -> tuple[Any, Any]:
+def operator(point: Point, problem: Problem, a: Any, b: Any, c: Any, check: bool = True) -> tuple[Any, Any]:
     """``(op, args)``: the cutlass.operators sm90 GEMM for ``point``'s tile and cluster, its kernel swapped for
     one with ``point``'s swizzle, raster order and stages; ``op.compile(args, target_sm="90a")`` builds it."""
     import cutlass
@@ -108,7 +108,7 @@ def operator(point: Point, problem: Problem, a: Any, b: Any, c: Any) -> tuple[An
         raise RuntimeError(f"cutlass.operators has no sm90 persistent GEMM with tile {tile} and cluster {cluster} "
                            f"for {problem.describe()}")
     op = found[0]
-    op.impl = _kernel_class(point["stages"])(
+    op.impl = _kernel_class(point["stages"], check)(
         cutlass.Int32 if int8 else cutlass.Float32, tile, cluster,
         swizzle_size=point["swizzle"], raster_along_m=point["raster"] == "m")
     return op, args
@@ -172,3 +172,20 @@ def build(point: Point, problem: Problem) -> Any:
     torch.cuda.synchronize()
     launch.cache_hit = hit  # type: ignore[attr-defined]
     return launch
+
+
+def compile_only(point: Point, problem: Problem, hardware: Any) -> dict:
+    """Compile ``point`` for ``hardware`` from fake tensors (no GPU, nothing cached or launched); its resource use.
+
+    The stage count is not checked against the kernel's own estimate here: the compiler builds what it can,
+    and the binary's shared memory says whether it could launch. Raises with the compiler's message."""
+    from search_spaces import _cute_aot as aot
+
+    aot.set_target(hardware)
+    import cutlass.cute as cute
+
+    a, b, c, _ = aot.fake_operands(problem)
+    op, args = operator(point, problem, a, b, c, check=False)
+    clusters = aot.max_active_clusters(hardware, tuple(point["cluster"]))
+    return aot.compile_resources(op, args, hardware, (clusters, cute.runtime.make_fake_stream()),
+                                 lambda impl: impl.ab_stage)

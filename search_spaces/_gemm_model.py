@@ -74,6 +74,7 @@ from evotune.space import Constraint, Context, Point, constraint, hardware_limit
 KIB = 1024
 K_SLICE_BYTES = 128  # bytes of K per operand row and stage: one 128-byte swizzle atom
 MBARRIER_RESERVE = 1024  # mbarriers (full/empty per stage, accumulator, epilogue) and scheduler state
+CUTE_STATIC_SMEM = 1024  # static shared memory every CuTe DSL GEMM binary declares (.nv.shared), on top
 SMEM_ALIGN = 1024  # 128-byte swizzled buffers start on 1024-byte boundaries
 TMA_ALIGN_BYTES = 16  # TMA needs every global stride (the contiguous extent) to be a multiple of 16 bytes
 
@@ -105,6 +106,13 @@ def problem_or(ctx: Context, default: Problem) -> Problem:
 def hardware_or_default(ctx: Context) -> Hardware:
     """The context's GPU, or the H100 table entry when there is none."""
     return ctx.hardware or get_hardware(DEFAULT_HARDWARE)
+
+
+def compiled_resources(ctx: Context, space: Any, point: Point) -> Any:
+    """What the compiler measured for ``point`` (an ``evotune.compiled.Compiled`` that built), or None."""
+    table = ctx.compiled
+    c = table.get(space, point) if table is not None else None
+    return c if c is not None and c.ok and c.smem is not None else None
 
 
 # -- messages that carry computed numbers -----------------------------------------

@@ -34,6 +34,7 @@ from evotune.space import (
     SearchSpace,
     boolean,
     constraint,
+    deferred,
     hardware_limit,
     int_range,
     ordinal,
@@ -46,6 +47,7 @@ SUPPORTED_DTYPES = ("bf16", "fp16", "fp8", "int8")
 MIN_STAGES = 2  # the kernel chooses its A/B stage count; a point is feasible when two fit
 C_STAGES = 2  # TMA-store staging buffers reserved before the A/B stages are sized
 EPI_ELEMS = 4096  # the sm100 epilogue subtile holds about this many outputs (up to 128 rows)
+STATIC_SMEM = gm.CUTE_STATIC_SMEM  # shared memory the compiled kernel declares statically (.nv.shared)
 
 _POW2 = (1, 2, 4, 8, 16)
 CLUSTERS = [(cm, cn) for cm in _POW2 for cn in _POW2 if cm * cn <= 16]
@@ -65,27 +67,63 @@ def b_rows_per_cta(point: Point) -> int:
     return point["mma_n"] // (2 if point["use_2cta_instrs"] else 1)
 
 
+def epilogue_tile(point: Point) -> tuple[int, int]:
+    """The TMA-store subtile (rows, columns) the kernel stages C through.
+
+    Four epilogue warps split it along M, 32 TMEM lanes each (2x2 warps for a 64-row
+    CTA of a 2-CTA MMA), and it holds about ``EPI_ELEMS`` outputs: the widest
+    power-of-two column count up to that which divides the CTA tile's N.
+    """
+    tm, tn = cta_tile(point)
+    warps_n = 2 if point["use_2cta_instrs"] and tm == 64 else 1
+    rows = min(tm, 128 // warps_n)
+    cols = min(tn, max(EPI_ELEMS // rows, 16))
+    while tn % cols:
+        cols //= 2
+    return rows, cols
+
+
+def _stage_bytes(point: Point, problem: Problem) -> tuple[int, int]:
+    """(A/B bytes per stage, C bytes per TMA-store stage; 0 without TMA store)."""
+    tm, _ = cta_tile(point)
+    ab = gm.operand_stage_bytes(tm, b_rows_per_cta(point), gm.k_tile(problem.in_bytes), problem.in_bytes)
+    if not point["use_tma_store"]:
+        return ab, 0
+    rows, cols = epilogue_tile(point)
+    return ab, rows * cols * problem.out_bytes
+
+
 def smem_bytes(point: Point, problem: Problem, stages: int = MIN_STAGES) -> int:
     """Shared memory for ``stages`` A/B stages, the TMA-store buffers and mbarriers.
 
     Tensor memory needs no check: two fp32 accumulator buffers of ``mma_n <= 256``
     columns fit in the 512 columns of every SM.
     """
-    tm, tn = cta_tile(point)
-    stage = gm.operand_stage_bytes(tm, b_rows_per_cta(point), gm.k_tile(problem.in_bytes), problem.in_bytes)
-    epi = 0
-    if point["use_tma_store"]:
-        rows = min(tm, 128)
-        cols = min(tn, max(EPI_ELEMS // rows, 8))
-        epi = gm.epilogue_bytes(rows, cols, problem.out_bytes, C_STAGES)
-    return stages * stage + epi + gm.MBARRIER_RESERVE
+    ab, c = _stage_bytes(point, problem)
+    return stages * ab + gm.align_up(C_STAGES * c) + gm.MBARRIER_RESERVE
 
 
 def auto_stages(point: Point, problem: Problem, smem_capacity: int) -> int:
     """The A/B stage count the kernel would pick: as many as fit after the epilogue and barriers."""
-    fixed = smem_bytes(point, problem, stages=0)
-    per_stage = smem_bytes(point, problem, stages=1) - fixed
-    return max(0, (smem_capacity - fixed) // per_stage)
+    ab, c = _stage_bytes(point, problem)
+    return max(0, (smem_capacity - gm.MBARRIER_RESERVE - C_STAGES * c) // ab)
+
+
+def launch_smem(point: Point, problem: Problem, smem_capacity: int) -> tuple[int, int, int]:
+    """(bytes, A/B stages, C stages) of shared memory the kernel launches with, as its stage heuristic fills it.
+
+    The kernel sizes its stages to the capacity less a 1 KiB reserve for barriers, and gives what is
+    left to more C stages. Its barrier block (two mbarriers per A/B stage and per accumulator buffer,
+    rounded up to 128 B) then comes on top, and so does the 1 KiB of static shared memory its binary
+    declares: a fill that leaves less than that over the capacity compiles, and fails at launch.
+    """
+    ab, c = _stage_bytes(point, problem)
+    n_ab = auto_stages(point, problem, smem_capacity)
+    n_c = 0
+    if c:
+        n_c = C_STAGES + (smem_capacity - n_ab * ab - gm.MBARRIER_RESERVE - C_STAGES * c) // c
+    barriers = -(-(16 * n_ab + 16 * 2 + 12) // 128) * 128
+    return n_ab * ab + n_c * c + barriers + STATIC_SMEM, n_ab, n_c
 
 
 def _has_sm100(p: Point, ctx: Context) -> bool:
@@ -116,14 +154,24 @@ def _full_tiles_without_tma_store(p: Point, ctx: Context) -> bool:
     return problem.m % tm == 0 and problem.n % tn == 0
 
 
+def _fill(p: Point, ctx: Context) -> tuple[int, int, int]:
+    return launch_smem(p, _problem(ctx), gm.hardware_or_default(ctx).smem_per_block)
+
+
+def _fill_fits(p: Point, ctx: Context) -> bool:
+    return ctx.hardware is None or _fill(p, ctx)[0] <= ctx.hardware.smem_per_block
+
+
 def estimate(point: Point, ctx: Context) -> float:
     """Predicted time in ms from the shared roofline/wave model (default problem and H100 when unknown)."""
     problem, hw = _problem(ctx), gm.hardware_or_default(ctx)
     tm, tn = cta_tile(point)
-    stages = max(MIN_STAGES, min(auto_stages(point, problem, hw.smem_per_block), 8))
+    measured = gm.compiled_resources(ctx, SPACE, point)  # the stages the kernel chose, read off its binary
+    stages = max(MIN_STAGES, min(measured.stages if measured else auto_stages(point, problem, hw.smem_per_block), 8))
     tiling = gm.Tiling(
         tile_m=tm, tile_n=tn, tile_k=gm.k_tile(problem.in_bytes), stages=stages,
-        smem_bytes=smem_bytes(point, problem, stages), cluster=tuple(point["cluster"]),
+        smem_bytes=measured.smem if measured else smem_bytes(point, problem, stages),
+        regs_per_thread=measured.regs if measured else 0, cluster=tuple(point["cluster"]),
         persistent=True, threads=192, b_rows=b_rows_per_cta(point),
         # an MMA with 64 rows per CTA drives half of the SM's tensor-core datapath
         mma_rate=0.5 if tm < 128 else 1.0,
@@ -157,14 +205,24 @@ SPACE = SearchSpace(
                        "{ctx.hardware.name} allows"),
         gm.dtype_rule(SUPPORTED_DTYPES, "the sm100 CuTe GEMM"),
         gm.tma_alignment_limit(),
-        # the direct-store epilogue has no bounds predication
+        # the direct-store epilogue has no bounds predication; the compiler cannot see it (shapes are symbolic)
         constraint("no-tma-store-oob", _full_tiles_without_tma_store,
                    "without TMA store the CTA tile must divide M and N "
-                   "({ctx.problem.m}x{ctx.problem.n} is not tiled by mma {mma_m}x{mma_n})"),
+                   "({ctx.problem.m}x{ctx.problem.n} is not tiled by mma {mma_m}x{mma_n}): such a point compiles, "
+                   "the shapes being symbolic, but its direct stores are not bounds-checked, and the kernel "
+                   "allows no partial tile without TMA store"),
         gm.smem_limit("smem", lambda p, ctx: smem_bytes(p, _problem(ctx)),
                       f"{MIN_STAGES} A/B stages + epilogue + barriers"),
+        # the compiler builds these, but the binary asks for more shared memory than a block may have
+        hardware_limit("smem-fill", _fill_fits, gm.Message(
+            "the kernel fills shared memory with {fill_ab} A/B and {fill_c} C stages and then needs {fill} B "
+            "with its barriers and {static} B of static shared memory, {ctx.hardware.name} allows "
+            "{ctx.hardware.smem_per_block}: it compiles but cannot launch",
+            lambda p, ctx: dict(zip(("fill", "fill_ab", "fill_c"), _fill(p, ctx), strict=True), static=STATIC_SMEM))),
     ],
     description="sm100 persistent CuTe DSL GEMM (tcgen05 MMA into TMEM, optional 2-CTA MMA and TMA store)",
     estimate=estimate,
     default_problem=DEFAULT_PROBLEM,
+    # compiled for sm_100a from fake tensors on any machine; building to run needs a B200
+    compile_only=deferred("search_spaces._cute_sm100", "compile_only"),
 )

@@ -21,7 +21,7 @@ Example::
     feasible = SPACE.feasible(ctx)
     point = feasible.point(0)
     SPACE.check(dict(point, tile_m=128, tile_n=256, stages=8), ctx)
-    # 'smem: needs 427008 B of shared memory (8 stages of 128x256 + epilogue + barriers), H100 allows 232448'
+    # 'smem: needs 428032 B of shared memory (8 stages of 128x256 + epilogue + barriers), H100 allows 232448'
     SPACE.estimate(point, ctx)   # predicted milliseconds
 """
 
@@ -72,11 +72,14 @@ def epilogue_tile(point: Point, out_bytes: int) -> tuple[int, int]:
 
 
 def smem_bytes(point: Point, problem: Problem) -> int:
-    """Operand stages + epilogue staging + mbarriers, in bytes."""
+    """Operand stages + epilogue staging + mbarriers + the binary's static shared memory, in bytes.
+
+    This is the shared memory each compiled binary launches with (checked for every point on the H100)."""
     tk = gm.k_tile(problem.in_bytes)
     operands = point["stages"] * gm.operand_stage_bytes(point["tile_m"], point["tile_n"], tk, problem.in_bytes)
     rows, cols = epilogue_tile(point, problem.out_bytes)
-    return operands + gm.epilogue_bytes(rows, cols, problem.out_bytes, EPI_STAGES) + gm.MBARRIER_RESERVE
+    return (operands + gm.epilogue_bytes(rows, cols, problem.out_bytes, EPI_STAGES) + gm.MBARRIER_RESERVE
+            + gm.CUTE_STATIC_SMEM)
 
 
 def _has_sm90(p: Point, ctx: Context) -> bool:
@@ -96,9 +99,11 @@ def _cluster_fits(p: Point, ctx: Context) -> bool:
 def estimate(point: Point, ctx: Context) -> float:
     """Predicted time in ms from the shared roofline/wave model (default problem and H100 when unknown)."""
     problem, hw = _problem(ctx), gm.hardware_or_default(ctx)
+    measured = gm.compiled_resources(ctx, SPACE, point)  # the binary's registers and shared memory, if compiled
     tiling = gm.Tiling(
         tile_m=point["tile_m"], tile_n=point["tile_n"], tile_k=gm.k_tile(problem.in_bytes),
-        stages=point["stages"], smem_bytes=smem_bytes(point, problem), cluster=tuple(point["cluster"]),
+        stages=point["stages"], smem_bytes=measured.smem if measured else smem_bytes(point, problem),
+        regs_per_thread=measured.regs if measured else 0, cluster=tuple(point["cluster"]),
         persistent=True, threads=128 * (1 + mma_warpgroups(point)),
         band=point["swizzle"] * (point["cluster"][0] if point["raster"] == "n" else point["cluster"][1]),
         # raster along M walks down M inside a band of `swizzle` clusters along N, and vice versa
@@ -113,6 +118,7 @@ SPACE = SearchSpace(
     # compile a configuration (returns fn(a, b, c)), or only fill the kernel cache: GPU-only code
     build=deferred("search_spaces._cute_sm90", "build"),
     precompile=deferred("search_spaces._cute_sm90", "precompile"),
+    compile_only=deferred("search_spaces._cute_sm90", "compile_only"),
     params=[
         ordinal("tile_m", [64, 128], doc="CTA tile rows (one 64-row WGMMA per warpgroup step)"),
         ordinal("tile_n", [64, 128, 256], doc="CTA tile columns"),

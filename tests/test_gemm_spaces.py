@@ -118,11 +118,11 @@ def test_hopper_deep_pipeline_of_big_tiles_exceeds_shared_memory():
     assert HOPPER.check(dict(HOPPER_POINT, stages=5), ctx(H100)).startswith("smem:")
 
 
-def test_hopper_smem_counts_stages_epilogue_and_barriers():
+def test_hopper_smem_counts_stages_epilogue_barriers_and_static_memory():
     one = cute_hopper_gemm.smem_bytes(dict(HOPPER_POINT, stages=1), BF16)
     two = cute_hopper_gemm.smem_bytes(dict(HOPPER_POINT, stages=2), BF16)
     assert two - one == (128 + 256) * 64 * 2  # one stage: 64-element (128-byte) K slice of A and B
-    epilogue = one - (two - one) - gm.MBARRIER_RESERVE
+    epilogue = one - (two - one) - gm.MBARRIER_RESERVE - gm.CUTE_STATIC_SMEM
     assert epilogue == 4 * 128 * 32 * 2  # four 128x32 bf16 TMA-store buffers with two MMA warpgroups
 
 
