@@ -27,17 +27,13 @@ Example::
 
 from __future__ import annotations
 
-import math
-
 from evotune.problem import Problem
 from evotune.space import (
     Context,
     Point,
     SearchSpace,
     categorical,
-    constraint,
     deferred,
-    hardware_limit,
     int_range,
     ordinal,
     tuples,
@@ -82,20 +78,6 @@ def smem_bytes(point: Point, problem: Problem) -> int:
             + gm.CUTE_STATIC_SMEM)
 
 
-def _has_sm90(p: Point, ctx: Context) -> bool:
-    hw = ctx.hardware
-    return hw is None or (hw.has("wgmma") and hw.has("tma"))
-
-
-def _k_major_8bit(p: Point, ctx: Context) -> bool:
-    problem = gm.gemm_problem(ctx)
-    return problem is None or problem.in_bytes != 1 or (problem.k_major("a") and problem.k_major("b"))
-
-
-def _cluster_fits(p: Point, ctx: Context) -> bool:
-    return ctx.hardware is None or math.prod(p["cluster"]) <= ctx.hardware.max_cluster_portable
-
-
 def estimate(point: Point, ctx: Context) -> float:
     """Predicted time in ms from the shared roofline/wave model (default problem and H100 when unknown)."""
     problem, hw = _problem(ctx), gm.hardware_or_default(ctx)
@@ -129,16 +111,11 @@ SPACE = SearchSpace(
         int_range("stages", 2, 8, doc="depth of the A/B shared-memory pipeline"),
     ],
     constraints=[
-        hardware_limit("arch", _has_sm90, "needs sm_90 (WGMMA and TMA); {ctx.hardware.name} is {ctx.hardware.arch}"),
+        gm.sm90_arch_limit(),
         gm.dtype_rule(SUPPORTED_DTYPES, "the sm90 CuTe GEMM"),
-        # WGMMA can only transpose 16-bit operands in shared memory; 8-bit A and B must be K-major,
-        # and the kernel does no transposing copy of its own.
-        constraint("8bit-k-major", _k_major_8bit,
-                   "8-bit WGMMA operands must be K-major (layout tn), not {ctx.problem.layout}"),
+        gm.k_major_8bit_rule(),
         gm.tma_alignment_limit(),
-        hardware_limit("cluster-size", _cluster_fits,
-                       "a {cluster[0]}x{cluster[1]} cluster exceeds the portable cluster size "
-                       "{ctx.hardware.max_cluster_portable} of {ctx.hardware.name}"),
+        gm.portable_cluster_limit(),
         gm.smem_limit("smem", lambda p, ctx: smem_bytes(p, _problem(ctx)),
                       "{stages} stages of {tile_m}x{tile_n} + epilogue + barriers"),
     ],
