@@ -35,6 +35,9 @@ def test_the_space_is_a_builtin_and_prunes_on_chips_without_wgmma():
     assert len(SPACE.feasible(Context(get_hardware("B200"), BF16))) == 0
     assert len(SPACE.feasible(Context(get_hardware("A100"), BF16))) == 0
     assert SPACE.check(POINT, ctx()) is None and SPACE.check(STREAM_K, ctx()) is None
+    # 192 accumulators per consumer thread build without spills (ptxas), 256 spill
+    assert SPACE.check(dict(POINT, tile_m=256, tile_n=192), ctx()) is None
+    assert SPACE.check(dict(POINT, schedule="pingpong", tile_m=128, tile_n=192), ctx()) is None
 
 
 @pytest.mark.parametrize("change,rule", [
