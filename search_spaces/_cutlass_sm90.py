@@ -4,12 +4,13 @@ A configuration's compile-time knobs (schedule, epilogue, tile scheduler, tile,
 cluster, stages, whether A and B are swapped) become one CUTLASS 3.x kernel,
 declared with CUTLASS's ``CollectiveBuilder`` from the C++ headers that the
 ``nvidia-cutlass`` package ships (``cutlass_library/source``), and compiled by
-nvcc into a shared library with two C functions::
+nvcc into a shared library with three C functions::
 
     int evotune_workspace(int m, int n, int k, int raster, int swizzle, int decomposition, int splits,
                           int sm_count, size_t* bytes);
     int evotune_gemm(const void* a, const void* b, void* d, int m, int n, int k, int raster, int swizzle,
                      int decomposition, int splits, int sm_count, void* workspace, void* stream);
+    int evotune_shared_memory(void);
 
 Problem sizes and the tile scheduler's runtime arguments (raster order, swizzle,
 stream-K decomposition and split count) are arguments, so one binary serves
@@ -27,6 +28,7 @@ so a GEMM with few rows (M of 16 or 64) gets a narrow tile N instead of a
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import importlib.util
 import os
 import shutil
@@ -140,6 +142,9 @@ static typename Gemm::Arguments arguments(const void* a, const void* b, void* d,
   return args;
 }}
 
+// Shared memory the kernel asks for at launch: what the space's smem rule must predict.
+extern "C" int evotune_shared_memory() {{ return GemmKernel::SharedStorageSize; }}
+
 extern "C" int evotune_workspace(int m, int n, int k, int raster, int swizzle, int decomposition, int splits,
                                  int sm_count, size_t* bytes) {{
   auto args = arguments(nullptr, nullptr, nullptr, m, n, k, raster, swizzle, decomposition, splits, sm_count);
@@ -167,6 +172,8 @@ extern "C" int evotune_gemm(const void* a, const void* b, void* d, int m, int n,
   return cudaPeekAtLastError() == cudaSuccess ? 0 : 5;
 }}
 """
+
+_TEMPLATE_HASH = hashlib.sha256(_SOURCE.encode()).hexdigest()[:16]
 
 _ERRORS = {1: "CUTLASS cannot implement this problem with this configuration (can_implement)",
            2: "cudaFuncSetAttribute refused the kernel's shared memory", 3: "workspace initialisation failed",
@@ -239,7 +246,9 @@ def cache_key(point: Point, problem: Problem) -> str:
 
     nvcc, cutlass = toolchain()
     compiled = sorted((name, point[name]) for name in COMPILE_KNOBS)
-    return KernelCache.key("cutlass_sm90", nvcc, cutlass, problem.dtype, kernel_problem(point, problem), compiled)
+    # the generated source's template too: a library built from an older launcher is never loaded
+    return KernelCache.key("cutlass_sm90", nvcc, cutlass, _TEMPLATE_HASH, problem.dtype,
+                           kernel_problem(point, problem), compiled)
 
 
 def nvcc_command(src: Path, out: Path) -> list[str]:
