@@ -299,8 +299,9 @@ class SearchSpace:
         return cached
 
 
-class _Unset(Exception):
-    """A predicate read a parameter that the enumeration has not set yet."""
+class _Unset(BaseException):
+    """A predicate read a parameter that the enumeration has not set yet. Not an ``Exception``, so that a
+    predicate's own ``except Exception`` cannot swallow it and decide on half a point."""
 
 
 class _Partial(dict):

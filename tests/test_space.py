@@ -129,6 +129,13 @@ def _every_point(space: SearchSpace, context: Context) -> tuple[list[tuple[int, 
     return codes, pruned, reasons
 
 
+def _guarded(p, ctx) -> bool:
+    try:  # a rule with its own broad except must still wait for the parameters it reads
+        return p["c"] != 1 or p["d"]
+    except Exception:
+        return False
+
+
 def test_the_staged_walk_prunes_exactly_like_checking_every_point():
     # rules that read early, late, none (context only) and p.get of a parameter and of a missing key
     space = SearchSpace(
@@ -143,6 +150,7 @@ def test_the_staged_walk_prunes_exactly_like_checking_every_point():
             # whole-point predicates: sum over the values, the length, the items
             constraint("sum", lambda p, ctx: sum(v for v in p.values() if isinstance(v, int)) % 3 != 1, "sum"),
             constraint("all", lambda p, ctx: len(p) == 4 and all(k for k, _ in p.items()) and {**p} != {}, "all"),
+            constraint("guarded", _guarded, "guarded"),
         ],
     )
     for hw in (None, get_hardware("H100"), get_hardware("A100")):
