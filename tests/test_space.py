@@ -175,3 +175,11 @@ def test_the_staged_walk_agrees_on_the_builtin_spaces(name):
         codes, pruned, reasons = _every_point(space, context)
         assert [tuple(c) for c in fs.codes] == codes
         assert dict(fs.pruned) == pruned and fs.reasons == reasons
+
+
+def test_a_rule_with_its_own_broad_except_waits_for_what_it_reads():
+    space = SearchSpace("guard", [ordinal("a", [1, 2]), ordinal("c", [1, 2]), boolean("d")],
+                        constraints=[constraint("guarded", _guarded, "guarded")])
+    fs = space.feasible(Context())
+    codes, pruned, reasons = _every_point(space, Context())
+    assert [tuple(c) for c in fs.codes] == codes and dict(fs.pruned) == pruned == {"guarded": 2}
