@@ -183,3 +183,4 @@ def test_a_rule_with_its_own_broad_except_waits_for_what_it_reads():
     fs = space.feasible(Context())
     codes, pruned, reasons = _every_point(space, Context())
     assert [tuple(c) for c in fs.codes] == codes and dict(fs.pruned) == pruned == {"guarded": 2}
+    assert fs.reasons == reasons
