@@ -32,13 +32,9 @@ from evotune.evaluation.result import Status  # noqa: E402
 from evotune.hardware import get_hardware  # noqa: E402
 from evotune.plugins import builtin_names, load_space  # noqa: E402
 from evotune.space import Context  # noqa: E402
+from evotune.strategies.prior import spearman  # noqa: E402
 
 TOP = 10
-
-
-def _spearman(x: np.ndarray, y: np.ndarray) -> float:
-    rx, ry = np.argsort(np.argsort(x, kind="stable")), np.argsort(np.argsort(y, kind="stable"))
-    return float(np.corrcoef(rx, ry)[0, 1])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         for ctx in (Context(hw, ls.problem), Context(hw, ls.problem, compiled=table)):
             est = np.array([space.estimate(p, ctx) for p, _ in ok])
             top = np.argsort(est, kind="stable")[:TOP]
-            result += [_spearman(est, times), times.min() / times[top].min()]
+            result += [spearman(est, times), times.min() / times[top].min()]
         rows.append(result)
         print(f"| {path.name} | {len(ok)} | {result[0]:.3f} | {result[2]:.3f} | {result[1]:.3f} | {result[3]:.3f} |")
     if rows:
