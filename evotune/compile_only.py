@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -215,7 +215,6 @@ def compile_experiment(exp: Experiment, opts: CompileOptions, progress: Callable
         if left is not None and left <= 0:
             progress(f"{p.path.name}: not started, the {opts.seconds:.0f} s of this piece are spent")
             continue
-        path, _ = run_plan(p, CompileOptions(opts.out_dir, opts.workers, opts.pruned_sample, left, opts.seed),
-                           progress)
+        path, _ = run_plan(p, replace(opts, seconds=left), progress)
         written.append(path)
     return written

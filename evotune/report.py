@@ -106,19 +106,31 @@ def collect_best(storage: str | optuna.storages.BaseStorage, experiment: str | N
     return out
 
 
+def _newest_records(summaries: list[optuna.study.StudySummary]) -> dict[str, dict[str, Any]]:
+    """Each space's newest confirmation record among a problem's studies (records that confirmed something)."""
+    records: dict[str, dict[str, Any]] = {}
+    for s in summaries:
+        rec = s.user_attrs.get("confirmation") or {}
+        space = s.user_attrs.get("space", "?")
+        if rec.get("configs") and newer(rec, records.get(space)):
+            records[space] = rec
+    return records
+
+
+def _confirmed_items(rec: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(point key, its confirmed figures) of a record's configurations, baselines left out."""
+    return [(key, item) for key, item in rec["items"].items() if key in rec["configs"]]
+
+
 def _space_bests(summaries: list[optuna.study.StudySummary]) -> dict[str, float]:
     """Each space's fastest time for one problem: its newest confirmation record's fastest configuration,
     else the fastest trial of its studies."""
     searched: dict[str, float] = {}
-    records: dict[str, dict[str, Any]] = {}
     for s in summaries:
         space = s.user_attrs.get("space", "?")
         searched[space] = min(searched.get(space, math.inf), float(s.best_trial.value))
-        rec = s.user_attrs.get("confirmation") or {}
-        if rec.get("configs") and newer(rec, records.get(space)):
-            records[space] = rec
-    for space, rec in records.items():
-        confirmed = [item["median_ms"] for key, item in rec["items"].items() if key in rec["configs"]]
+    for space, rec in _newest_records(summaries).items():
+        confirmed = [item["median_ms"] for _, item in _confirmed_items(rec)]
         if confirmed:
             searched[space] = float(min(confirmed))
     return dict(sorted(searched.items(), key=lambda kv: kv[1]))
@@ -128,14 +140,9 @@ def _apply_confirmation(best: Best, summaries: list[optuna.study.StudySummary],
                         storage: optuna.storages.BaseStorage) -> None:
     """Make ``best`` the fastest confirmed configuration of the problem over every space's confirmation
     record (the newest per space), with that record's baselines; unchanged when nothing was confirmed."""
-    records: dict[str, dict[str, Any]] = {}
-    for s in summaries:
-        rec = s.user_attrs.get("confirmation") or {}
-        space = s.user_attrs.get("space", "?")
-        if rec.get("configs") and newer(rec, records.get(space)):
-            records[space] = rec
+    records = _newest_records(summaries)
     found = [(item["median_ms"], space, key, rec) for space, rec in records.items()
-             for key, item in rec["items"].items() if key in rec["configs"]]
+             for key, item in _confirmed_items(rec)]
     if not found:
         return
     median, space, key, rec = min(found, key=lambda f: f[0])
