@@ -10,10 +10,12 @@ Example::
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import importlib.util
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -324,6 +326,13 @@ def cache_summary(evaluator: Evaluator, before: dict[str, int] | None = None) ->
     return f"{hit} hits, {miss} misses, {memory} in memory"
 
 
+@functools.lru_cache(maxsize=32)
+def _source_landscape(path: Path, mtime_ns: int, size: int) -> Landscape:
+    """A landscape named as a source, read once per version of the file: every (problem, strategy, seed) of a
+    run asks for the same ones."""
+    return load_landscape(path)
+
+
 def transfer_sources(exp: Experiment, target: Target, storage: optuna.storages.BaseStorage, strategy: str,
                      options: dict) -> list[Source]:
     """For a strategy that transfers (unless its options say ``transfer = false``): the experiment's own studies
@@ -339,8 +348,9 @@ def transfer_sources(exp: Experiment, target: Target, storage: optuna.storages.B
             found += from_cache(read_tuned(), target.space, target.problem, device)
             continue
         try:
-            ls = load_landscape(named)
-        except LandscapeError as exc:
+            stat = named.stat()
+            ls = _source_landscape(named, stat.st_mtime_ns, stat.st_size)
+        except (LandscapeError, OSError) as exc:
             raise ExperimentError(exp.path, "sources", str(exc)) from None
         source = from_landscape(ls, target.problem, device)
         if source.distance > 0 or ls.problem.key != target.problem.key:
