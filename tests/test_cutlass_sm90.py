@@ -13,6 +13,7 @@ from evotune.hardware import get_hardware
 from evotune.plugins import builtin_names, load_space
 from evotune.problem import Problem
 from evotune.space import Context
+from search_spaces import _cutlass_build as cb
 from search_spaces import _cutlass_sm90 as cpp
 from search_spaces.cutlass_sm90_gemm import SPACE
 
@@ -110,7 +111,7 @@ def test_swapping_a_and_b_transposes_the_layouts():
 
 
 def test_the_cache_key_holds_only_what_the_compiler_sees(monkeypatch):
-    monkeypatch.setattr(cpp, "toolchain", lambda: ("nvcc 13.0", "4.2.0"))
+    monkeypatch.setattr(cb, "toolchain", lambda: ("nvcc 13.0", "4.2.0"))
     key = cpp.cache_key(POINT, BF16)
     # every problem of the same dtype and layout, and every launch argument, share one binary
     assert cpp.cache_key(dict(POINT, raster="n", swizzle=8), SKINNY) == key
