@@ -202,6 +202,9 @@ class SearchSpace:
     ``wrong_result``). Both run in a worker process that loads the space again
     from ``source``; an exception in ``build`` is a ``compile_error``, one in
     ``fn`` a ``runtime_error``, and a crash or a hang fails only that point.
+    ``named`` maps a label to a configuration a user would otherwise deploy (a
+    hand-picked one): on a GPU it is built, verified and timed beside the
+    workload's baselines in every run.
     ``estimate(point, ctx)`` returns a predicted time (lower is better) from the
     hardware model; seeding ranks points by it.
     """
@@ -219,6 +222,8 @@ class SearchSpace:
     run: Callable[..., Any] | None = None
     reference: Callable[..., Any] | None = None
     make_inputs: Callable[..., Any] | None = None
+    # configurations worth naming (a library default, a hand-picked deployment): timed beside the baselines
+    named: dict[str, Point] = field(default_factory=dict)
     workload: str = "gemm"  # the problem kind it serves (evotune.workloads); the runner refuses any other
     source: str = ""  # how plugins.load_space found it (a name or a path), so a worker process can load it too
     _feasible: dict[tuple[str, str], FeasibleSet] = field(default_factory=dict, repr=False)
@@ -228,6 +233,8 @@ class SearchSpace:
         if len(set(names)) != len(names):
             raise ValueError(f"space {self.name!r} repeats a parameter name")
         self._by_name = {p.name: p for p in self.params}
+        for point in self.named.values():
+            self.validate(point)
 
     # -- basic facts -----------------------------------------------------
     @property

@@ -20,7 +20,7 @@ from evotune.evaluation.isolation import serve
 from evotune.evaluation.options import TimingOptions
 from evotune.problem import Problem
 from evotune.space import Point
-from evotune.workloads.base import Workload
+from evotune.workloads.base import Workload, call_args
 
 KEEP_KERNELS = 64  # built kernels a GPU worker keeps, most recently used first
 
@@ -63,7 +63,10 @@ class _Worker:
         if kind == "baselines":
             return {"status": "ok", "baselines": self.baselines(Problem.from_dict(message[1]))}
         if kind == "confirm":
-            return self.confirm(message[1], Problem.from_dict(message[2]), message[3], message[4])
+            try:
+                return self.confirm(message[1], Problem.from_dict(message[2]), message[3], message[4])
+            except Exception as exc:  # a launch that failed mid-race: the record says why, the worker lives on
+                return self._failure("runtime_error", exc, 0.0, stage="confirm")
         if kind == "info":
             info = device_info()
             info["copy_gbps"] = self.oracle.copy_bandwidth_gbps()
@@ -85,7 +88,6 @@ class _Worker:
         return self.inputs[problem.key]
 
     def evaluate(self, point: Point, problem: Problem, seed: int) -> dict[str, Any]:
-        import torch
 
         workload = _workload(problem)
         kept = (problem.key, self.space.key(point)) in self.kernels
@@ -97,18 +99,15 @@ class _Worker:
         stage = "verify"
         checked = time.perf_counter()
         try:
-            fresh = workload.make_inputs(problem, seed=seed)  # fresh data for every check
-            kernel(*fresh)
-            torch.cuda.synchronize()
-            ok, err, why = workload.verify(problem, fresh)
-            del fresh
+            ok, err, why = _check(kernel, workload, problem, seed)  # fresh data for every check
             if not ok:
                 return {"status": "wrong_result", "error": err, "message": why, "compile_s": compile_s}
             stage = "time"
             verify_s = time.perf_counter() - checked
             inputs = self._inputs(problem)
             workload.poison(inputs)
-            timing = self.oracle.time(lambda: kernel(*inputs))
+            args = call_args(kernel, inputs)
+            timing = self.oracle.time(lambda: kernel(*args))
         except Exception as exc:
             return self._failure("runtime_error", exc, 0.0, compile_s, stage)
         # what the point cost beside compiling: verification and timing (preparing the graph included)
@@ -159,24 +158,22 @@ class _Worker:
             if isinstance(reply_or_kernel, dict):
                 skipped[name] = reply_or_kernel.get("message", "could not be built")
                 continue
-            kernel = reply_or_kernel
-            try:
-                fresh = workload.make_inputs(problem, seed=4242)
-                kernel(*fresh)
-                torch.cuda.synchronize()
-                ok, _, why = workload.verify(problem, fresh)
-                del fresh
-                if ok:
-                    launches[name], _ = self.oracle.prepare(lambda kernel=kernel: kernel(*inputs))
-            except Exception as exc:  # it ran in the search; if it fails now, it is left out, not trusted
-                ok, why = False, f"{type(exc).__name__}: {exc}"[:500]
-            if not ok:
+            why = self._prepare_checked(launches, name, reply_or_kernel, workload, problem, inputs)
+            if why:
                 skipped[name] = why
                 continue
             configs[name], search[name] = point, float(ms)
+        for name, point in self.space.named.items():  # a user's own configuration, timed like a baseline
+            label = f"{self.space.name}: {name}"
+            built = self._kernel(point, problem)
+            why = (built.get("message", "could not be built") if isinstance(built, dict)
+                   else self._prepare_checked(launches, label, built, workload, problem, inputs))
+            if why:
+                skipped[label] = why
         for name, fn in workload.baselines(problem).items():
             try:
-                launches[name], _ = self.oracle.prepare(lambda fn=fn: fn(*inputs))
+                args = call_args(fn, inputs)
+                launches[name], _ = self.oracle.prepare(lambda fn=fn, args=args: fn(*args))
             except Exception as exc:  # a baseline the library does not support for this shape
                 skipped[name] = f"{type(exc).__name__}: {exc}"[:500]
         names = list(launches)
@@ -192,6 +189,19 @@ class _Worker:
         doc = result.to_dict()
         doc.update(configs=configs, baselines=[n for n in names if n not in configs], skipped=skipped)
         return {"status": "ok", "confirmation": doc}
+
+    def _prepare_checked(self, launches: dict[str, Any], name: str, kernel: Any, workload: Workload,
+                         problem: Problem, inputs: tuple[Any, ...]) -> str:
+        """Verify ``kernel`` on fresh data, then prepare its timed launch on ``inputs`` into ``launches[name]``;
+        returns why it was left out ("" when it was not)."""
+        try:
+            ok, _, why = _check(kernel, workload, problem, 4242)
+            if ok:
+                args = call_args(kernel, inputs)
+                launches[name], _ = self.oracle.prepare(lambda: kernel(*args))
+        except Exception as exc:  # it ran in the search; if it fails now, it is left out, not trusted
+            ok, why = False, f"{type(exc).__name__}: {exc}"[:500]
+        return "" if ok else why
 
     def _kernel(self, point: Point, problem: Problem) -> Any:
         """The built kernel of ``point`` (kept, or built now), or a failure reply when it cannot be built."""
@@ -211,20 +221,41 @@ class _Worker:
         return kernel
 
     def baselines(self, problem: Problem) -> dict[str, dict[str, Any]]:
+        """The workload's baselines and the space's named configurations, each verified where it computes the
+        problem itself (``verified`` is None for a baseline of another precision or layout) and timed."""
         workload = _workload(problem)
-        out = {}
-        for name, fn in workload.baselines(problem).items():
+        fns: dict[str, Any] = {}
+        out: dict[str, dict[str, Any]] = {}
+        for name, point in self.space.named.items():
+            built = self._kernel(point, problem)
+            if isinstance(built, dict):
+                out[f"{self.space.name}: {name}"] = {"error": built.get("message", "could not be built")[:500]}
+            else:
+                fns[f"{self.space.name}: {name}"] = built
+        fns.update(workload.baselines(problem))
+        for name, fn in fns.items():
             inputs = workload.make_inputs(problem, seed=777)
             try:
-                fn(*inputs)
-                ok, err, _ = workload.verify(problem, inputs)
-                t = self.oracle.time(lambda fn=fn, inputs=inputs: fn(*inputs))
+                args = call_args(fn, inputs)
+                fn(*args)
+                ok, err = (workload.verify(problem, inputs)[:2] if args[-1] is inputs[-1] else (None, None))
+                t = self.oracle.time(lambda fn=fn, args=args: fn(*args))
             except Exception as exc:  # a baseline the library does not support for this shape
                 out[name] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
                 continue
             out[name] = {"time_ms": t.median_ms, "samples_ms": t.samples_ms, "ci95_ms": list(t.ci95_ms),
                          "verified": ok, "error_value": err}
         return out
+
+
+def _check(kernel: Any, workload: Workload, problem: Problem, seed: int) -> tuple[bool, float, str]:
+    """Run ``kernel`` once on fresh inputs and verify its output: (passed, error, why not)."""
+    import torch
+
+    fresh = workload.make_inputs(problem, seed=seed)
+    kernel(*call_args(kernel, fresh))
+    torch.cuda.synchronize()
+    return workload.verify(problem, fresh)
 
 
 def _workload(problem: Problem) -> Workload:

@@ -8,7 +8,12 @@ it through :func:`evotune.workloads.get_workload` and never assume a GEMM.
 Kernels are called with the inputs in order, the output last:
 ``kernel(*inputs)`` on the GPU (torch tensors, the output written in place),
 ``fn(*cpu_inputs) -> output`` on the CPU oracle (numpy arrays, the output
-returned).
+returned). A GPU kernel or baseline that wants its operands in another form
+(a filter in the kernel's own layout, fp16 copies for a baseline of another
+precision) carries ``prepare(inputs) -> args``: the worker calls it once per
+set of inputs, outside the timing, as a deployment converts its weights once,
+and launches ``kernel(*args)``. A kernel's ``args[-1]`` must be ``inputs[-1]``,
+the output that is verified; see :func:`call_args`.
 """
 
 from __future__ import annotations
@@ -17,6 +22,12 @@ from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 from evotune.problem import Problem
+
+
+def call_args(fn: Any, inputs: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The arguments ``fn`` is launched with: ``fn.prepare(inputs)`` when it has one, else ``inputs``."""
+    prepare = getattr(fn, "prepare", None)
+    return tuple(prepare(inputs)) if prepare is not None else inputs
 
 
 class FieldError(ValueError):
