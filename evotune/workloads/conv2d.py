@@ -191,10 +191,14 @@ class Conv2dWorkload(Workload):
 
         s = ConvShape.of(problem)
         x, w = (to_nhwc(t, problem.layout).permute(0, 3, 1, 2) for t in inputs[:2])
-        if problem.dtype == "int8":  # float64 holds every int32 accumulation exactly
-            acc = F.conv2d(x.double(), w.double(), stride=s.stride, padding=s.pad, dilation=s.dilation)
+        if problem.dtype == "int8":
+            # exact either way: float32 while no partial sum can reach 2^24 (fast, cuDNN), float64 beyond
+            bound = float(x.abs().max()) * float(w.abs().max()) * s.C * s.R * s.S
+            wide = torch.float32 if bound < 2 ** 24 else torch.float64
+            with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+                acc = F.conv2d(x.to(wide), w.to(wide), stride=s.stride, padding=s.pad, dilation=s.dilation)
             scale = inputs[2].double().view(1, -1, 1, 1)
-            return torch.clamp(torch.round(acc * scale), -128, 127).permute(0, 2, 3, 1)
+            return torch.clamp(torch.round(acc.double() * scale), -128, 127).permute(0, 2, 3, 1)
         with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
             out = F.conv2d(x.float(), w.float(), stride=s.stride, padding=s.pad, dilation=s.dilation)
         return out.double().permute(0, 2, 3, 1)
@@ -222,24 +226,15 @@ class Conv2dWorkload(Workload):
         return True, err, ""
 
     def baselines(self, problem: Problem) -> dict[str, Callable[..., object]]:
-        """cuDNN through ``torch.nn.functional.conv2d`` on channels_last views (fp16, bf16; nhwc), with
-        cuDNN's autotuner on as a user would have it. conv2d has no ``out=``: the time includes copying
-        its output into ``y``. No int8 baseline yet: torch exposes no int8 cuDNN convolution, and one
-        through cuDNN's own API (or TensorRT) is still to be added."""
-        import torch
-        import torch.nn.functional as F
+        """cuDNN in fp16 through torch (channels_last; for int8 problems the same shape in fp16) and, for int8,
+        cuDNN's int8 convolution through the cuDNN frontend (:mod:`evotune.workloads._conv2d_baselines`)."""
+        from evotune.workloads import _conv2d_baselines as cb
 
+        name = "fp16" if problem.dtype in ("int8", "fp16") else problem.dtype
+        out = {f"cudnn {name} conv2d (torch, channels_last)": cb.cudnn_fp16(problem)}
         if problem.dtype == "int8":
-            return {}
-        s = ConvShape.of(problem)
-
-        def cudnn(x: Any, w: Any, y: Any) -> object:
-            with torch.backends.cudnn.flags(enabled=True, benchmark=True):
-                out = F.conv2d(x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2), stride=s.stride, padding=s.pad,
-                               dilation=s.dilation)
-            return y.permute(0, 3, 1, 2).copy_(out)
-
-        return {"cudnn conv2d (torch, channels_last)": cudnn}
+            out["cudnn int8 conv2d (frontend graph)"] = cb.cudnn_int8(problem)
+        return out
 
     # -- CPU (numpy)
     def cpu_inputs(self, problem: Problem, seed: int) -> tuple[Any, ...]:
