@@ -299,12 +299,15 @@ def cmd_spaces(args: argparse.Namespace) -> int:
         table.add_column(col, overflow="fold")
     for name in [*builtin_names(), *entry_point_names()]:
         space = load_space(name)
-        ctx = Context(hardware, problem)
+        # a space of another workload (a convolution) is pruned for its own default problem, and says so
+        own = space.workload != problem.kind and space.default_problem is not None
+        ctx = Context(hardware, space.default_problem if own else problem)
         fs = space.feasible(ctx)
         pruned = "; ".join(f"{c} x {fs.reasons[r]}" for r, c in fs.pruned.most_common(2)) or "-"
         params = ", ".join(
             f"{p.name}={list(p.choices)}" if args.verbose else p.name for p in space.params)
-        row = [name, str(space.size), str(len(fs)), pruned, params]
+        row = [f"{name} (for {ctx.problem.describe()})" if own else name, str(space.size), str(len(fs)), pruned,
+               params]
         if args.verbose:
             row.append(_compiler_check(space, ctx, args.compiled))
         table.add_row(*row)
