@@ -233,6 +233,10 @@ SPACE = SearchSpace(
         constraint("interleaved-epilogue", lambda p, ctx: _problem(ctx).layout != "nc32hw32" or p["epilogue"] == 8,
                    "CUTLASS's interleaved epilogue stores 8 int8 (64 bits) at a time: with {epilogue} it compiles, "
                    "and writes channels 4 to 15 of every 32 wrong (seen on the H100)"),
+        constraint("nhwc-thread-map", lambda p, ctx: _problem(ctx).layout != "nhwc" or all(
+                       tile * p["tb_k"] // 16 >= threads(p) for tile in (p["tb_m"], p["tb_n"])),
+                   "CUTLASS's NHWC thread map gives every thread at least one 16-byte piece of each operand tile: "
+                   "{tb_m}x{tb_k} and {tb_n}x{tb_k} int8 are too small for {warp_m}x{warp_n} warps"),
         constraint("nhwc-epilogue", lambda p, ctx: _problem(ctx).layout != "nhwc" or p["epilogue"] <= 8,
                    "CUTLASS's NHWC epilogue thread map leaves no rows or columns to some threads at 16 outputs "
                    "per store; stores of {epilogue} are not offered for nhwc"),

@@ -73,6 +73,17 @@ def test_the_interleaved_thread_map_rule_agrees_with_nvcc(tile, compiled):
     assert interleaved_thread_map(point) == compiled
 
 
+def test_the_nhwc_rules_agree_with_nvcc():
+    nhwc = CONV.parse({"N": 8, "C": 64, "H": 56, "W": 56, "K": 128, "R": 3, "S": 3, "pad": 1, "dtype": "int8"})
+    # three tiles nvcc refused ("Number of iterations must be non-zero"), and one it built
+    for tile, alignment in [((256, 32, 64, 32, 32), 16), ((256, 32, 64, 32, 32), 4), ((128, 32, 32, 32, 32), 4)]:
+        knobs = dict(zip(("tb_m", "tb_n", "tb_k", "warp_m", "warp_n"), tile, strict=True))
+        point = dict(HAND_PICKED, alignment=alignment, instruction=(8, 8, 16), stages=2, **knobs)
+        assert SPACE.check(point, ctx(nhwc)).startswith("nhwc-thread-map:"), tile
+    assert SPACE.check(dict(HAND_PICKED, tb_m=256, tb_n=32, warp_n=32, alignment=8), ctx(nhwc)) is None
+    assert SPACE.check(dict(HAND_PICKED, epilogue=16), ctx(nhwc)).startswith("nhwc-epilogue:")
+
+
 def test_the_shared_memory_model_equals_the_binaries():
     # sizeof(Kernel::SharedStorage) of libraries built by nvcc: (tb_m, tb_n, tb_k, stages) -> bytes
     for (m, n, k, stages), smem in {(128, 128, 128, 4): 131072, (128, 32, 32, 2): 10240, (128, 128, 64, 5): 81920,
