@@ -88,7 +88,6 @@ class _Worker:
         return self.inputs[problem.key]
 
     def evaluate(self, point: Point, problem: Problem, seed: int) -> dict[str, Any]:
-
         workload = _workload(problem)
         kept = (problem.key, self.space.key(point)) in self.kernels
         started = time.perf_counter()
