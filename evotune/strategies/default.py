@@ -34,13 +34,18 @@ The algorithm:
    trusted. While the prior ranks the told results with a Spearman correlation of at
    least ``trust``, it replaces the start-up sample: the GP models what the prior
    (scaled by least squares) leaves unexplained, and the prior's best-ranked fresh
-   points join the candidates. Below ``trust`` the search is plain ``default`` again,
-   its start-up sample first. Without sources nothing changes.
+   points join the candidates. The transferred winners are then close to the optimum
+   and the last percent is usually one or two parameters away: the stalled local
+   step comes after ``trusted_patience`` results without a better time, not
+   ``patience``, and takes every proposal it applies to (``trusted_local``). Below
+   ``trust`` the search is plain ``default`` again, its start-up sample first.
+   Without sources nothing changes.
 
 Options (defaults): ``startup`` 10, ``pool`` 1000, ``top`` 5, ``cross`` 50,
 ``local`` 0.5, ``patience`` 30, ``relevance`` true, ``shared`` 40,
 ``stall_shared`` true, ``noise`` 1e-3, ``refit`` 10 (results between length-scale
-fits), ``transfer`` true, ``transfer_first`` 4, ``transfer_checks`` 3, ``trust`` 0.6.
+fits), ``transfer`` true, ``transfer_first`` 4, ``transfer_checks`` 3, ``trust`` 0.6,
+``trusted_patience`` 3, ``trusted_local`` 1.0.
 The measurements behind each choice are in ``docs/STRATEGY_DESIGN.md``.
 
 Example::
@@ -82,6 +87,9 @@ class Default(GaussianProcess):
         "transfer_first": Option(4, int, 0),  # the sources' winners measured: half first, the rest once trusted
         "transfer_checks": Option(3, int, 0),  # then spread-out points, against which the prior's ranking is checked
         "trust": Option(0.6, float, -1.0, 1.0),  # rank correlation the prior must keep with the told times
+        # with a trusted prior the transferred winners are near the optimum: step to their neighbours sooner
+        "trusted_patience": Option(3, int, 1),
+        "trusted_local": Option(1.0, float, 0.0, 1.0),
     }
     transfers = True
 
@@ -159,12 +167,18 @@ class Default(GaussianProcess):
         return picks[0]
 
     def _stalled(self) -> bool:
-        """Whether ``patience`` results have passed without a better time."""
-        return len(self.values) - self._improved_at >= int(self.options["patience"])
+        """Whether ``patience`` results (``trusted_patience`` while the prior is trusted) have passed without a
+        better time."""
+        o = self.options
+        patience = int(o["patience"])
+        if self._trusted:
+            patience = min(patience, int(o["trusted_patience"]))
+        return len(self.values) - self._improved_at >= patience
 
     def candidates(self, free: np.ndarray) -> np.ndarray:
         o = self.options
-        if self._stalled() and float(o["local"]) and self.rng.random() < float(o["local"]):
+        local = float(o["trusted_local"] if self._trusted else o["local"])
+        if self._stalled() and local and self.rng.random() < local:
             rows = self.neighbours(1)
             if not len(rows):  # every one-parameter neighbour of the best is measured: look two away
                 rows = self.neighbours(1, distance=2)
