@@ -149,7 +149,7 @@ class Conv2dWorkload(Workload):
         return (f"conv2d N{s.N} C{s.C} H{s.H} W{s.W} K{s.K} R{s.R} S{s.S} pad {s.pad} stride {s.stride} "
                 f"dilation {s.dilation} {problem.dtype} {problem.layout}{scaled}")
 
-    # -- GPU (torch): untested without a GPU here; see the module docstring for the launch convention
+    # -- GPU (torch): see the module docstring for the launch convention; tests/test_gpu_conv.py runs it
     def make_inputs(self, problem: Problem, seed: int = 0, fill: bool = True) -> tuple[Any, ...]:
         import torch
 
