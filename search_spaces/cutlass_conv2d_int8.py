@@ -211,7 +211,8 @@ SPACE = SearchSpace(
                    "tb_k {tb_k} is {tb_k} / {instruction[2]} step(s) of the instruction's K; CUTLASS's warp-level "
                    "pipeline needs an even number, at least 2"),
         constraint("turing-two-stage", lambda p, ctx: p["instruction"] != (8, 8, 16) or p["stages"] == 2,
-                   "the 8x8x16 MMA builds as a Turing kernel, whose pipeline has 2 stages, not {stages}"),
+                   "the 8x8x16 MMA is offered as CUTLASS's Turing kernels use it, with a two-stage pipeline; "
+                   "with {stages} stages it compiles and has never run on a GPU"),
         constraint("iterator-layout", lambda p, ctx: p["iterator"] in ("analytic", "optimized")
                    or _problem(ctx).layout == "nhwc",
                    "the {iterator} iterator reads NHWC activations; {ctx.problem.layout} is interleaved"),
