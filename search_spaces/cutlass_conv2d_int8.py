@@ -34,7 +34,7 @@ Example::
     ctx = Context(get_hardware("H100"), problem)
     SPACE.check(HAND_PICKED, ctx)                       # None: feasible
     SPACE.check(dict(HAND_PICKED, tb_k=32), ctx)
-    # 'warp-k-steps: tb_k 32 is 1 step(s) of the 16x8x32 instruction's K; CUTLASS's pipeline needs an even ...'
+    # "warp-k-steps: tb_k 32 is 1 step(s) of the instruction's K; CUTLASS's warp-level pipeline needs an ..."
 """
 
 from __future__ import annotations
@@ -208,8 +208,8 @@ SPACE = SearchSpace(
         constraint("warp-tile", lambda p, ctx: p["tb_m"] % p["warp_m"] == 0 and p["tb_n"] % p["warp_n"] == 0,
                    "a {warp_m}x{warp_n} warp tile does not divide the {tb_m}x{tb_n} threadblock tile"),
         constraint("warp-k-steps", lambda p, ctx: _warp_k_steps(p) >= 2 and _warp_k_steps(p) % 2 == 0,
-                   "tb_k {tb_k} is {tb_k} / {instruction[2]} step(s) of the instruction's K; CUTLASS's warp-level "
-                   "pipeline needs an even number, at least 2"),
+                   gm.Message("tb_k {tb_k} is {steps} step(s) of the instruction's K; CUTLASS's warp-level pipeline "
+                              "needs an even number, at least 2", lambda p, ctx: {"steps": _warp_k_steps(p)})),
         constraint("turing-two-stage", lambda p, ctx: p["instruction"] != (8, 8, 16) or p["stages"] == 2,
                    "the 8x8x16 MMA is offered as CUTLASS's Turing kernels use it, with a two-stage pipeline; "
                    "with {stages} stages it compiles and has never run on a GPU"),
