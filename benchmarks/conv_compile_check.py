@@ -36,6 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from evotune.compile_only import first_error_line  # noqa: E402
 from evotune.hardware import get_hardware  # noqa: E402
 from evotune.space import Context  # noqa: E402
 from evotune.workloads import get_workload  # noqa: E402
@@ -55,19 +56,17 @@ def compile_one(job: tuple[dict, dict]) -> dict:
     """nvcc -cubin of one configuration: ok, seconds, registers, spill bytes, the first error line."""
     point, fields = job
     problem = get_workload("conv2d").parse(fields)
-    root = cb.cutlass_root()
     with tempfile.TemporaryDirectory(prefix="evotune-check-") as tmp:
         src = Path(tmp) / "k.cu"
         src.write_text(cc.source(point, problem))
         started = time.perf_counter()
-        proc = subprocess.run(["nvcc", "-cubin", "-O3", "-DNDEBUG", "-std=c++17", "-arch=sm_90a",
-                               "--expt-relaxed-constexpr", "-Xptxas", "-v", f"-I{root / 'include'}",
-                               f"-I{root / 'tools' / 'util' / 'include'}", "-o", str(Path(tmp) / "k.cubin"),
-                               str(src)], capture_output=True, text=True)
+        # ptxas -v: the spill counts, which the cubin does not keep
+        proc = subprocess.run(cb.nvcc_command(src, Path(tmp) / "k.cubin", cubin=True, extra=("-Xptxas", "-v")),
+                              capture_output=True, text=True)
     text = proc.stderr
     regs = [int(r) for r in re.findall(r"Used (\d+) registers", text)]
     spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", text)]
-    error = next((line.split("error:")[-1].strip() for line in text.splitlines() if "error" in line), "")
+    error = first_error_line(text) if proc.returncode else ""
     return {"ok": proc.returncode == 0, "s": round(time.perf_counter() - started, 2),
             "registers": max(regs, default=None), "spill": max(spills, default=0), "error": error[:200]}
 

@@ -204,9 +204,11 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
             before = dict(getattr(evaluator, "cache_stats", None) or {})
             measure_baselines(exp, target, evaluator)
             for spec in exp.strategies:
+                # the other problems' studies do not change while this problem's seeds run: read them once
+                sources = transfer_sources(exp, target, storage, spec.name, spec.options)
                 for seed in spec.seeds:
                     results.append(_run_one(exp, target, evaluator, storage, spec.name, seed, spec.options, bar,
-                                            draw_seed))
+                                            draw_seed, sources))
             confirm_target(exp, target, evaluator, storage, console)
             summary = cache_summary(evaluator, before)
             if summary:
@@ -359,9 +361,10 @@ def transfer_sources(exp: Experiment, target: Target, storage: optuna.storages.B
 
 
 def _run_one(exp: Experiment, target: Target, evaluator: Evaluator, storage, strategy: str, seed: int,
-             options: dict, bar: Progress | None, draw_seed: int = 0) -> TuneResult:
+             options: dict, bar: Progress | None, draw_seed: int = 0, sources: list[Source] | None = None
+             ) -> TuneResult:
     name = study_name(exp, target, strategy, seed)
-    sources = transfer_sources(exp, target, storage, strategy, options)
+    sources = sources or []
     attrs = study_attrs(exp, target, strategy, seed)
     if sources:
         attrs["transfer_sources"] = [{"name": s.name, "distance": round(s.distance, 3)} for s in sources]

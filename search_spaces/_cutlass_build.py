@@ -67,12 +67,14 @@ def cache_key(*parts: Any) -> str:
     return KernelCache.key(parts[0], nvcc, cutlass, *parts[1:])
 
 
-def nvcc_command(src: Path, out: Path, arch: str = "sm_90a") -> list[str]:
+def nvcc_command(src: Path, out: Path, arch: str = "sm_90a", cubin: bool = False,
+                 extra: tuple[str, ...] = ()) -> list[str]:
+    """nvcc into a shared library (host launcher and kernel), or with ``cubin`` the device code alone."""
     root = cutlass_root()
     # TMA descriptors are made through the runtime's driver entry point, so no -lcuda is needed
-    return ["nvcc", "-O3", "-DNDEBUG", "-std=c++17", f"-arch={arch}", "--expt-relaxed-constexpr",
-            "-shared", "-Xcompiler", "-fPIC", f"-I{root / 'include'}", f"-I{root / 'tools' / 'util' / 'include'}",
-            "-o", str(out), str(src)]
+    output = ["-cubin"] if cubin else ["-shared", "-Xcompiler", "-fPIC"]
+    return ["nvcc", "-O3", "-DNDEBUG", "-std=c++17", f"-arch={arch}", "--expt-relaxed-constexpr", *output, *extra,
+            f"-I{root / 'include'}", f"-I{root / 'tools' / 'util' / 'include'}", "-o", str(out), str(src)]
 
 
 def library_path(key: str) -> Path:

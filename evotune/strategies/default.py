@@ -123,7 +123,8 @@ class Default(GaussianProcess):
         self.model = self._shared if use_shared else self._relevant
         if self._trusted:  # the prior stands in for the start-up sample
             if not self.values:  # a batch asked before any result (a compile pool ahead): the prior alone ranks
-                best = self.prior.best_rows(1) if self.prior is not None else ()
+                assert self.prior is not None  # trusted only ever with a prior
+                best = self.prior.best_rows(1)
                 return int(best[0]) if len(best) else self.random_fresh()
             return self.model_row()
         return super()._propose()
