@@ -204,7 +204,10 @@ class SearchSpace:
     ``fn`` a ``runtime_error``, and a crash or a hang fails only that point.
     ``named`` maps a label to a configuration a user would otherwise deploy (a
     hand-picked one): on a GPU it is built, verified and timed beside the
-    workload's baselines in every run.
+    workload's baselines in every run. ``baselines(problem)`` adds the space's
+    own baselines, ``{label: fn}`` launched like the workload's (with an optional
+    ``fn.prepare``): another kernel a user would otherwise deploy for the problem,
+    such as a configuration of another space.
     ``estimate(point, ctx)`` returns a predicted time (lower is better) from the
     hardware model; seeding ranks points by it.
     """
@@ -224,6 +227,7 @@ class SearchSpace:
     make_inputs: Callable[..., Any] | None = None
     # configurations worth naming (a library default, a hand-picked deployment): timed beside the baselines
     named: dict[str, Point] = field(default_factory=dict)
+    baselines: Callable[..., Any] | None = None  # (problem) -> {label: fn}, timed beside the workload's
     workload: str = "gemm"  # the problem kind it serves (evotune.workloads); the runner refuses any other
     source: str = ""  # how plugins.load_space found it (a name or a path), so a worker process can load it too
     _feasible: dict[tuple[str, str], FeasibleSet] = field(default_factory=dict, repr=False)

@@ -169,7 +169,9 @@ class _Worker:
                    else self._prepare_checked(launches, label, built, workload, problem, inputs))
             if why:
                 skipped[label] = why
-        for name, fn in workload.baselines(problem).items():
+        fns, failed = self._baseline_fns(problem)
+        skipped.update(failed)
+        for name, fn in fns.items():
             try:
                 args = call_args(fn, inputs)
                 launches[name], _ = self.oracle.prepare(lambda fn=fn, args=args: fn(*args))
@@ -219,9 +221,21 @@ class _Worker:
             self.kernels.popitem(last=False)
         return kernel
 
+    def _baseline_fns(self, problem: Problem) -> tuple[dict[str, Any], dict[str, str]]:
+        """The workload's baselines and the space's own, and ``{label: why}`` when the space's could not be
+        made (nvcc failed on another kernel, say): the run goes on without them."""
+        fns = dict(_workload(problem).baselines(problem))
+        if self.space.baselines is None:
+            return fns, {}
+        try:
+            fns.update(self.space.baselines(problem))
+        except Exception as exc:
+            return fns, {f"{self.space.name}: baselines": f"{type(exc).__name__}: {exc}"[:500]}
+        return fns, {}
+
     def baselines(self, problem: Problem) -> dict[str, dict[str, Any]]:
-        """The workload's baselines and the space's named configurations, each verified where it computes the
-        problem itself (``verified`` is None for a baseline of another precision or layout) and timed."""
+        """The workload's baselines, the space's own and its named configurations, each verified where it computes
+        the problem itself (``verified`` is None for a baseline of another precision or layout) and timed."""
         workload = _workload(problem)
         fns: dict[str, Any] = {}
         out: dict[str, dict[str, Any]] = {}
@@ -231,7 +245,9 @@ class _Worker:
                 out[f"{self.space.name}: {name}"] = {"error": built.get("message", "could not be built")[:500]}
             else:
                 fns[f"{self.space.name}: {name}"] = built
-        fns.update(workload.baselines(problem))
+        more, failed = self._baseline_fns(problem)
+        fns.update(more)
+        out.update({name: {"error": why} for name, why in failed.items()})
         for name, fn in fns.items():
             inputs = workload.make_inputs(problem, seed=777)
             try:
