@@ -102,3 +102,46 @@ def test_the_hand_picked_configuration_and_cudnn_are_timed_as_baselines(tmp_path
     assert fp16["verified"] is None and fp16["time_ms"] > 0, fp16  # another precision: timed, not verified
     int8 = baselines["cudnn int8 conv2d (frontend graph)"]
     assert int8.get("time_ms", 0) > 0 or int8["error"], int8  # cuDNN may have no engine for it: then why
+
+
+# sm90 (TMA im2col + WGMMA), NHWC: a 2x2 cluster with six stages, the epilogue straight from registers, a 1x1
+# filter with automatic stages and stride 2 with a narrow tile
+SM90_CASES = [
+    (_conv(N=2, C=128, H=36, W=60, K=128, layout="nhwc"),
+     {"tile_m": 256, "tile_n": 64, "tile_k": 64, "cluster": (2, 2), "stages": 6, "epilogue": "tma"}),
+    (_conv(N=4, C=64, H=28, W=28, K=64, stride=2, layout="nhwc"),
+     {"tile_m": 64, "tile_n": 128, "tile_k": 128, "cluster": (1, 1), "stages": 0, "epilogue": "nosmem"}),
+    (_conv(N=4, C=256, H=14, W=14, K=256, R=1, S=1, pad=0, layout="nhwc"),
+     {"tile_m": 64, "tile_n": 128, "tile_k": 64, "cluster": (2, 1), "stages": 2, "epilogue": "tma"}),
+]
+
+
+def _precompile_sm90(case):
+    from search_spaces import _cutlass_sm90_conv as sc
+
+    return sc.precompile(case[1], case[0])
+
+
+def test_sm90_conv_kernels_verify_and_the_cutlass_2x_hand_picked_kernel_is_timed_beside_them():
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    from evotune.evaluation.gpu import GpuEvaluator
+
+    space = load_space("cutlass_sm90_conv2d_int8")
+    for problem, point in SM90_CASES:
+        assert space.check(point, Context(detect(), problem)) is None, (problem.key, point)
+    with ProcessPoolExecutor(len(SM90_CASES), mp_context=mp.get_context("spawn")) as pool:
+        list(pool.map(_precompile_sm90, SM90_CASES))  # into the session's kernel cache: about a minute each
+    for problem, point in SM90_CASES:
+        with GpuEvaluator(space, Context(detect(), problem), OracleOptions(timeout_s=300)) as ev:
+            r = ev.evaluate(point, problem)
+            assert r.status is Status.OK, (problem.key, point, r.message)
+            assert r.time_ms > 0 and r.error <= 1 and ev.cache_stats == {"hit": 1}, (r.error, ev.cache_stats)
+    problem = SM90_CASES[0][0]
+    with GpuEvaluator(space, Context(detect(), problem), OracleOptions()) as ev:
+        baselines = ev.baselines(problem)
+    label = "cutlass_conv2d_int8 hand-picked 128x128x64 4-stage"
+    assert baselines[f"{label} (nhwc)"]["verified"] is True, baselines
+    # the same convolution in the layout it was picked for: its own copies of the inputs, timed, not verified
+    assert baselines[f"{label} (nc32hw32)"]["time_ms"] > 0, baselines
