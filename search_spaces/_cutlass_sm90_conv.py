@@ -212,15 +212,15 @@ def baselines(problem: Problem) -> dict[str, Any]:
 
     import torch
 
-    from evotune.workloads.conv2d import VECT, to_layout
+    from evotune.workloads.conv2d import VECT, ConvShape, to_layout
     from search_spaces import _cutlass_conv as cc
     from search_spaces.cutlass_conv2d_int8 import HAND_PICKED
 
     out = {f"{HAND_PICKED_LABEL} (nhwc)": cc.build(HAND_PICKED, problem)}
-    interleaved = dataclasses.replace(problem, layout="nc32hw32")
-    s = dict(interleaved.extra)
-    if s["C"] % VECT or s["K"] % VECT:
+    shape = ConvShape.of(problem)
+    if shape.C % VECT or shape.K % VECT:
         return out
+    interleaved = dataclasses.replace(problem, layout="nc32hw32")
     kernel = cc.build(HAND_PICKED, interleaved)
 
     def run(x: Any, w: Any, scale: Any, y: Any) -> None:

@@ -36,6 +36,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from evotune.problem import Problem
@@ -85,7 +86,7 @@ def accumulators(point: Point) -> int:
 
 def stage_bytes(point: Point) -> int:
     """One pipeline stage: the activation tile (tile_m x tile_k int8) and the filter tile (tile_n x tile_k)."""
-    return (point["tile_m"] + point["tile_n"]) * point["tile_k"]
+    return gm.operand_stage_bytes(point["tile_m"], point["tile_n"], point["tile_k"], 1)
 
 
 def epilogue_bytes(point: Point) -> int:
@@ -96,7 +97,7 @@ def epilogue_bytes(point: Point) -> int:
     cols = 64 if point["tile_n"] % 64 == 0 else math.gcd(32, point["tile_n"])
     rows = min(64, point["tile_m"])
     subtiles = (point["tile_m"] // rows) * (point["tile_n"] // cols)
-    return min(subtiles, 2) * rows * cols
+    return gm.epilogue_bytes(rows, cols, 1, min(subtiles, 2))
 
 
 def stages(point: Point) -> int:
@@ -112,21 +113,15 @@ def smem_bytes(point: Point) -> int:
     return max(stages(point) * stage_bytes(point), epilogue_bytes(point)) + gm.MBARRIER_RESERVE
 
 
-def ctas_per_sm(point: Point, ctx: Context) -> int:
-    hw = gm.hardware_or_default(ctx)
-    return max(1, min(hw.smem_per_sm // (smem_bytes(point) + gm.SMEM_RESERVED_PER_BLOCK),
-                      gm.MAX_THREADS_PER_SM // 256))
-
-
 def estimate(point: Point, ctx: Context) -> float:
     """Predicted time in ms from the shared roofline/wave model, run on the implicit GEMM."""
     hw = gm.hardware_or_default(ctx)
     tiling = gm.Tiling(
         tile_m=point["tile_m"], tile_n=point["tile_n"], tile_k=point["tile_k"], stages=stages(point),
         smem_bytes=smem_bytes(point), cluster=tuple(point["cluster"]), threads=256,
-        # one tile per CTA: the epilogue overlaps another tile's mainloop only when a second CTA fits
-        wave_overhead_us=0.5 if ctas_per_sm(point, ctx) > 1 else 1.0,
     )
+    # one tile per CTA: the epilogue overlaps another tile's mainloop only when a second CTA fits
+    tiling = dataclasses.replace(tiling, wave_overhead_us=0.5 if gm.ctas_per_sm(tiling, hw) > 1 else 1.0)
     s = _shape(ctx)
     k_total = s.C * s.R * s.S
     in_flight = min(stages(point), math.ceil(k_total / point["tile_k"])) * point["tile_k"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -14,14 +15,15 @@ KT_EXCERPT = ROOT / "tests" / "data" / "pnpoly_RTX_2080_Ti_excerpt.json.gz"  # K
 
 
 def replay_experiment(path: Path, *, name: str, url: str, trials: int, strategy: str = "ga",
-                      seed: int = 0, repeats: int = 1, options: str = "", extra: str = "") -> Path:
-    """Write a replay experiment over the shipped pnpoly landscape (with failures)."""
+                      seed: int = 0, repeats: int = 1, options: str = "", extra: str = "",
+                      landscapes: tuple[Path, ...] = (PNPOLY,)) -> Path:
+    """Write a replay experiment over shipped landscapes: by default pnpoly's (with failures)."""
     path.write_text(f"""
 name = "{name}"
 space = "landscape"
 [oracle]
 kind = "replay"
-landscapes = ["{PNPOLY}"]
+landscapes = {json.dumps([str(p) for p in landscapes])}
 [strategy]
 name = "{strategy}"
 seed = {seed}

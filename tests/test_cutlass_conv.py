@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, replay_experiment
 
 from evotune.cli import main
 from evotune.evaluation.landscape import load_landscape
@@ -139,22 +139,9 @@ def test_the_recorded_conv_landscapes_match_the_space_and_carry_their_baselines(
 
 def test_evotune_run_replays_the_conv_landscapes(tmp_path, monkeypatch):
     monkeypatch.setenv("EVOTUNE_TUNED", str(tmp_path / "tuned.json"))
-    exp = tmp_path / "replay_conv.toml"
-    exp.write_text(f"""
-name = "replay_h100_conv"
-space = "landscape"
-[oracle]
-kind = "replay"
-landscapes = {json.dumps([str(p) for p in LANDSCAPES])}
-[strategy]
-name = "default"
-[budget]
-trials = 40
-[storage]
-url = "journal:{tmp_path / 'replay.journal'}"
-[outputs]
-best = "{tmp_path / 'best.json'}"
-""")
+    exp = replay_experiment(tmp_path / "replay_conv.toml", name="replay_h100_conv", strategy="default", trials=40,
+                            url=f"journal:{tmp_path / 'replay.journal'}", landscapes=tuple(LANDSCAPES),
+                            extra=f'[outputs]\nbest = "{tmp_path / "best.json"}"\n')
     assert main(["run", str(exp), "--no-plots", "--no-progress"]) == 0
     rows = {r["problem_key"]: r for r in json.loads((tmp_path / "best.json").read_text())}
     assert set(rows) == {load_landscape(p).problem.key for p in LANDSCAPES}
