@@ -5,7 +5,7 @@ feasible for some problem of the experiment is compiled, and so are the points
 the space prunes: all of them, or ``pruned_sample`` of each constraint's (drawn
 with a fixed seed, so a stratified sample that a rerun repeats). Compiling needs
 the space's ``compile_only(point, problem, hardware)`` (the CuTe DSL spaces
-compile from fake tensors, so the target GPU need not be present) and nothing
+compile from meta tensors, so the target GPU need not be present) and nothing
 else: no GPU, no storage, no timing.
 
 Each compile runs in a worker process (:mod:`evotune.evaluation.isolation`),

@@ -1,9 +1,9 @@
-"""Compiling the CuTe DSL GEMMs for a chip this machine does not have: fake tensors, no GPU, no launch.
+"""Compiling the CuTe DSL GEMMs for a chip this machine does not have: meta tensors, no GPU, no launch.
 
 ``cutlass.operators`` compiles against whatever GPU is present: ``op.compile``
 asks the driver for the number of clusters that fit (a value baked into the
 persistent grid) and targets the current device. Here the operands are torch
-fake tensors (shapes and strides, no storage), the target is the hardware
+meta tensors (shapes and strides, no storage), the target is the hardware
 table's ``arch`` (``CUTE_DSL_ARCH`` is set before CuTe DSL is imported, since it
 reads it then), and the cluster count is the table's SM count divided by the
 cluster size. The binary is otherwise the one a GPU build makes: the same
@@ -44,18 +44,25 @@ def max_active_clusters(hardware: Hardware, cluster: tuple[int, int]) -> int:
 
 
 def fake_operands(problem: Problem) -> tuple[Any, Any, Any, Any]:
-    """``(a, b, c, accumulator dtype)`` as torch fake tensors in the problem's layout (no memory, no device)."""
+    """``(a, b, c, accumulator dtype)`` as torch meta tensors in the problem's layout (no memory, no device).
+
+    The compiled kernel sees only their dtypes, stride order and alignment (its shapes are symbolic): the
+    binary is byte for byte the one real tensors give. Meta rather than fake tensors, because creating a
+    ``FakeTensorMode`` imports TorchDynamo and SymPy, seconds of start-up in every compile process.
+    """
     import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
 
     from evotune.evaluation.gemm import torch_dtypes
 
     in_dt, out_dt = torch_dtypes(problem)
     m, n, k = problem.m, problem.n, problem.k
-    with FakeTensorMode():
-        a = torch.empty(m, k, dtype=in_dt) if problem.layout[0] == "t" else torch.empty(k, m, dtype=in_dt).t()
-        b = torch.empty(n, k, dtype=in_dt).t() if problem.layout[1] == "n" else torch.empty(k, n, dtype=in_dt)
-        c = torch.empty(m, n, dtype=out_dt)
+
+    def empty(*shape: int, dtype: Any) -> Any:
+        return torch.empty(*shape, dtype=dtype, device="meta")
+
+    a = empty(m, k, dtype=in_dt) if problem.layout[0] == "t" else empty(k, m, dtype=in_dt).t()
+    b = empty(n, k, dtype=in_dt).t() if problem.layout[1] == "n" else empty(k, n, dtype=in_dt)
+    c = empty(m, n, dtype=out_dt)
     return a, b, c, torch.int32 if problem.dtype == "int8" else torch.float32
 
 

@@ -56,7 +56,7 @@ def kernel(point: Point, problem: Problem) -> Any:
 
 
 def compile_only(point: Point, problem: Problem, hardware: Any) -> dict:
-    """Compile ``point`` for ``hardware`` from fake tensors (no GPU); its resource use. Raises if it does not build."""
+    """Compile ``point`` for ``hardware`` from meta tensors (no GPU); its resource use. Raises if it does not build."""
     from search_spaces import _cute_aot as aot
 
     aot.set_target(hardware)

@@ -114,13 +114,42 @@ def operator(point: Point, problem: Problem, a: Any, b: Any, c: Any, check: bool
     return op, args
 
 
+@functools.cache
+def _max_active_clusters(cluster_size: int) -> int:
+    """Clusters of ``cluster_size`` CTAs resident at once on this GPU, as the persistent grid is sized.
+
+    Asked of the driver once per process and size: CuTe DSL's own query (``HardwareInfo``) compiles and
+    loads an empty kernel every time it is called, and the operator's ``compile`` calls it for every
+    kernel. A compile process has no torch CUDA context, so the device's primary context is made current.
+    """
+    from cuda.bindings import driver
+    from cutlass.utils import HardwareInfo
+
+    driver.cuInit(0)
+    _, ctx = driver.cuCtxGetCurrent()
+    if not int(ctx):
+        _, device = driver.cuDeviceGet(0)
+        _, ctx = driver.cuDevicePrimaryCtxRetain(device)
+        driver.cuCtxSetCurrent(ctx)
+    return int(HardwareInfo().get_max_active_clusters(cluster_size))
+
+
 def _compile(point: Point, problem: Problem, key: str, a: Any, b: Any, c: Any) -> Any:
-    """Compile ``point`` and export it to the on-disk cache."""
+    """Compile ``point`` and export it to the on-disk cache.
+
+    What ``Sm90StaticPersistentGemmOperator.compile`` does, with the resident-cluster count asked once
+    per process instead of once per kernel; ``a``, ``b`` and ``c`` may be torch meta tensors (only their
+    dtypes, strides and alignment reach the binary: its shapes are symbolic).
+    """
+    import cutlass.cute as cute
+
     from evotune.evaluation.kernel_cache import KernelCache
 
     op, args = operator(point, problem, a, b, c)
     started = time.perf_counter()
-    compiled = op.compile(args, target_sm="90a").compiled_obj
+    clusters = _max_active_clusters(point["cluster"][0] * point["cluster"][1])
+    compiled = op.cute_compile(op.impl, args.A.tensor, args.B.tensor, args.out.tensor, clusters,
+                               cute.runtime.make_fake_stream(), target_sm="90a").compiled_obj
     compiled.export_to_c(str(_object_path(key)), function_name=f"k{key}")
     KernelCache().add(key, f"cute_sm90 {problem.dtype} {problem.layout} {point}", time.perf_counter() - started)
     return compiled
@@ -145,14 +174,23 @@ def _compiled(point: Point, problem: Problem, a: Any, b: Any, c: Any) -> tuple[A
 
 
 def precompile(point: Point, problem: Problem) -> bool:
-    """Compile into the on-disk cache without launching anything; True when it was there already."""
-    from evotune.evaluation.gemm import make_inputs
+    """Compile into the on-disk cache without launching anything; True when it was there already.
+
+    The operands are torch meta tensors: a compile process allocates nothing on the GPU."""
+    from search_spaces._cute_aot import fake_operands
 
     key = _cache_key(point, problem)
-    if _object_file(key) is not None:  # before allocating the problem's inputs: most calls end here
+    if _object_file(key) is not None:  # before importing torch and CuTe DSL: most calls end here
         return True
-    _compile(point, problem, key, *make_inputs(problem, seed=0, fill=False))
+    _compile(point, problem, key, *fake_operands(problem)[:3])
     return False
+
+
+def warmup() -> None:
+    """Import what loading and launching a cached kernel needs (about 3 s of CuTe DSL on the H100), so a GPU
+    worker pays for it while CUDA starts, not when its first point arrives."""
+    import cutlass.cute
+    import cutlass.torch  # noqa: F401
 
 
 def build(point: Point, problem: Problem) -> Any:
@@ -162,7 +200,7 @@ def build(point: Point, problem: Problem) -> Any:
 
     from evotune.evaluation.gemm import make_inputs
 
-    a, b, c = make_inputs(problem, seed=0)  # also creates the CUDA context the compiler queries
+    a, b, c = make_inputs(problem, fill=False)  # a trial launch's operands: their values do not matter
     compiled, hit = _compiled(point, problem, a, b, c)
 
     def launch(a: Any, b: Any, c: Any) -> None:
@@ -175,7 +213,7 @@ def build(point: Point, problem: Problem) -> Any:
 
 
 def compile_only(point: Point, problem: Problem, hardware: Any) -> dict:
-    """Compile ``point`` for ``hardware`` from fake tensors (no GPU, nothing cached or launched); its resource use.
+    """Compile ``point`` for ``hardware`` from meta tensors (no GPU, nothing cached or launched); its resource use.
 
     The stage count is not checked against the kernel's own estimate here: the compiler builds what it can,
     and the binary's shared memory says whether it could launch. Raises with the compiler's message."""

@@ -223,6 +223,6 @@ SPACE = SearchSpace(
     description="sm100 persistent CuTe DSL GEMM (tcgen05 MMA into TMEM, optional 2-CTA MMA and TMA store)",
     estimate=estimate,
     default_problem=DEFAULT_PROBLEM,
-    # compiled for sm_100a from fake tensors on any machine; building to run needs a B200
+    # compiled for sm_100a from meta tensors on any machine; building to run needs a B200
     compile_only=deferred("search_spaces._cute_sm100", "compile_only"),
 )
