@@ -91,12 +91,12 @@ def evotune_loop(points, problem, space, ctx, workers) -> tuple[float, float, di
     first = None
     parts = {"wait_s": 0.0, "compile_s": 0.0, "build_s": 0.0, "verify_s": 0.0, "bench_s": 0.0}
     with GpuEvaluator(space, ctx, OracleOptions(workers=workers)) as ev:
-        depth = max(1, ev.prefetch_depth)
-        handed = 0  # as the tuner does: a batch ahead, topped up once half of it is measured
+        handed = 0  # as the tuner does: points handed to the pool ahead, as many as the evaluator asks for
         for i, p in enumerate(points):
-            if handed - i <= depth // 2:
-                ev.prefetch(points[handed:i + depth], problem)
-                handed = min(len(points), i + depth)
+            more = ev.to_ask(max(0, handed - i))
+            if more:
+                ev.prefetch(points[handed:handed + more], problem)
+                handed = min(len(points), handed + more)
             asked = time.perf_counter()
             r = ev.evaluate(p, problem)
             assert r.status.value == "ok", r.message

@@ -121,15 +121,15 @@ class _Run:
     def next_point(self) -> Point | None:
         """The strategy's next proposal that is feasible and not stored yet; None when it has nothing left.
 
-        Evaluators that compile ahead (a pool) get a batch of proposals to start on, topped up once half of
-        it is measured, so the pool compiles the next points while the GPU measures the ones it built (a
-        pool that waits for a whole batch to be measured sits idle); the rest get one proposal at a time.
+        Evaluators that compile ahead (a pool) get proposals to start on before they are asked for them
+        (:meth:`Evaluator.to_ask` says how many), so the pool compiles the next points while the GPU
+        measures the ones it built; the rest get one proposal at a time.
         """
-        depth = self.evaluator.prefetch_depth
         while True:
-            if len(self.queue) <= depth // 2:
-                more = self.strategy.ask(depth - len(self.queue))
-                if more and depth > 1:
+            wanted = self.evaluator.to_ask(len(self.queue))
+            if wanted:
+                more = self.strategy.ask(wanted)
+                if more and self.evaluator.prefetch_depth > 1:
                     self.evaluator.prefetch(more, self.ctx.problem)
                 self.queue += more
             if not self.queue:

@@ -24,6 +24,21 @@ class Evaluator(ABC):
     @abstractmethod
     def evaluate(self, point: Point, problem: Problem) -> EvalResult: ...
 
+    def to_ask(self, waiting: int) -> int:
+        """How many proposals to ask for now, when ``waiting`` points handed to :meth:`prefetch` are not
+        evaluated yet.
+
+        Without a pool, one at a time. With a pool of ``prefetch_depth`` compile processes, at least that
+        many points stay handed out, so no compile process sits idle while the GPU measures, and they are
+        topped up half a pool at a time, so the strategy proposes a few points at once and hears every
+        result before it proposes again. Example: with 14 processes, 21 are asked first, then 7 whenever
+        14 are left.
+        """
+        depth = self.prefetch_depth
+        if depth <= 1:
+            return 0 if waiting else 1
+        return 0 if waiting > depth else depth + max(1, depth // 2) - waiting
+
     def prefetch(self, points: list[Point], problem: Problem) -> None:  # noqa: B027 - optional hook
         """Start preparing (compiling) points that will be evaluated next; a no-op by default."""
 

@@ -1,0 +1,65 @@
+"""Handing points to a compile pool ahead of the GPU: the pool never runs short, the strategy is asked in chunks."""
+
+from __future__ import annotations
+
+import pytest
+
+from evotune.evaluation.base import Evaluator
+from evotune.evaluation.replay import ReplayEvaluator
+from evotune.experiment import Budget
+from evotune.space import Context
+from evotune.strategies import make_strategy
+from evotune.study import StudyStore
+from evotune.tuner import tune
+
+
+class _Pool(Evaluator):
+    def __init__(self, depth: int):
+        self.prefetch_depth = depth
+
+    def evaluate(self, point, problem):  # pragma: no cover - never called here
+        raise AssertionError
+
+
+@pytest.mark.parametrize(("depth", "waiting", "asked"), [
+    (1, 0, 1), (1, 1, 0),  # no pool: one at a time
+    (14, 0, 21), (14, 20, 0), (14, 15, 0), (14, 14, 7), (14, 9, 12),  # at least a pool's worth handed out
+    (2, 0, 3), (2, 2, 1), (2, 3, 0),
+])
+def test_the_evaluator_asks_for_enough_to_keep_its_pool_busy(depth, waiting, asked):
+    assert _Pool(depth).to_ask(waiting) == asked
+
+
+class _RecordingReplay(ReplayEvaluator):
+    """A replay oracle that says it has a pool, and records what it was handed and when."""
+
+    def __init__(self, landscape, depth: int):
+        super().__init__(landscape)
+        self.prefetch_depth = depth
+        self.batches: list[int] = []
+        self.handed: set[str] = set()
+        self.evaluated: set[str] = set()
+        self.ahead: list[int] = []  # handed out and not evaluated yet, at each evaluation (itself included)
+        self.key = landscape.space().key
+
+    def prefetch(self, points, problem):
+        self.batches.append(len(points))
+        self.handed.update(self.key(p) for p in points)
+
+    def evaluate(self, point, problem):
+        assert self.key(point) in self.handed, "a point was evaluated without being handed to the pool first"
+        self.ahead.append(len(self.handed - self.evaluated))
+        self.evaluated.add(self.key(point))
+        return super().evaluate(point, problem)
+
+
+def test_the_tuner_keeps_a_pools_worth_of_points_ahead_of_the_gpu(gemm_landscape, tmp_path):
+    space = gemm_landscape.space()
+    ctx = Context(problem=gemm_landscape.problem)
+    ev = _RecordingReplay(gemm_landscape, depth=4)
+    store = StudyStore.open(f"sqlite:///{tmp_path / 'p.db'}", "prefetch", space)
+    strategy = make_strategy("random", space, space.feasible(ctx), seed=3, ctx=ctx)
+    result = tune(space, ctx, ev, strategy, store, Budget(trials=30))
+    assert result.trials == 30
+    assert ev.batches[:4] == [6, 2, 2, 2]  # 1.5 pools first, then half a pool whenever only a pool is left
+    assert min(ev.ahead) >= 4  # the compile processes always had something to work on
