@@ -220,6 +220,8 @@ class SearchSpace:
     default_problem: Problem | None = None
     build: Callable[..., Any] | None = None
     precompile: Callable[..., Any] | None = None  # fills an on-disk cache without launching (compile pool)
+    # () -> None: what a GPU worker can do before its first point (heavy imports), beside its CUDA start-up
+    warmup: Callable[[], Any] | None = None
     # compile for any GPU of the table with no GPU present: (point, problem, hardware) -> resource use
     compile_only: Callable[..., Any] | None = None
     run: Callable[..., Any] | None = None

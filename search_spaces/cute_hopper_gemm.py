@@ -101,6 +101,7 @@ SPACE = SearchSpace(
     build=deferred("search_spaces._cute_sm90", "build"),
     precompile=deferred("search_spaces._cute_sm90", "precompile"),
     compile_only=deferred("search_spaces._cute_sm90", "compile_only"),
+    warmup=deferred("search_spaces._cute_sm90", "warmup"),
     params=[
         ordinal("tile_m", [64, 128], doc="CTA tile rows (one 64-row WGMMA per warpgroup step)"),
         ordinal("tile_n", [64, 128, 256], doc="CTA tile columns"),

@@ -37,11 +37,18 @@ def worker_main(conn: Any, space_source: str, timing: TimingOptions) -> None:
 
 class _Worker:
     def __init__(self, space_source: str, timing: TimingOptions):
+        import threading
+
         from evotune.evaluation.oracle import Oracle
         from evotune.plugins import load_space
 
         self.space = load_space(space_source)
+        if self.space.warmup is not None:  # its imports overlap the CUDA start-up below (the oracle's buffer)
+            import torch  # noqa: F401 - imported here first: two threads importing one package can deadlock
+
+            threading.Thread(target=_quietly, args=(self.space.warmup,), daemon=True).start()
         self.oracle = Oracle(timing)
+        _first_blas_call()  # the first verification's cuBLAS start-up, beside the warm-up's imports
         # (problem key, point key) -> built kernel, the most recent few: a built kernel may hold device
         # buffers, and a recording builds thousands (spaces keep their own cheaper caches of binaries)
         self.kernels: OrderedDict[tuple[str, str], Any] = OrderedDict()
@@ -261,6 +268,24 @@ class _Worker:
             out[name] = {"time_ms": t.median_ms, "samples_ms": t.samples_ms, "ci95_ms": list(t.ci95_ms),
                          "verified": ok, "error_value": err}
         return out
+
+
+def _first_blas_call() -> None:
+    """Create cuBLAS's handle and workspace now (about 0.4 s on an H100), not inside the first point's
+    verification; torch releases the GIL meanwhile, so a warm-up thread's imports go on."""
+    import torch
+
+    x = torch.ones(64, 64, device="cuda")
+    torch.matmul(x, x)
+    torch.cuda.synchronize()
+
+
+def _quietly(fn: Any) -> None:
+    """Run a warm-up and keep its error to itself: the build that needs what failed reports it properly."""
+    try:
+        fn()
+    except Exception:  # the point's build raises the same error with its own context
+        pass
 
 
 def _check(kernel: Any, workload: Workload, problem: Problem, seed: int) -> tuple[bool, float, str]:
