@@ -28,6 +28,7 @@ from evotune.evaluation.base import Evaluator
 from evotune.evaluation.landscape import Landscape, LandscapeError, load_landscape
 from evotune.evaluation.options import ConfirmOptions
 from evotune.evaluation.replay import ReplayEvaluator
+from evotune.evaluation.space_worker import SpaceWorker
 from evotune.experiment import Experiment, ExperimentError
 from evotune.lookup import read_tuned
 from evotune.plugins import load_space
@@ -142,15 +143,16 @@ def _gpu_evaluator_class(exp: Experiment) -> type[Evaluator]:
     return GpuEvaluator
 
 
-def make_evaluator(exp: Experiment, target: Target) -> Evaluator:
+def make_evaluator(exp: Experiment, target: Target, worker: SpaceWorker | None = None) -> Evaluator:
+    """The evaluator of ``target``'s space; ``worker``: a measuring process another space's evaluator started."""
     if exp.oracle == "replay":
         assert target.landscape is not None
         return ReplayEvaluator(target.landscape)
     if exp.oracle == "cpu":
         from evotune.evaluation.cpu import CpuEvaluator
 
-        return CpuEvaluator(target.space, target.ctx, exp.oracle_options)
-    return _gpu_evaluator_class(exp)(target.space, target.ctx, exp.oracle_options)
+        return CpuEvaluator(target.space, target.ctx, exp.oracle_options, worker=worker)
+    return _gpu_evaluator_class(exp)(target.space, target.ctx, exp.oracle_options, worker=worker)
 
 
 def study_attrs(exp: Experiment, target: Target, strategy: str, seed: int) -> dict:
@@ -217,9 +219,11 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
 
 
 class Evaluators:
-    """The evaluators of one run, made on first use: a measuring evaluator (its worker process, compile pool
-    and CUDA start-up) serves every problem of its space, so those costs are paid once per run, not once
-    per problem; a replay evaluator answers for its one landscape and is closed when the next is asked for.
+    """The evaluators of one run, made on first use. One measuring process (a GPU or CPU worker: its start-up,
+    its CUDA context) serves every problem and every space of the run, each space's evaluator through a view of
+    it (:mod:`evotune.evaluation.space_worker`); so those costs are paid once per worker, not once per problem
+    or space. A replay evaluator answers for its one landscape and is closed when
+    the next is asked for.
 
     Example::
 
@@ -237,7 +241,8 @@ class Evaluators:
         if key not in self._open:
             if self.exp.oracle == "replay":
                 self.close()
-            self._open[key] = make_evaluator(self.exp, target)
+            shared = next((getattr(ev, "shared_worker", None) for ev in self._open.values()), None)
+            self._open[key] = make_evaluator(self.exp, target, shared) if shared else make_evaluator(self.exp, target)
         return self._open[key]
 
     def close(self) -> None:
