@@ -24,7 +24,7 @@ from evotune.evaluation.result import EvalResult, Status
 from evotune.experiment import Budget
 from evotune.space import Context, Point, SearchSpace
 from evotune.strategies.base import Strategy
-from evotune.study import StudyStore
+from evotune.study import Record, StudyStore
 
 OnTrial = Callable[[int, float | None], None]  # (trials so far, best so far)
 
@@ -210,6 +210,15 @@ class _State:
         self.since_best += 1
         if value is not None and (self.best_ms is None or value < self.best_ms):
             self.best_ms, self.best_point, self.since_best = value, point, 0
+
+
+def finished(history: list[Record], budget: Budget, feasible: int) -> bool:
+    """Whether a study holding ``history`` is done for every worker: its budget is spent (trials, tuning clock
+    or plateau, counted as :func:`tune` counts them on resume) or every feasible point is stored."""
+    state = _State()
+    for r in history:
+        state.add(r.number, r.key, r.point, r.value, r.clock_s)
+    return state.trials >= feasible or _stop_reason(budget, state.trials, state.clock, state.since_best) is not None
 
 
 def _stop_reason(budget: Budget, trials: int, clock: float, since_best: int) -> str | None:

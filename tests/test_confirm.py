@@ -115,8 +115,8 @@ def test_configurations_race_and_only_the_leaders_are_timed_to_the_end():
 
 
 def test_candidates_are_the_top_k_and_those_near_the_fastest_search_time():
+    from evotune.confirming import screened
     from evotune.evaluation.options import ConfirmOptions as Opts
-    from evotune.runner import screened
 
     measured = [(t, f"p{t}") for t in (1.30, 1.00, 1.10, 1.05, 1.16, 1.14, 2.0)]
     assert [p for _, p in screened(measured, Opts(top_k=2, screen=0.15))] == ["p1.0", "p1.05", "p1.1", "p1.14"]

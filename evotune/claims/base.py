@@ -143,6 +143,17 @@ class Claims(ABC):
             for key in finished - tx.done_keys():
                 tx.put(key, DONE, now)
 
+    @contextmanager
+    def holding(self, key: str, poll_s: float = 0.5) -> Iterator[None]:
+        """Hold ``key`` for the block, waiting while another live worker holds it: a lock across workers (for
+        keys that are never finished)."""
+        while self.claim(key) not in ("new", "takeover"):
+            time.sleep(poll_s)
+        try:
+            yield
+        finally:
+            self.release(key)
+
     def active(self) -> set[str]:
         """Keys other live workers are measuring."""
         now = time.time()
