@@ -8,6 +8,7 @@ is lost: trials are stored as they finish.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -63,6 +64,8 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("experiment", help="path to an experiment .toml file (its storage must be shared)")
     worker.add_argument("--no-progress", action="store_true", help="no live progress bar")
     _split_arg(worker)
+    worker.add_argument("--costs", metavar="PATH", help="write this worker's measured costs (start-up, per problem, "
+                                                        "per evaluation) as JSON")
     worker.set_defaults(func=cmd_worker)
 
     record = sub.add_parser("record", help="measure every feasible point of the space; write landscape files")
@@ -192,17 +195,23 @@ def _remember(rows: list, storage: str, console: Console) -> None:
 def cmd_worker(args: argparse.Namespace) -> int:
     """The tuning loop alone: claims problems, studies and points in the shared storage, so any number of
     workers can join."""
+    from evotune.cost_model import WorkerCosts
     from evotune.runner import preflight, run_experiment, targets
 
+    costs = WorkerCosts()
     exp = load_experiment(args.experiment)
     resolved = targets(exp)
     preflight(exp, resolved)
     console = _console(stderr=True)
     draw_seed = os.getpid()  # each worker explores its own way; the study stays the one of the seed
     for r in run_experiment(exp, console, progress=not args.no_progress, resolved=resolved, draw_seed=draw_seed,
-                            split=args.split):
+                            split=args.split, costs=costs):
         console.print(f"  {r.study_name}: {r.new_trials} measured by this worker, {r.trials} in the study, "
                       f"stopped on {r.stopped}")
+    costs.stop()
+    console.print(f"  costs of this worker: {costs.describe()}")
+    if args.costs:
+        Path(args.costs).write_text(json.dumps(costs.to_dict(), indent=1))
     return 0
 
 

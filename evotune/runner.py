@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import itertools
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -29,6 +30,7 @@ from evotune import hardware as hw
 from evotune import shared_baselines
 from evotune.claims import make_claims
 from evotune.confirming import confirm_target, confirmation_turn
+from evotune.cost_model import WorkerCosts
 from evotune.evaluation.base import Evaluator
 from evotune.evaluation.landscape import Landscape, LandscapeError, load_landscape
 from evotune.evaluation.replay import ReplayEvaluator
@@ -155,15 +157,15 @@ def _progress(console: Console, enabled: bool) -> Iterator[Progress | None]:
 
 
 def run_experiment(exp: Experiment, console: Console | None = None, progress: bool = True,
-                   resolved: list[Target] | None = None, draw_seed: int = 0, split: str = "problems"
-                   ) -> list[TuneResult]:
+                   resolved: list[Target] | None = None, draw_seed: int = 0, split: str = "problems",
+                   costs: WorkerCosts | None = None) -> list[TuneResult]:
     """Tune every (problem, strategy, seed) of ``exp`` to its budget; resumes what the storage already holds.
 
     Everything that can be wrong with the experiment is checked before the
     storage is opened, so a bad file leaves nothing behind. Beside other
     workers, ``split`` says what this one takes (see :mod:`evotune.schedule`), a
     study it runs alone proposes as a lone run would, and one it shares draws from
-    ``draw_seed`` on top of its seed.
+    ``draw_seed`` on top of its seed; ``costs`` is told each problem's time.
     """
     console = console or Console(stderr=True)
     if resolved is None:
@@ -190,7 +192,7 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
     with _progress(console, progress) as bar, Evaluators(exp) as evaluators:
         try:
             for g, turns in itertools.groupby(schedule.turns(unfinished), key=lambda turn: turn.group):
-                target = resolved[g]
+                target, began, done = resolved[g], time.perf_counter(), len(results)
                 evaluator = evaluators.get(target)
                 before = dict(getattr(evaluator, "cache_stats", None) or {})
                 measure_baselines(exp, target, evaluators, storage, exp.storage, groups[g][1][0])
@@ -208,6 +210,10 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
                 summary = cache_summary(evaluator, before)
                 if summary:
                     console.print(f"  compiled-kernel cache for {target.problem.key}: {summary}")
+                if costs is not None:
+                    mine = results[done:]
+                    costs.problem(time.perf_counter() - began, sum(r.new_trials for r in mine),
+                                  sum(r.eval_s for r in mine))
         finally:
             schedule.release()
     return results

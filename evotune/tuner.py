@@ -40,6 +40,7 @@ class TuneResult:
     stopped: str  # trials | seconds | plateau | exhausted
     failures: dict[str, int] = field(default_factory=dict)
     skipped: int = 0  # proposals the oracle could not answer (absent from a landscape): cost nothing
+    eval_s: float = 0.0  # wall seconds this call spent in the evaluator (the rest is the loop's own cost)
 
 
 def tune(space: SearchSpace, ctx: Context, evaluator: Evaluator, strategy: Strategy, store: StudyStore,
@@ -91,7 +92,7 @@ class _Run:
             self.record(point, *measured)
         s = self.state
         return TuneResult(self.store.study.study_name, s.trials, s.new, s.best_point, s.best_ms, s.clock,
-                          stopped, s.failures, s.skipped)
+                          stopped, s.failures, s.skipped, s.eval_s)
 
     def resume(self) -> None:
         """Take in what the study holds: told to the strategy, counted, never measured again."""
@@ -161,7 +162,9 @@ class _Run:
         except BaseException:
             self.claims.release(self.space.key(point))
             raise
-        return result, began, time.perf_counter() - started
+        elapsed = time.perf_counter() - started
+        self.state.eval_s += elapsed
+        return result, began, elapsed
 
     def record(self, point: Point, result: EvalResult, began: _dt.datetime, elapsed: float) -> None:
         """Store the trial, mark its claim done, then tell the strategy: the study hears first."""
@@ -199,6 +202,7 @@ class _State:
     since_best: int = 0
     new: int = 0
     skipped: int = 0
+    eval_s: float = 0.0
     synced: float = field(default_factory=time.monotonic)
     failures: dict[str, int] = field(default_factory=dict)
 
