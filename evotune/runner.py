@@ -180,12 +180,15 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
     of_study = {name: g for g, (_, names) in enumerate(groups) for name in names}
 
     def unfinished(name: str) -> bool:
+        """Whether study ``name`` wants more points: its budget is not spent, and not held by its workers."""
         t = resolved[of_study[name]]
         try:
             history = StudyStore(optuna.load_study(study_name=name, storage=storage), t.space, storage).history()
         except KeyError:
             return True
-        return not finished(history, exp.budget, len(t.space.feasible(t.ctx)))
+        if finished(history, exp.budget, len(t.space.feasible(t.ctx))):
+            return False
+        return exp.budget.trials is None or make_claims(exp.storage, name).room(exp.budget.trials) > 0
 
     results: list[TuneResult] = []
     ended: set[str] = set()

@@ -196,6 +196,7 @@ def test_the_budget_counts_keys_done_or_held_live_once(tmp_path, kind):
     assert dead.claim("stored", budget=4) == "new"
     dead.finish("stored")
     assert dead.claim("lost", budget=4) == "full"  # old, a, b and stored fill the budget
+    assert me.room(4) == 0 and me.room(6) == 2
     assert me.claim("c", budget=5) == "new"
     # the dead worker's claims: one it stored before dying, without saying so; one it never finished
     assert dead.claim("x", budget=10) == "new" and dead.claim("y", budget=10) == "new"
