@@ -205,7 +205,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     console = _console(stderr=True)
     draw_seed = os.getpid()  # each worker explores its own way; the study stays the one of the seed
     for r in run_experiment(exp, console, progress=not args.no_progress, resolved=resolved, draw_seed=draw_seed,
-                            split=args.split, costs=costs):
+                            split=args.split, costs=costs, resume_finished=False):
         console.print(f"  {r.study_name}: {r.new_trials} measured by this worker, {r.trials} in the study, "
                       f"stopped on {r.stopped}")
     costs.stop()

@@ -9,8 +9,9 @@ Three costs make up a worker's wall time:
   problem in one space): its baselines looked up or timed, its transfer sources
   read, its studies opened, each strategy set up and told what the study holds,
   its confirmation, and for a space that compiles per shape, its first builds;
-* ``per_eval_s``, each evaluation: compile (where the pool did not hide it),
-  verify, time, claim and store.
+* ``per_eval_s``, each evaluation: the strategy's proposal, the claim, the
+  evaluation itself (compile where the pool did not hide it, verify, time),
+  storing the trial and reading other workers' trials back.
 
 So ``W`` workers on ``P`` problems of ``B`` evaluations each take, when they
 share every problem's points (``split = "points"``: each worker takes up every
@@ -27,8 +28,9 @@ the bracket only when ``P mod W`` is not 0. One worker takes
 ``startup + P * (per_problem + B * per_eval)`` either way.
 
 :class:`WorkerCosts` measures the three on a running worker: its wall time
-since the process started, each problem's time less its evaluations, and its
-evaluations. The median problem is the per-problem cost; what the first problem
+since the process started, each problem's time less its tuning loops (the
+loop of each study after it is resumed: :attr:`evotune.tuner.TuneResult.loop_s`),
+and its evaluations with the loops' time. The median problem is the per-problem cost; what the first problem
 took beyond it (the measuring process started there) is counted as start-up.
 
 Example::
@@ -81,13 +83,14 @@ class WorkerCosts:
     """The costs of one worker, measured as it runs: :meth:`problem` after each problem it takes up."""
 
     started: float = field(default_factory=lambda: process_start_time())  # epoch seconds
-    problems_s: list[float] = field(default_factory=list)  # each problem taken up: its time less its evaluations
+    problems_s: list[float] = field(default_factory=list)  # each problem taken up: its time less its loops
     evals: int = 0
     eval_s: float = 0.0
     wall_s: float = 0.0
 
     def problem(self, seconds: float, evals: int, eval_s: float) -> None:
-        """A problem taken up for ``seconds`` of wall time, ``evals`` evaluations of which took ``eval_s``."""
+        """A problem taken up for ``seconds`` of wall time, of which its tuning loops took ``eval_s`` for ``evals``
+        evaluations."""
         self.problems_s.append(max(0.0, seconds - eval_s))
         self.evals += evals
         self.eval_s += eval_s

@@ -158,14 +158,15 @@ def _progress(console: Console, enabled: bool) -> Iterator[Progress | None]:
 
 def run_experiment(exp: Experiment, console: Console | None = None, progress: bool = True,
                    resolved: list[Target] | None = None, draw_seed: int = 0, split: str = "problems",
-                   costs: WorkerCosts | None = None) -> list[TuneResult]:
+                   costs: WorkerCosts | None = None, resume_finished: bool = True) -> list[TuneResult]:
     """Tune every (problem, strategy, seed) of ``exp`` to its budget; resumes what the storage already holds.
 
     Everything that can be wrong with the experiment is checked before the
     storage is opened, so a bad file leaves nothing behind. Beside other
     workers, ``split`` says what this one takes (see :mod:`evotune.schedule`), a
     study it runs alone proposes as a lone run would, and one it shares draws from
-    ``draw_seed`` on top of its seed; ``costs`` is told each problem's time.
+    ``draw_seed`` on top of its seed; ``costs`` is told each problem's time. Without ``resume_finished``, a
+    study whose budget is spent is not resumed (a worker that joins late).
     """
     console = console or Console(stderr=True)
     if resolved is None:
@@ -194,7 +195,7 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
     ended: set[str] = set()
     with _progress(console, progress) as bar, Evaluators(exp) as evaluators:
         try:
-            for g, turns in itertools.groupby(schedule.turns(unfinished), key=lambda turn: turn.group):
+            for g, turns in itertools.groupby(schedule.turns(unfinished, resume_finished), key=lambda turn: turn.group):
                 target, began, done = resolved[g], time.perf_counter(), len(results)
                 evaluator = evaluators.get(target)
                 before = dict(getattr(evaluator, "cache_stats", None) or {})
@@ -216,7 +217,7 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
                 if costs is not None:
                     mine = results[done:]
                     costs.problem(time.perf_counter() - began, sum(r.new_trials for r in mine),
-                                  sum(r.eval_s for r in mine))
+                                  sum(r.loop_s for r in mine))
         finally:
             schedule.release()
     return results

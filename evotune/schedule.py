@@ -79,25 +79,28 @@ class Schedule:
         self._held: list[str] = []
         self._ran: set[tuple[int, int]] = set()
 
-    def turns(self, unfinished: Callable[[str], bool]) -> Iterator[Turn]:
+    def turns(self, unfinished: Callable[[str], bool], resume_finished: bool = True) -> Iterator[Turn]:
         """The studies to run, one at a time; each is taken when it is asked for, so other workers can take
-        the rest meanwhile. ``unfinished(study name)``: whether a study still wants points (pass 3)."""
+        the rest meanwhile. ``unfinished(study name)``: whether a study still wants points (pass 3);
+        ``resume_finished``: passes 1 and 2 take finished studies too (a lone run resumes and reports them;
+        a worker that joins late need not pay their fixed costs)."""
         alone = not self.claims.shared  # storage in one process: nobody to split with, every study is resumed
         if self.split == "problems" and not alone:
+            wanted = (lambda name: True) if resume_finished else unfinished
             for g, (group, names) in enumerate(self.groups):
                 if self._take(f"group:{group}"):
-                    yield from self._whole(g, names)
+                    yield from self._whole(g, names, wanted)
             for g, (_, names) in enumerate(self.groups):
-                yield from self._whole(g, names)
+                yield from self._whole(g, names, wanted)
         for g, (_, names) in enumerate(self.groups):
             for s, name in enumerate(names):
                 if (g, s) not in self._ran and (alone or self.split == "points" or unfinished(name)):
                     self._ran.add((g, s))
                     yield Turn(g, s, whole=False)
 
-    def _whole(self, g: int, names: list[str]) -> Iterator[Turn]:
+    def _whole(self, g: int, names: list[str], wanted: Callable[[str], bool]) -> Iterator[Turn]:
         for s, name in enumerate(names):
-            if (g, s) not in self._ran and self._take(f"study:{name}"):
+            if (g, s) not in self._ran and wanted(name) and self._take(f"study:{name}"):
                 self._ran.add((g, s))
                 yield Turn(g, s, whole=True)
 

@@ -40,7 +40,7 @@ class TuneResult:
     stopped: str  # trials | seconds | plateau | exhausted
     failures: dict[str, int] = field(default_factory=dict)
     skipped: int = 0  # proposals the oracle could not answer (absent from a landscape): cost nothing
-    eval_s: float = 0.0  # wall seconds this call spent in the evaluator (the rest is the loop's own cost)
+    loop_s: float = 0.0  # wall seconds of the loop after resuming: asking, claiming, evaluating, storing
 
 
 def tune(space: SearchSpace, ctx: Context, evaluator: Evaluator, strategy: Strategy, store: StudyStore,
@@ -73,6 +73,7 @@ class _Run:
 
     def run(self) -> TuneResult:
         self.resume()
+        began = time.perf_counter()
         while True:
             stopped = self.stop_reason()
             if stopped:
@@ -92,7 +93,7 @@ class _Run:
             self.record(point, *measured)
         s = self.state
         return TuneResult(self.store.study.study_name, s.trials, s.new, s.best_point, s.best_ms, s.clock,
-                          stopped, s.failures, s.skipped, s.eval_s)
+                          stopped, s.failures, s.skipped, time.perf_counter() - began)
 
     def resume(self) -> None:
         """Take in what the study holds: told to the strategy, counted, never measured again."""
@@ -162,9 +163,7 @@ class _Run:
         except BaseException:
             self.claims.release(self.space.key(point))
             raise
-        elapsed = time.perf_counter() - started
-        self.state.eval_s += elapsed
-        return result, began, elapsed
+        return result, began, time.perf_counter() - started
 
     def record(self, point: Point, result: EvalResult, began: _dt.datetime, elapsed: float) -> None:
         """Store the trial, mark its claim done, then tell the strategy: the study hears first."""
@@ -202,7 +201,6 @@ class _State:
     since_best: int = 0
     new: int = 0
     skipped: int = 0
-    eval_s: float = 0.0
     synced: float = field(default_factory=time.monotonic)
     failures: dict[str, int] = field(default_factory=dict)
 

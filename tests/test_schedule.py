@@ -30,6 +30,9 @@ def test_two_workers_deal_out_the_problems_then_join_what_is_left(tmp_path):
     b.release()
     c = schedule(tmp_path, "c")  # a later run takes everything afresh
     assert [t.whole for t in c.turns(lambda name: False)] == [True] * 4
+    c.release()
+    late = schedule(tmp_path, "d")  # a worker that joins late takes only what is unfinished
+    assert list(late.turns("e/p1/ga/seed0".__eq__, resume_finished=False)) == [Turn(1, 0, whole=True)]
 
 
 def test_fewer_problems_than_workers_share_points(tmp_path):
