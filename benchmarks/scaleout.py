@@ -176,7 +176,8 @@ def cost_lines(runs: list[Run]) -> list[str]:
             m = c["model"]
             out.append(f"{r.split} x{r.workers} worker {i}: start-up {m['startup_s']:.2f} s, per problem "
                        f"{m['per_problem_s']:.3f} s ({len(c['problems_s'])} taken up), per evaluation "
-                       f"{m['per_eval_s'] * 1e3:.2f} ms ({c['evals']} evaluations), wall {c['wall_s']:.1f} s")
+                       f"{m['per_eval_s'] * 1e3:.2f} ms ({m['serial_eval_s'] * 1e3:.2f} writing to the storage; "
+                       f"{c['evals']} evaluations), wall {c['wall_s']:.1f} s")
     return out
 
 

@@ -27,6 +27,14 @@ left over at the end are shared by all)::
 the bracket only when ``P mod W`` is not 0. One worker takes
 ``startup + P * (per_problem + B * per_eval)`` either way.
 
+Part of each evaluation, ``serial_eval_s``, is writing its claims and its
+trial, which on sqlite or a journal file go through the storage's one lock
+(on PostgreSQL, a study's claims do): no two workers do it at once, so
+however many workers there are, the wall time is at least
+``startup + P * B * serial_eval``. Where an evaluation is a look-up (replay),
+that part is most of it, and more workers do not help; where it is a GPU
+measurement, it is a small part, and they do.
+
 :class:`WorkerCosts` measures the three on a running worker: its wall time
 since the process started, each problem's time less its tuning loops (the
 loop of each study after it is resumed: :attr:`evotune.tuner.TuneResult.loop_s`),
@@ -59,6 +67,7 @@ class CostModel:
     startup_s: float
     per_problem_s: float
     per_eval_s: float
+    serial_eval_s: float = 0.0  # of per_eval_s: what one worker at a time can do (the storage's writes)
 
     def wall_s(self, problems: int, evals: int, workers: int, split: str = "problems") -> float:
         """Wall time of ``problems`` problems of ``evals`` evaluations each on ``workers`` workers."""
@@ -67,11 +76,12 @@ class CostModel:
         if problems < 1 or evals < 0 or workers < 1:
             raise ValueError(f"need problems >= 1, evals >= 0 and workers >= 1, got {problems}, {evals}, {workers}")
         work = evals * self.per_eval_s  # one problem's evaluations
+        serial = self.startup_s + problems * evals * self.serial_eval_s  # every storage write, one after another
         if split == "points":
-            return self.startup_s + problems * self.per_problem_s + problems * work / workers
+            return max(serial, self.startup_s + problems * self.per_problem_s + problems * work / workers)
         rounds, left = divmod(problems, workers)
         tail = self.per_problem_s + left * work / workers if left else 0.0
-        return self.startup_s + rounds * (self.per_problem_s + work) + tail
+        return max(serial, self.startup_s + rounds * (self.per_problem_s + work) + tail)
 
     def speedup(self, problems: int, evals: int, workers: int, split: str = "problems") -> float:
         """How much faster ``workers`` workers are than one."""
@@ -86,14 +96,16 @@ class WorkerCosts:
     problems_s: list[float] = field(default_factory=list)  # each problem taken up: its time less its loops
     evals: int = 0
     eval_s: float = 0.0
+    store_s: float = 0.0
     wall_s: float = 0.0
 
-    def problem(self, seconds: float, evals: int, eval_s: float) -> None:
+    def problem(self, seconds: float, evals: int, eval_s: float, store_s: float = 0.0) -> None:
         """A problem taken up for ``seconds`` of wall time, of which its tuning loops took ``eval_s`` for ``evals``
-        evaluations."""
+        evaluations, ``store_s`` of that writing claims and trials."""
         self.problems_s.append(max(0.0, seconds - eval_s))
         self.evals += evals
         self.eval_s += eval_s
+        self.store_s += store_s
 
     def stop(self) -> None:
         self.wall_s = time.time() - self.started
@@ -102,13 +114,14 @@ class WorkerCosts:
         """The worker's costs: ``wall = startup + problems * per_problem + evals * per_eval``."""
         per_problem = statistics.median(self.problems_s) if self.problems_s else 0.0
         startup = self.wall_s - self.eval_s - per_problem * len(self.problems_s)
-        return CostModel(startup, per_problem, self.eval_s / self.evals if self.evals else 0.0)
+        n = max(self.evals, 1)
+        return CostModel(startup, per_problem, self.eval_s / n, self.store_s / n)
 
     def describe(self) -> str:
         m = self.model()
         return (f"start-up {m.startup_s:.2f} s, per problem {m.per_problem_s:.3f} s (median of "
-                f"{len(self.problems_s)}), per evaluation {m.per_eval_s * 1e3:.1f} ms ({self.evals} evaluations), "
-                f"wall {self.wall_s:.2f} s")
+                f"{len(self.problems_s)}), per evaluation {m.per_eval_s * 1e3:.1f} ms ({m.serial_eval_s * 1e3:.1f} "
+                f"writing to the storage; {self.evals} evaluations), wall {self.wall_s:.2f} s")
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "model": asdict(self.model())}

@@ -217,7 +217,7 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
                 if costs is not None:
                     mine = results[done:]
                     costs.problem(time.perf_counter() - began, sum(r.new_trials for r in mine),
-                                  sum(r.loop_s for r in mine))
+                                  sum(r.loop_s for r in mine), sum(r.store_s for r in mine))
         finally:
             schedule.release()
     return results

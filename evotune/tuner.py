@@ -41,6 +41,7 @@ class TuneResult:
     failures: dict[str, int] = field(default_factory=dict)
     skipped: int = 0  # proposals the oracle could not answer (absent from a landscape): cost nothing
     loop_s: float = 0.0  # wall seconds of the loop after resuming: asking, claiming, evaluating, storing
+    store_s: float = 0.0  # of which writing the claims and the trials (on sqlite: under the database's one lock)
 
 
 def tune(space: SearchSpace, ctx: Context, evaluator: Evaluator, strategy: Strategy, store: StudyStore,
@@ -93,7 +94,7 @@ class _Run:
             self.record(point, *measured)
         s = self.state
         return TuneResult(self.store.study.study_name, s.trials, s.new, s.best_point, s.best_ms, s.clock,
-                          stopped, s.failures, s.skipped, time.perf_counter() - began)
+                          stopped, s.failures, s.skipped, time.perf_counter() - began, s.store_s)
 
     def resume(self) -> None:
         """Take in what the study holds: told to the strategy, counted, never measured again."""
@@ -145,8 +146,9 @@ class _Run:
 
     def claim(self, point: Point) -> str:
         """Claim ``point`` within the budget: "new" or "takeover" to measure it, "" to leave it, "full" to stop."""
-        key = self.space.key(point)
+        key, started = self.space.key(point), time.perf_counter()
         claimed = self.claims.claim(key, self.budget.trials, self.state.done, self.sync)
+        self.state.store_s += time.perf_counter() - started
         if claimed == "takeover":
             self.sync()  # its last owner is gone: it may have stored the point after our last look
         if claimed in ("new", "takeover") and key in self.state.done:
@@ -174,8 +176,10 @@ class _Run:
             self.strategy.tell([(point, None)])
             return
         clock = s.clock + (result.cost_s if self.simulated else elapsed)
+        writing = time.perf_counter()
         number = self.store.record(point, result, clock, started=began, wall_s=elapsed)
         self.claims.finish(key)
+        s.store_s += time.perf_counter() - writing
         self.strategy.tell([(point, result.value)])
         s.add(number, key, point, result.value, clock)
         s.new += 1
@@ -201,6 +205,7 @@ class _State:
     since_best: int = 0
     new: int = 0
     skipped: int = 0
+    store_s: float = 0.0
     synced: float = field(default_factory=time.monotonic)
     failures: dict[str, int] = field(default_factory=dict)
 

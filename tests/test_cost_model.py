@@ -37,6 +37,16 @@ def test_whole_problems_pay_each_problem_once_and_share_the_last():
     assert free.speedup(20, 100, 4) == pytest.approx(4.0) and free.speedup(20, 100, 4, "points") == pytest.approx(4.0)
 
 
+def test_storage_writes_one_worker_at_a_time_bound_the_speed_up():
+    # an evaluation that is mostly writing to the storage (a replayed one): two workers barely help
+    replay = CostModel(startup_s=1.0, per_problem_s=0.05, per_eval_s=0.018, serial_eval_s=0.016)
+    assert replay.wall_s(20, 100, 2) == pytest.approx(1.0 + 2000 * 0.016)
+    assert replay.speedup(20, 100, 2) == pytest.approx((1.0 + 20 * (0.05 + 1.8)) / (1.0 + 32.0))
+    # a GPU measurement beside the same writes: the bound is far away
+    gpu = CostModel(startup_s=6.0, per_problem_s=4.0, per_eval_s=0.3, serial_eval_s=0.016)
+    assert gpu.wall_s(20, 100, 4) == CostModel(6.0, 4.0, 0.3).wall_s(20, 100, 4)
+
+
 def test_bad_arguments_are_refused():
     m = CostModel(1.0, 1.0, 1.0)
     with pytest.raises(ValueError, match="split"):
@@ -47,13 +57,13 @@ def test_bad_arguments_are_refused():
 
 def test_a_worker_measures_its_costs_so_that_they_add_up_to_its_wall_time():
     costs = WorkerCosts(started=0.0)
-    costs.problem(seconds=5.0, evals=10, eval_s=2.0)  # the first problem also started the measuring process
-    costs.problem(seconds=2.0, evals=10, eval_s=1.5)
-    costs.problem(seconds=2.5, evals=10, eval_s=1.5)
+    costs.problem(seconds=5.0, evals=10, eval_s=2.0, store_s=0.1)  # the first one also started the measuring process
+    costs.problem(seconds=2.0, evals=10, eval_s=1.5, store_s=0.1)
+    costs.problem(seconds=2.5, evals=10, eval_s=1.5, store_s=0.1)
     costs.wall_s = 11.0
     m = costs.model()
     assert m.per_problem_s == pytest.approx(1.0)  # the median of 3.0, 0.5 and 1.0
-    assert m.per_eval_s == pytest.approx(5.0 / 30)
+    assert m.per_eval_s == pytest.approx(5.0 / 30) and m.serial_eval_s == pytest.approx(0.01)
     assert m.startup_s == pytest.approx(11.0 - 5.0 - 3 * 1.0)  # the first problem's excess counts as start-up
     assert m.startup_s + 3 * m.per_problem_s + 30 * m.per_eval_s == pytest.approx(costs.wall_s)
     assert costs.to_dict()["model"]["per_problem_s"] == pytest.approx(1.0)
