@@ -18,7 +18,7 @@ the tuner and the storage, and the claims are real; a GPU evaluation's time is
 not (a replayed evaluation is a look-up). ``--problems`` and ``--trials`` make
 the run smaller, ``--points`` records excerpts of the landscapes instead.
 
-Usage::
+Usage (``--gpus N`` alone runs 1 and N)::
 
     python3 benchmarks/scaleout.py experiments/scaleout_int8.toml --gpus 1,2,4
     python3 benchmarks/scaleout.py experiments/scaleout_record_int8.toml --record --gpus 1,2,4
@@ -184,7 +184,8 @@ def cost_lines(runs: list[Run]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("experiment", type=Path)
-    ap.add_argument("--gpus", default="1,2", help="counts of GPUs (one worker each) to run, e.g. 1,2,4")
+    ap.add_argument("--gpus", default="1,2", help="counts of GPUs (one worker each) to run, e.g. 1,2,4; a single "
+                                                  "count N runs 1 and N")
     ap.add_argument("--cpu", action="store_true", help="replay the recorded landscapes on the CPU instead")
     ap.add_argument("--workers", help="with --cpu: counts of workers (default: --gpus)")
     ap.add_argument("--split", default="problems", help="problems, points, or both: problems,points")
@@ -197,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     exp = load_experiment(args.experiment)
     counts = [int(n) for n in (args.workers if args.cpu and args.workers else args.gpus).split(",")]
+    if len(counts) == 1 and counts[0] > 1:
+        counts = [1, *counts]  # the speed-up needs the run with one
     work = Path(tempfile.mkdtemp(prefix="evotune-scale-"))
     runs = [run(args, exp, n, split, work) for split in args.split.split(",") for n in counts]
     problems = len(exp.problems[:args.problems]) if args.cpu else len(exp.problems)
