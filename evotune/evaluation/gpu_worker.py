@@ -3,7 +3,8 @@
 :class:`evotune.evaluation.gpu.GpuEvaluator` starts it (through
 :class:`evotune.evaluation.isolation.WorkerProcess`) and talks to it over a pipe;
 the requests are ``eval`` (one point), ``baselines``, ``info`` (device, clocks,
-versions, copy bandwidth) and ``confirm`` (the confirmation stage). A candidate
+versions, copy bandwidth), ``confirm`` (the confirmation stage) and ``space``
+(serve another space from now on: :mod:`evotune.evaluation.space_worker`). A candidate
 that breaks the CUDA context makes the reply ``fatal``: the process exits and
 the evaluator starts another.
 """
