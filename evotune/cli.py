@@ -8,6 +8,7 @@ is lost: trials are stored as they finish.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from evotune.experiment import Experiment, ExperimentError, load_experiment
+from evotune.schedule import SPLITS
 
 EXIT_USAGE = 2
 
@@ -61,6 +63,9 @@ def _parser() -> argparse.ArgumentParser:
     worker = sub.add_parser("worker", help="join the experiment's studies from another process or host")
     worker.add_argument("experiment", help="path to an experiment .toml file (its storage must be shared)")
     worker.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    _split_arg(worker)
+    worker.add_argument("--costs", metavar="PATH", help="write this worker's measured costs (start-up, per problem, "
+                                                        "per evaluation) as JSON")
     worker.set_defaults(func=cmd_worker)
 
     record = sub.add_parser("record", help="measure every feasible point of the space; write landscape files")
@@ -76,6 +81,7 @@ def _parser() -> argparse.ArgumentParser:
                                                       "constraint (a stratified sample; default: all of them)")
     record.add_argument("--workers", default="2", metavar="W",
                         help="with --compile-only: compile processes (default 2)")
+    _split_arg(record)
     record.set_defaults(func=cmd_record)
 
     plot = sub.add_parser("plot", help="write convergence and parameter-effect PNGs")
@@ -124,6 +130,12 @@ def _parser() -> argparse.ArgumentParser:
                       help="timing samples kept per point, spread over their range (default 0: replay reads none)")
     conv.set_defaults(func=cmd_convert)
     return p
+
+
+def _split_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--split", choices=SPLITS, default="problems",
+                   help="beside other workers: take whole problems first and share the points of the last ones "
+                        "(problems, the default), or share the points of every problem (points)")
 
 
 def _source_args(p: argparse.ArgumentParser) -> None:
@@ -181,17 +193,25 @@ def _remember(rows: list, storage: str, console: Console) -> None:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    """The tuning loop alone: claims points in the shared storage, so any number of workers can join."""
+    """The tuning loop alone: claims problems, studies and points in the shared storage, so any number of
+    workers can join."""
+    from evotune.cost_model import WorkerCosts
     from evotune.runner import preflight, run_experiment, targets
 
+    costs = WorkerCosts()
     exp = load_experiment(args.experiment)
     resolved = targets(exp)
     preflight(exp, resolved)
     console = _console(stderr=True)
     draw_seed = os.getpid()  # each worker explores its own way; the study stays the one of the seed
-    for r in run_experiment(exp, console, progress=not args.no_progress, resolved=resolved, draw_seed=draw_seed):
+    for r in run_experiment(exp, console, progress=not args.no_progress, resolved=resolved, draw_seed=draw_seed,
+                            split=args.split, costs=costs, resume_finished=False):
         console.print(f"  {r.study_name}: {r.new_trials} measured by this worker, {r.trials} in the study, "
                       f"stopped on {r.stopped}")
+    costs.stop()
+    console.print(f"  costs of this worker: {costs.describe()}")
+    if args.costs:
+        Path(args.costs).write_text(json.dumps(costs.to_dict(), indent=1))
     return 0
 
 
@@ -206,7 +226,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     from evotune.record import record_experiment
 
     for path in record_experiment(exp, Path(args.out or "experiments/landscapes"), args.seconds,
-                                  _console(stderr=True)):
+                                  _console(stderr=True), args.split):
         print(path)
     return 0
 

@@ -27,8 +27,18 @@ Landscape files are named ``SPACE_PROBLEM.json.gz`` with every character that
 some file system refuses (``:`` of ``landscape:NAME`` spaces, ``/``, ``\\``, ...)
 replaced by ``_``, so the files can be copied to any OS.
 
-One evaluator (on a GPU, one GPU worker) serves every problem of a space, so a
-kernel whose binary does not depend on the shape is loaded once for them all.
+One measuring process (on a GPU, one GPU worker) serves every problem and
+space, so a kernel whose binary does not depend on the shape is loaded once
+for them all.
+
+Several ``record`` processes may share the work, one per GPU (each sees its
+own through ``CUDA_VISIBLE_DEVICES``): they take whole problems first and
+share the points of the last ones (see :mod:`evotune.schedule`), and every
+point is claimed in the record storage before it is measured, so none is
+measured twice; the baselines of a problem are timed by one of them
+(:mod:`evotune.shared_baselines`). The one that finishes a problem confirms
+it and writes its file last; a confirmation stands for the points recorded
+when it was made, so a piece that adds none keeps the one before.
 
 Example::
 
@@ -42,8 +52,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import optuna
 from rich.console import Console
 
+from evotune.claims import Claims, make_claims, wait_for_others
+from evotune.confirming import confirm_best, confirmation_turn
 from evotune.evaluation.base import Evaluator
 from evotune.evaluation.landscape import (
     Landscape,
@@ -55,20 +68,11 @@ from evotune.evaluation.landscape import (
 )
 from evotune.evaluation.result import EvalResult
 from evotune.experiment import Budget, Experiment
-from evotune.runner import (
-    Evaluators,
-    Target,
-    cache_summary,
-    confirm_best,
-    measure_baselines,
-    open_storage,
-    preflight,
-    study_attrs,
-    study_name,
-    targets,
-)
+from evotune.runner import Evaluators, cache_summary, measure_baselines, open_storage, preflight, targets
+from evotune.schedule import Schedule
 from evotune.strategies import make_strategy
 from evotune.study import StudyStore
+from evotune.target import Target, group_name, study_attrs, study_name
 from evotune.tuner import tune
 
 WRITE_EVERY_S = 60.0  # rewrite the landscape file this often while a problem is being recorded
@@ -87,34 +91,56 @@ def safe_filename(name: str) -> str:
     return out.rstrip(". ") or "_"
 
 
-def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, console: Console) -> list[Path]:
-    """Record each problem of ``exp`` in turn, for at most ``seconds`` of tuning time in all; the files written."""
+def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, console: Console,
+                      split: str = "problems") -> list[Path]:
+    """Record the problems of ``exp``, for at most ``seconds`` of tuning time in all; the files written.
+
+    Several processes may record one experiment together, one per GPU: they take whole problems first and
+    share the points of the last ones (``split``, see :mod:`evotune.schedule`); each point is claimed before
+    it is measured, so none is measured twice."""
     resolved = targets(exp)
     preflight(exp, resolved)
     storage = open_storage(exp, record=True)
+    groups = [(group_name(exp, t), [study_name(exp, t, "record")]) for t in resolved]
+    schedule = Schedule(exp.record_storage, exp.name, groups, split)
+
+    def unfinished(name: str) -> bool:
+        t = resolved[next(g for g, (_, names) in enumerate(groups) if name in names)]
+        try:
+            return len(StudyStore(optuna.load_study(study_name=name, storage=storage), t.space, storage).history()) \
+                < len(t.space.feasible(t.ctx))
+        except KeyError:
+            return True
+
     written: list[Path] = []
     spent = 0.0
     with Evaluators(exp) as evaluators:
-        for target in resolved:
-            if seconds is not None and spent >= seconds:
-                console.print(f"  {target.problem.key}: not started, the {seconds:.0f} s of this piece are spent")
-                continue
-            path, used = _record_one(exp, target, evaluators.get(target), storage, out_dir,
-                                     None if seconds is None else seconds - spent, console)
-            written.append(path)
-            spent += used
+        try:
+            for turn in schedule.turns(unfinished):
+                if seconds is not None and spent >= seconds:
+                    console.print(f"  the {seconds:.0f} s of this piece are spent: the problems left are a later "
+                                  "piece's")
+                    break
+                path, used = _record_one(exp, resolved[turn.group], evaluators, storage, out_dir,
+                                         None if seconds is None else seconds - spent, console, schedule, turn.group)
+                written.append(path)
+                spent += used
+        finally:
+            schedule.release()
     return written
 
 
-def _record_one(exp: Experiment, target: Target, evaluator: Evaluator, storage: Any, out_dir: Path,
-                seconds: float | None, console: Console) -> tuple[Path, float]:
+def _record_one(exp: Experiment, target: Target, evaluators: Evaluators, storage: Any, out_dir: Path,
+                seconds: float | None, console: Console, schedule: Schedule, group: int) -> tuple[Path, float]:
     """Measure what the study of ``target`` still lacks, for at most ``seconds``; (landscape file, seconds used)."""
-    measure_baselines(exp, target, evaluator)
-    # a confirmation belongs to the piece that made it: the one of an earlier piece is not this run's
-    store = StudyStore.open(storage, study_name(exp, target, "record"), target.space,
-                            {**study_attrs(exp, target, "exhaustive", 0), "confirmation": None})
+    evaluator = evaluators.get(target)
+    name = study_name(exp, target, "record")
+    measure_baselines(exp, target, evaluators, storage, exp.record_storage, name)
+    store = StudyStore.open(storage, name, target.space, study_attrs(exp, target, "exhaustive", 0))
     path = landscape_path(out_dir, target)
-    previous = _import_recorded(store, target, path)
+    # a claim outlives any honest evaluation; a killed worker's claims lapse at once (see evotune/claims/base.py)
+    claims = make_claims(exp.record_storage, name, 3.0 * exp.oracle_options.timeout_s)
+    previous = _import_recorded(store, target, path, claims)
     fs = target.space.feasible(target.ctx)
     feasible = len(fs)
     strategy = make_strategy("exhaustive", target.space, fs, ctx=target.ctx, seeding="hardware")
@@ -131,14 +157,19 @@ def _record_one(exp: Experiment, target: Target, evaluator: Evaluator, storage: 
             last_write = time.monotonic()
 
     result = tune(target.space, target.ctx, evaluator, strategy, store,
-                  Budget(trials=feasible, seconds=None if seconds is None else started + seconds), checkpoint)
+                  Budget(trials=feasible, seconds=None if seconds is None else started + seconds), checkpoint,
+                  claims=claims)
     used = result.clock_s - started
-    console.print(f"  {store.study.study_name}: {result.trials} of {feasible} feasible points recorded"
-                  f" ({result.new_trials} new in {used:.0f} s)")
+    if result.stopped != "seconds":  # every point stored or being stored: the file is written with them all
+        wait_for_others(exp.record_storage, [name])
+    console.print(f"  {store.study.study_name}: {len(store.history())} of {feasible} feasible points recorded"
+                  f" ({result.new_trials} new by this worker in {used:.0f} s)")
     summary = cache_summary(evaluator)
     if summary:
         console.print(f"  compiled-kernel cache so far: {summary}")
-    _confirm_recorded(exp, target, evaluator, store, console)
+    with confirmation_turn(exp, target, evaluator, storage, schedule, group, {name}) as stores:
+        if stores:
+            _confirm_recorded(exp, target, evaluator, store, console)
     return write_recorded(store, target, exp, feasible, path, previous), used
 
 
@@ -154,8 +185,9 @@ def _confirm_recorded(exp: Experiment, target: Target, evaluator: Evaluator, sto
         store.study.set_user_attr("confirmation", record)
 
 
-def _import_recorded(store: StudyStore, target: Target, path: Path) -> Landscape | None:
-    """Copy the points of an earlier piece's landscape file that the study lacks; that file, if usable."""
+def _import_recorded(store: StudyStore, target: Target, path: Path, claims: Claims) -> Landscape | None:
+    """Copy the points of an earlier piece's landscape file that the study lacks; that file, if usable.
+    One worker at a time copies (``claims``), so that workers starting together copy each point once."""
     if not path.is_file():
         return None
     try:
@@ -164,11 +196,12 @@ def _import_recorded(store: StudyStore, target: Target, path: Path) -> Landscape
         return None  # an unreadable earlier piece is measured again, and its file replaced
     if old.names != target.space.names or old.problem.key != target.problem.key:
         return None
-    have = {r.key for r in store.history()}
-    for values, result in old.entries.items():
-        point = dict(zip(old.names, values, strict=True))
-        if target.space.key(point) not in have and target.space.check(point, target.ctx) is None:
-            store.record(point, result, 0.0, {"imported_from": path.name})
+    with claims.holding(f"import:{path.name}"):
+        have = {r.key for r in store.history()}
+        for values, result in old.entries.items():
+            point = dict(zip(old.names, values, strict=True))
+            if target.space.key(point) not in have and target.space.check(point, target.ctx) is None:
+                store.record(point, result, 0.0, {"imported_from": path.name})
     return old
 
 

@@ -1,5 +1,9 @@
 """Running an experiment: one study per (problem, strategy, seed), with live progress.
 
+Several processes (``evotune worker``) may run one experiment together: which
+studies each takes up, alone or beside the others, is :mod:`evotune.schedule`'s
+choice, and every point is claimed before it is measured (:mod:`evotune.claims`).
+
 Example::
 
     from evotune.experiment import load_experiment
@@ -9,52 +13,38 @@ Example::
 
 from __future__ import annotations
 
-import datetime as _dt
 import functools
 import importlib.util
-from collections.abc import Callable, Iterator
+import itertools
+import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import optuna
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from evotune import hardware as hw
+from evotune import shared_baselines
 from evotune.claims import make_claims
+from evotune.confirming import confirm_target, confirmation_turn
+from evotune.cost_model import WorkerCosts
 from evotune.evaluation.base import Evaluator
 from evotune.evaluation.landscape import Landscape, LandscapeError, load_landscape
-from evotune.evaluation.options import ConfirmOptions
 from evotune.evaluation.replay import ReplayEvaluator
+from evotune.evaluation.space_worker import SpaceWorker
 from evotune.experiment import Experiment, ExperimentError
 from evotune.lookup import read_tuned
 from evotune.plugins import load_space
-from evotune.problem import Problem
-from evotune.space import Context, SearchSpace
+from evotune.schedule import Schedule
+from evotune.space import Context
 from evotune.strategies import STRATEGIES, Source, make_strategy
 from evotune.study import StudyStore, create_database, make_storage
+from evotune.target import Target, group_name, study_attrs, study_name, study_names
 from evotune.transfer import from_cache, from_landscape, from_studies
-from evotune.tuner import TuneResult, tune
-
-
-@dataclass
-class Target:
-    """One problem to tune, with its space, context and (for replay) landscape."""
-
-    problem: Problem
-    space: SearchSpace
-    ctx: Context
-    landscape: Landscape | None = None
-    baselines: dict = field(default_factory=dict)  # name -> timing, measured beside the candidates
-    device: dict = field(default_factory=dict)  # what the numbers depend on: device, clocks, versions
-
-
-def study_name(exp: Experiment, target: Target, strategy: str, seed: int | None = None) -> str:
-    """``EXPERIMENT/PROBLEM/SPACE/STRATEGY/seedN``: one study per run."""
-    tail = f"/seed{seed}" if seed is not None else ""
-    return f"{exp.name}/{target.problem.key}/{target.space.name}/{strategy}{tail}"
+from evotune.tuner import TuneResult, finished, tune
 
 
 def _with_compiled(exp: Experiment, t: Target) -> Target:
@@ -142,33 +132,16 @@ def _gpu_evaluator_class(exp: Experiment) -> type[Evaluator]:
     return GpuEvaluator
 
 
-def make_evaluator(exp: Experiment, target: Target) -> Evaluator:
+def make_evaluator(exp: Experiment, target: Target, worker: SpaceWorker | None = None) -> Evaluator:
+    """The evaluator of ``target``'s space; ``worker``: a measuring process another space's evaluator started."""
     if exp.oracle == "replay":
         assert target.landscape is not None
         return ReplayEvaluator(target.landscape)
     if exp.oracle == "cpu":
         from evotune.evaluation.cpu import CpuEvaluator
 
-        return CpuEvaluator(target.space, target.ctx, exp.oracle_options)
-    return _gpu_evaluator_class(exp)(target.space, target.ctx, exp.oracle_options)
-
-
-def study_attrs(exp: Experiment, target: Target, strategy: str, seed: int) -> dict:
-    attrs = {
-        "experiment": exp.name, "space": target.space.name, "problem": target.problem.to_dict(),
-        "problem_key": target.problem.key, "strategy": strategy, "seed": seed, "oracle": exp.oracle,
-        "hardware": target.ctx.hardware.name if target.ctx.hardware else None,
-        "feasible": len(target.space.feasible(target.ctx)), "space_size": target.space.size,
-    }
-    if target.landscape is not None:
-        ls = target.landscape
-        attrs.update(landscape=str(ls.path), optimum_ms=ls.optimum_ms, device=ls.meta.get("device"),
-                     baselines=ls.baselines)
-    if target.device:
-        attrs.update(device=target.device.get("device"), device_info=target.device)
-    if target.baselines:
-        attrs["baselines"] = target.baselines
-    return attrs
+        return CpuEvaluator(target.space, target.ctx, exp.oracle_options, worker=worker)
+    return _gpu_evaluator_class(exp)(target.space, target.ctx, exp.oracle_options, worker=worker)
 
 
 @contextmanager
@@ -184,11 +157,16 @@ def _progress(console: Console, enabled: bool) -> Iterator[Progress | None]:
 
 
 def run_experiment(exp: Experiment, console: Console | None = None, progress: bool = True,
-                   resolved: list[Target] | None = None, draw_seed: int = 0) -> list[TuneResult]:
+                   resolved: list[Target] | None = None, draw_seed: int = 0, split: str = "problems",
+                   costs: WorkerCosts | None = None, resume_finished: bool = True) -> list[TuneResult]:
     """Tune every (problem, strategy, seed) of ``exp`` to its budget; resumes what the storage already holds.
 
     Everything that can be wrong with the experiment is checked before the
-    storage is opened, so a bad file leaves nothing behind.
+    storage is opened, so a bad file leaves nothing behind. Beside other
+    workers, ``split`` says what this one takes (see :mod:`evotune.schedule`), a
+    study it runs alone proposes as a lone run would, and one it shares draws from
+    ``draw_seed`` on top of its seed; ``costs`` is told each problem's time. Without ``resume_finished``, a
+    study whose budget is spent is not resumed (a worker that joins late).
     """
     console = console or Console(stderr=True)
     if resolved is None:
@@ -197,29 +175,60 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
     storage = open_storage(exp)
     console.print(f"[bold]evotune[/] {exp.name}: space {', '.join(exp.spaces)}, oracle {exp.oracle}, "
                   f"strategies {', '.join(s.name for s in exp.strategies)}, storage {exp.storage}")
-    results = []
+    runs = [(spec, seed) for spec in exp.strategies for seed in spec.seeds]
+    groups = [(group_name(exp, t), study_names(exp, t)) for t in resolved]
+    schedule = Schedule(exp.storage, exp.name, groups, split)
+    of_study = {name: g for g, (_, names) in enumerate(groups) for name in names}
+
+    def unfinished(name: str) -> bool:
+        """Whether study ``name`` wants more points: its budget is not spent, and not held by its workers."""
+        t = resolved[of_study[name]]
+        try:
+            history = StudyStore(optuna.load_study(study_name=name, storage=storage), t.space, storage).history()
+        except KeyError:
+            return True
+        if finished(history, exp.budget, len(t.space.feasible(t.ctx))):
+            return False
+        return exp.budget.trials is None or make_claims(exp.storage, name).room(exp.budget.trials) > 0
+
+    results: list[TuneResult] = []
+    ended: set[str] = set()
     with _progress(console, progress) as bar, Evaluators(exp) as evaluators:
-        for target in resolved:
-            evaluator = evaluators.get(target)
-            before = dict(getattr(evaluator, "cache_stats", None) or {})
-            measure_baselines(exp, target, evaluator)
-            for spec in exp.strategies:
-                # the other problems' studies do not change while this problem's seeds run: read them once
-                sources = transfer_sources(exp, target, storage, spec.name, spec.options)
-                for seed in spec.seeds:
+        try:
+            for g, turns in itertools.groupby(schedule.turns(unfinished, resume_finished), key=lambda turn: turn.group):
+                target, began, done = resolved[g], time.perf_counter(), len(results)
+                evaluator = evaluators.get(target)
+                before = dict(getattr(evaluator, "cache_stats", None) or {})
+                measure_baselines(exp, target, evaluators, storage, exp.storage, groups[g][1][0])
+                sources: dict[str, list[Source]] = {}  # the other problems' studies stay as they are meanwhile
+                for turn in turns:
+                    spec, seed = runs[turn.study]
+                    if spec.name not in sources:
+                        sources[spec.name] = transfer_sources(exp, target, storage, spec.name, spec.options)
                     results.append(_run_one(exp, target, evaluator, storage, spec.name, seed, spec.options, bar,
-                                            draw_seed, sources))
-            confirm_target(exp, target, evaluator, storage, console)
-            summary = cache_summary(evaluator, before)
-            if summary:
-                console.print(f"  compiled-kernel cache for {target.problem.key}: {summary}")
+                                            0 if turn.whole else draw_seed, sources[spec.name]))
+                    ended.add(results[-1].study_name)
+                with confirmation_turn(exp, target, evaluator, storage, schedule, g, ended) as stores:
+                    if stores:
+                        confirm_target(exp, target, evaluator, stores, console)
+                summary = cache_summary(evaluator, before)
+                if summary:
+                    console.print(f"  compiled-kernel cache for {target.problem.key}: {summary}")
+                if costs is not None:
+                    mine = results[done:]
+                    costs.problem(time.perf_counter() - began, sum(r.new_trials for r in mine),
+                                  sum(r.loop_s for r in mine), sum(r.store_s for r in mine))
+        finally:
+            schedule.release()
     return results
 
 
 class Evaluators:
-    """The evaluators of one run, made on first use: a measuring evaluator (its worker process, compile pool
-    and CUDA start-up) serves every problem of its space, so those costs are paid once per run, not once
-    per problem; a replay evaluator answers for its one landscape and is closed when the next is asked for.
+    """The evaluators of one run, made on first use. One measuring process (a GPU or CPU worker: its start-up,
+    its CUDA context) serves every problem and every space of the run, each space's evaluator through a view of
+    it (:mod:`evotune.evaluation.space_worker`), and its device is read once; so those costs are paid once per
+    worker, not once per problem or space. A replay evaluator answers for its one landscape and is closed when
+    the next is asked for.
 
     Example::
 
@@ -231,14 +240,22 @@ class Evaluators:
     def __init__(self, exp: Experiment):
         self.exp = exp
         self._open: dict[str, Evaluator] = {}
+        self._device: dict | None = None
 
     def get(self, target: Target) -> Evaluator:
         key = target.problem.key if self.exp.oracle == "replay" else target.space.name
         if key not in self._open:
             if self.exp.oracle == "replay":
                 self.close()
-            self._open[key] = make_evaluator(self.exp, target)
+            shared = next((getattr(ev, "shared_worker", None) for ev in self._open.values()), None)
+            self._open[key] = make_evaluator(self.exp, target, shared) if shared else make_evaluator(self.exp, target)
         return self._open[key]
+
+    def device_info(self, evaluator: Evaluator) -> dict:
+        """The device the measuring process runs on (its clocks, versions, copy bandwidth), read once."""
+        if self._device is None:
+            self._device = evaluator.device_info()
+        return self._device
 
     def close(self) -> None:
         for ev in self._open.values():
@@ -263,59 +280,18 @@ def open_storage(exp: Experiment, record: bool = False) -> optuna.storages.BaseS
         raise ExperimentError(exp.path, where, f"cannot open {url!r}: {exc}") from None
 
 
-def measure_baselines(exp: Experiment, target: Target, evaluator: Evaluator) -> None:
-    """On a GPU: the device and the baselines, timed by the same oracle in the same worker, before the search."""
-    if exp.oracle == "gpu":
-        target.device = evaluator.device_info()
-        target.baselines = evaluator.baselines(target.problem)
-
-
-def confirm_target(exp: Experiment, target: Target, evaluator: Evaluator, storage: optuna.storages.BaseStorage,
-                   console: Console) -> dict | None:
-    """The confirmation stage for one problem and space: its best configurations over every study of the
-    experiment, re-timed beside the baselines; the record is kept in each of those studies."""
-    if not evaluator.confirms or exp.oracle_options.confirm.top_k <= 0:
-        return None
-    stores = [StudyStore.open(storage, study_name(exp, target, spec.name, seed), target.space)
-              for spec in exp.strategies for seed in spec.seeds]
-    best: dict[str, tuple[float, dict]] = {}
-    for store in stores:
-        for r in store.history():
-            if r.value is not None and (r.key not in best or r.value < best[r.key][0]):
-                best[r.key] = (r.value, r.point)
-    record = confirm_best(exp, target, evaluator, list(best.values()), target.space.to_storage, console)
-    for store in stores if record is not None else []:
-        store.study.set_user_attr("confirmation", record)
-    return record
-
-
-def confirm_best(exp: Experiment, target: Target, evaluator: Evaluator, measured: list[tuple[float, dict]],
-                 config_form: Callable[[dict], Any], console: Console) -> dict | None:
-    """Confirm the fastest of ``measured`` (search time, point) on ``evaluator``: the ``confirm.top_k`` fastest
-    and the others within ``confirm.screen`` of the fastest (at most ``confirm.screen_max``), raced down to
-    ``top_k``. The record, dated, its configurations written by ``config_form``, its warnings printed; None
-    when off."""
-    top = screened(measured, exp.oracle_options.confirm)
-    record = evaluator.confirm([p for _, p in top], target.problem, [t for t, _ in top])
-    if record is None:
-        return None
-    record["configs"] = {k: config_form(p) for k, p in record.get("configs", {}).items()}
-    record["date"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-    if "error" in record:
-        console.print(f"  [yellow]confirmation of {target.problem.key} failed:[/] {record['error']}")
-    for warning in record.get("warnings", []):
-        console.print(f"  [yellow]{target.problem.key}:[/] {warning}")
-    return record
-
-
-def screened(measured: list[tuple[float, Any]], opts: ConfirmOptions) -> list[tuple[float, Any]]:
-    """The candidates of the confirmation stage, fastest first: the ``top_k`` fastest of ``measured``
-    (search time, point) and every other within ``screen`` of the fastest, ``screen_max`` at most."""
-    ranked = sorted(measured, key=lambda t: t[0])
-    if not ranked or opts.top_k <= 0:
-        return []
-    near = [t for t in ranked if t[0] <= ranked[0][0] * (1.0 + opts.screen)]
-    return ranked[:max(opts.top_k, min(len(near), opts.screen_max))]
+def measure_baselines(exp: Experiment, target: Target, evaluators: Evaluators, storage: optuna.storages.BaseStorage,
+                      url: str, home: str) -> None:
+    """On a GPU: the device and the baselines, timed by the same oracle in the same worker before the search, or
+    taken from study ``home`` (in ``storage``, at ``url``) where another worker timed them on a device of the same
+    model and versions."""
+    if exp.oracle != "gpu" or target.baselines:
+        return
+    evaluator = evaluators.get(target)
+    claims = make_claims(url, shared_baselines.namespace(exp.name))
+    found = shared_baselines.shared_baselines(storage, home, claims, evaluators.device_info(evaluator),
+                                              lambda: evaluator.baselines(target.problem))
+    target.device, target.baselines, target.baselines_by = found.device_info, found.baselines, found.describe()
 
 
 def cache_summary(evaluator: Evaluator, before: dict[str, int] | None = None) -> str:

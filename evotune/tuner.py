@@ -24,7 +24,7 @@ from evotune.evaluation.result import EvalResult, Status
 from evotune.experiment import Budget
 from evotune.space import Context, Point, SearchSpace
 from evotune.strategies.base import Strategy
-from evotune.study import StudyStore
+from evotune.study import Record, StudyStore
 
 OnTrial = Callable[[int, float | None], None]  # (trials so far, best so far)
 
@@ -40,6 +40,8 @@ class TuneResult:
     stopped: str  # trials | seconds | plateau | exhausted
     failures: dict[str, int] = field(default_factory=dict)
     skipped: int = 0  # proposals the oracle could not answer (absent from a landscape): cost nothing
+    loop_s: float = 0.0  # wall seconds of the loop after resuming: asking, claiming, evaluating, storing
+    store_s: float = 0.0  # of which writing the claims and the trials (on sqlite: under the database's one lock)
 
 
 def tune(space: SearchSpace, ctx: Context, evaluator: Evaluator, strategy: Strategy, store: StudyStore,
@@ -72,6 +74,7 @@ class _Run:
 
     def run(self) -> TuneResult:
         self.resume()
+        began = time.perf_counter()
         while True:
             stopped = self.stop_reason()
             if stopped:
@@ -91,7 +94,7 @@ class _Run:
             self.record(point, *measured)
         s = self.state
         return TuneResult(self.store.study.study_name, s.trials, s.new, s.best_point, s.best_ms, s.clock,
-                          stopped, s.failures, s.skipped)
+                          stopped, s.failures, s.skipped, time.perf_counter() - began, s.store_s)
 
     def resume(self) -> None:
         """Take in what the study holds: told to the strategy, counted, never measured again."""
@@ -143,8 +146,9 @@ class _Run:
 
     def claim(self, point: Point) -> str:
         """Claim ``point`` within the budget: "new" or "takeover" to measure it, "" to leave it, "full" to stop."""
-        key = self.space.key(point)
+        key, started = self.space.key(point), time.perf_counter()
         claimed = self.claims.claim(key, self.budget.trials, self.state.done, self.sync)
+        self.state.store_s += time.perf_counter() - started
         if claimed == "takeover":
             self.sync()  # its last owner is gone: it may have stored the point after our last look
         if claimed in ("new", "takeover") and key in self.state.done:
@@ -172,8 +176,10 @@ class _Run:
             self.strategy.tell([(point, None)])
             return
         clock = s.clock + (result.cost_s if self.simulated else elapsed)
+        writing = time.perf_counter()
         number = self.store.record(point, result, clock, started=began, wall_s=elapsed)
         self.claims.finish(key)
+        s.store_s += time.perf_counter() - writing
         self.strategy.tell([(point, result.value)])
         s.add(number, key, point, result.value, clock)
         s.new += 1
@@ -199,6 +205,7 @@ class _State:
     since_best: int = 0
     new: int = 0
     skipped: int = 0
+    store_s: float = 0.0
     synced: float = field(default_factory=time.monotonic)
     failures: dict[str, int] = field(default_factory=dict)
 
@@ -210,6 +217,15 @@ class _State:
         self.since_best += 1
         if value is not None and (self.best_ms is None or value < self.best_ms):
             self.best_ms, self.best_point, self.since_best = value, point, 0
+
+
+def finished(history: list[Record], budget: Budget, feasible: int) -> bool:
+    """Whether a study holding ``history`` is done for every worker: its budget is spent (trials, tuning clock
+    or plateau, counted as :func:`tune` counts them on resume) or every feasible point is stored."""
+    state = _State()
+    for r in history:
+        state.add(r.number, r.key, r.point, r.value, r.clock_s)
+    return state.trials >= feasible or _stop_reason(budget, state.trials, state.clock, state.since_best) is not None
 
 
 def _stop_reason(budget: Budget, trials: int, clock: float, since_best: int) -> str | None:

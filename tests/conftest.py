@@ -37,6 +37,23 @@ url = "{url}"
     return path
 
 
+H100_INT8 = ROOT / "experiments" / "landscapes" / "h100"  # cute_hopper_gemm_gemm_int8_tn_*.json.gz: 992 points each
+
+
+def int8_landscapes(count: int) -> list[Path]:
+    """The first ``count`` of the recorded int8 H100 landscapes, each of another problem."""
+    return sorted(H100_INT8.glob("cute_hopper_gemm_gemm_int8_tn_*.json.gz"))[:count]
+
+
+def landscape_excerpt(src: Path, dst: Path, points: int) -> Path:
+    """Write the first ``points`` points of landscape ``src`` as landscape ``dst``: a small one to record."""
+    from evotune.evaluation.landscape import landscape_document, load_landscape, write_landscape
+
+    ls = load_landscape(src)
+    rows = [(dict(zip(ls.names, key, strict=True)), r) for key, r in list(ls.entries.items())[:points]]
+    return write_landscape(dst, landscape_document(ls.params, rows, ls.problem, ls.meta, ls.space_name))
+
+
 def _has_gpu() -> bool:
     try:
         import torch

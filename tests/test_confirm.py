@@ -115,8 +115,8 @@ def test_configurations_race_and_only_the_leaders_are_timed_to_the_end():
 
 
 def test_candidates_are_the_top_k_and_those_near_the_fastest_search_time():
+    from evotune.confirming import screened
     from evotune.evaluation.options import ConfirmOptions as Opts
-    from evotune.runner import screened
 
     measured = [(t, f"p{t}") for t in (1.30, 1.00, 1.10, 1.05, 1.16, 1.14, 2.0)]
     assert [p for _, p in screened(measured, Opts(top_k=2, screen=0.15))] == ["p1.0", "p1.05", "p1.1", "p1.14"]
@@ -157,7 +157,7 @@ def test_the_best_the_report_gives_is_the_confirmed_one(tmp_path, monkeypatch):
     from evotune.experiment import load_experiment
     from evotune.report import best_table, collect_best, export_best
 
-    monkeypatch.setattr(runner, "make_evaluator", lambda exp, target: ConfirmingReplay(target.landscape))
+    monkeypatch.setattr(runner, "make_evaluator", lambda exp, target, worker=None: ConfirmingReplay(target.landscape))
     url = f"sqlite:///{tmp_path / 'c.db'}"
     exp = load_experiment(replay_experiment(tmp_path / "c.toml", name="c", url=url, trials=40, strategy="random",
                                             repeats=2))
@@ -197,7 +197,7 @@ def test_a_recorded_landscape_holds_its_confirmed_optimum_and_baselines(tmp_path
     from evotune.cli import main
     from evotune.evaluation.landscape import load_landscape
 
-    monkeypatch.setattr(runner, "make_evaluator", lambda exp, target: ConfirmingReplay(target.landscape))
+    monkeypatch.setattr(runner, "make_evaluator", lambda exp, target, worker=None: ConfirmingReplay(target.landscape))
     exp = replay_experiment(tmp_path / "rec.toml", name="rec", url=f"journal:{tmp_path / 'rec.journal'}",
                             trials=10, strategy="random")
     assert main(["record", str(exp), "--out", str(tmp_path / "out"), "--seconds", "40"]) == 0

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
+from collections import defaultdict
 
 import optuna
 import pytest
-from conftest import ROOT, replay_experiment
+from conftest import ROOT, int8_landscapes, landscape_excerpt, replay_experiment
 
 from evotune.claims import FileClaims, RdbClaims
 from evotune.study import make_storage, study_names
@@ -28,12 +31,13 @@ def test_four_workers_share_one_study(tmp_path, kind):
     check_shared_study(tmp_path, url, kind)
 
 
-def run_workers(tmp_path, exp, workers: int = WORKERS) -> list[tuple[str, str]]:
-    """Run ``workers`` processes of ``evotune worker`` on ``exp`` to the end; their (stdout, stderr)."""
+def run_workers(tmp_path, exp, workers: int = WORKERS, *args: str, command: str = "worker") -> list[tuple[str, str]]:
+    """Run ``workers`` processes of ``evotune worker`` (or ``command``) on ``exp`` to the end, each with ``args``
+    (``{i}`` in them is the worker's number); their (stdout, stderr)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    cmd = [sys.executable, "-m", "evotune", "worker", str(exp), "--no-progress"]
-    procs = [subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(workers)]
+    cmd = [sys.executable, "-m", "evotune", command, str(exp)] + (["--no-progress"] if command == "worker" else [])
+    procs = [subprocess.Popen(cmd + [a.format(i=i) for a in args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i in range(workers)]
     outs = [p.communicate(timeout=1800) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
     return outs
@@ -65,15 +69,74 @@ def test_workers_racing_for_the_last_slots_stop_at_the_budget(tmp_path, kind):
     studies, budget = 8, 12
     exp = replay_experiment(tmp_path / "exp.toml", name="race", url=url, trials=budget, strategy="default",
                             repeats=studies, options="startup = 2")
-    run_workers(tmp_path, exp)
+    run_workers(tmp_path, exp, WORKERS, "--split", "points")  # every worker on every study: they race
+    assert len(check_exact(url, budget)) == studies
+
+
+def measured_per_study(outs: list[tuple[str, str]]) -> dict[str, list[int]]:
+    """Each study's points as each worker says it measured them (workers that did not run it left out)."""
+    per = defaultdict(list)
+    for _, err in outs:
+        for name, n in re.findall(r"^\s*(\S+): (\d+) measured by this worker", err, re.M):
+            per[name].append(int(n))
+    return per
+
+
+def check_exact(url: str, budget: int) -> dict[str, int]:
+    """Every study of ``url`` holds ``budget`` trials, none of a point measured twice; their counts by study."""
     storage = make_storage(url)
     counts = {}
     for name in study_names(storage):
         keys = [t.user_attrs["key"] for t in optuna.load_study(study_name=name, storage=storage).get_trials()]
         assert len(keys) == len(set(keys)), f"{name}: a point was measured twice"
         counts[name] = len(keys)
-    assert len(counts) == studies
-    assert sorted(counts.values()) == [budget] * studies, counts
+    assert set(counts.values()) == {budget}, counts
+    return counts
+
+
+@pytest.mark.parametrize("split", ["problems", "points"])
+def test_workers_take_whole_problems_and_share_the_last(tmp_path, split):
+    """Four problems, two workers: with split = problems each problem's fixed cost is paid by one worker (two
+    at the end, where the last problem is shared); with split = points by both, every time."""
+    problems, workers, budget = 4, 2, 30
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    exp = replay_experiment(tmp_path / "exp.toml", name="whole", url=url, trials=budget,
+                            options="population = 8, offspring = 8", landscapes=tuple(int8_landscapes(problems)))
+    outs = run_workers(tmp_path, exp, workers, "--split", split, "--costs", "costs{i}.json")
+    counts = check_exact(url, budget)
+    per = measured_per_study(outs)
+    assert set(per) == set(counts) and all(sum(per[name]) == budget for name in counts)
+    costs = [json.loads((tmp_path / f"costs{i}.json").read_text()) for i in range(workers)]
+    taken_up = sum(len(c["problems_s"]) for c in costs)  # each time a worker took up a problem
+    assert sum(c["evals"] for c in costs) == problems * budget
+    assert all(c["model"]["per_eval_s"] > 0 and c["wall_s"] > 0 for c in costs if c["evals"])
+    if split == "points":
+        assert taken_up == problems * workers
+    else:
+        # a worker joins another's problem only once it has none of its own left: at most the last ones
+        alone = sum(1 for name in counts if sorted(per[name])[:-1] in ([], [0]))
+        assert alone >= problems - workers and taken_up <= problems + workers * (workers - 1)
+
+
+def test_record_is_split_across_workers(tmp_path):
+    """Two recording processes on three small landscapes: every point recorded once, every file complete."""
+    sources = [landscape_excerpt(src, tmp_path / "src" / src.name, 40) for src in int8_landscapes(3)]
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    exp = replay_experiment(tmp_path / "exp.toml", name="rec", url=url, trials=10, landscapes=tuple(sources))
+    outs = run_workers(tmp_path, exp, 2, "--out", "out", command="record")
+    check_exact(f"sqlite:///{tmp_path / 'x_record.db'}", 40)
+    new = defaultdict(int)
+    for _, err in outs:
+        pattern = r"^\s*(\S+): 40 of 40 feasible points recorded \((\d+) new by this worker"
+        for name, n in re.findall(pattern, err, re.M):
+            new[name] += int(n)
+    assert len(new) == 3 and set(new.values()) == {40}, new  # each point measured by one of the two
+    from evotune.evaluation.landscape import load_landscape
+
+    for src in sources:
+        (written,) = (tmp_path / "out").glob(f"*{load_landscape(src).problem.key}*")
+        recorded, source = load_landscape(written), load_landscape(src)
+        assert recorded.meta["complete"] and set(recorded.entries) == set(source.entries)
 
 
 def claims_of(kind: str, tmp_path, owner):
@@ -126,6 +189,7 @@ def test_the_budget_counts_keys_done_or_held_live_once(tmp_path, kind):
     assert dead.claim("stored", budget=4) == "new"
     dead.finish("stored")
     assert dead.claim("lost", budget=4) == "full"  # old, a, b and stored fill the budget
+    assert me.room(4) == 0 and me.room(6) == 2
     assert me.claim("c", budget=5) == "new"
     # the dead worker's claims: one it stored before dying, without saying so; one it never finished
     assert dead.claim("x", budget=10) == "new" and dead.claim("y", budget=10) == "new"

@@ -28,13 +28,14 @@ Example::
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from evotune.claims.base import Claims, NoClaims
 from evotune.claims.file import FileClaims
 from evotune.claims.rdb import RdbClaims
 
-__all__ = ["Claims", "FileClaims", "NoClaims", "RdbClaims", "make_claims"]
+__all__ = ["Claims", "FileClaims", "NoClaims", "RdbClaims", "make_claims", "wait_for_others"]
 
 
 def make_claims(url: str, study: str, lease_s: float = 3600.0, owner: str | None = None) -> Claims:
@@ -44,3 +45,11 @@ def make_claims(url: str, study: str, lease_s: float = 3600.0, owner: str | None
     if "://" in url:
         return RdbClaims(url, study, lease_s, owner)
     return NoClaims(study, lease_s, owner)
+
+
+def wait_for_others(url: str, studies: list[str], poll_s: float = 0.5) -> None:
+    """Return once no other live worker holds a point of ``studies``: each such point is stored, or its worker gone."""
+    for study in studies:
+        claims = make_claims(url, study)
+        while claims.active():
+            time.sleep(poll_s)

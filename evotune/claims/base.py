@@ -143,6 +143,22 @@ class Claims(ABC):
             for key in finished - tx.done_keys():
                 tx.put(key, DONE, now)
 
+    def room(self, budget: int) -> int:
+        """Slots of ``budget`` that are free: neither done nor held by a live worker (lapsed claims settle later)."""
+        with self._transaction() as tx:
+            return budget - self._used(tx, "", frozenset(), None, time.time())
+
+    @contextmanager
+    def holding(self, key: str, poll_s: float = 0.5) -> Iterator[None]:
+        """Hold ``key`` for the block, waiting while another live worker holds it: a lock across workers (for
+        keys that are never finished)."""
+        while self.claim(key) not in ("new", "takeover"):
+            time.sleep(poll_s)
+        try:
+            yield
+        finally:
+            self.release(key)
+
     def active(self) -> set[str]:
         """Keys other live workers are measuring."""
         now = time.time()
@@ -187,6 +203,9 @@ class NoClaims(Claims):
 
     def release(self, key: str) -> None:
         pass
+
+    def room(self, budget: int) -> int:
+        return budget
 
     def begin(self, finished: AbstractSet[str]) -> None:
         pass

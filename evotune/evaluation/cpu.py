@@ -39,6 +39,7 @@ from evotune.evaluation.base import Evaluator
 from evotune.evaluation.isolation import WorkerProcess, serve
 from evotune.evaluation.options import OracleOptions
 from evotune.evaluation.result import EvalResult
+from evotune.evaluation.space_worker import SpaceWorker, use_space
 from evotune.problem import Problem
 from evotune.space import Context, Point, SearchSpace
 
@@ -49,15 +50,19 @@ class CpuEvaluator(Evaluator):
     kind = "cpu"
 
     def __init__(self, space: SearchSpace, ctx: Context, options: OracleOptions | None = None,
-                 repeats: int = 5, memory_limit_mb: int = MEMORY_LIMIT_MB, startup_timeout_s: float = 120.0):
+                 repeats: int = 5, memory_limit_mb: int = MEMORY_LIMIT_MB, startup_timeout_s: float = 120.0,
+                 worker: SpaceWorker | None = None):
         if not space.source or space.build is None:
             raise ValueError(f"space {space.name!r} cannot run on the CPU: it has no build function")
         options = options or OracleOptions()
         self.space, self.ctx, self.options = space, ctx, options
         self.timeout_s, self.startup_timeout_s = float(options.timeout_s), float(startup_timeout_s)
         self.repeats, self.memory_limit_mb = max(1, int(repeats)), int(memory_limit_mb)
-        self._worker = WorkerProcess(_worker_main, (self.space.source, self.memory_limit_mb), "CPU worker",
-                                     self.timeout_s, self.startup_timeout_s)
+        # another space's evaluator may lend its worker process: one process for a run's spaces
+        self.shared_worker = worker or SpaceWorker(WorkerProcess(
+            _worker_main, (self.space.source, self.memory_limit_mb), "CPU worker", self.timeout_s,
+            self.startup_timeout_s))
+        self._worker = self.shared_worker.view(self.space.source, owner=worker is None)
         self._seed = 0
 
     @property
@@ -114,6 +119,8 @@ class _Worker:
         self.kernels: dict[tuple[str, str], Any] = {}
 
     def handle(self, message: tuple) -> dict[str, Any]:
+        if message[0] == "space":  # from now on, requests are for another space of the run
+            return use_space(self, message[1])
         if message[0] != "eval":
             return {"status": "runtime_error", "message": f"unknown request {message[0]!r}"}
         _, point, problem, seed, repeats = message

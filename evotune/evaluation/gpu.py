@@ -40,6 +40,7 @@ from evotune.evaluation.gpu_worker import worker_main
 from evotune.evaluation.isolation import WorkerProcess
 from evotune.evaluation.options import OracleOptions
 from evotune.evaluation.result import EvalResult
+from evotune.evaluation.space_worker import SpaceWorker
 from evotune.problem import Problem
 from evotune.space import Context, Point, SearchSpace
 
@@ -48,15 +49,18 @@ class GpuEvaluator(Evaluator):
     kind = "gpu"
     confirms = True
 
-    def __init__(self, space: SearchSpace, ctx: Context, options: OracleOptions | None = None):
+    def __init__(self, space: SearchSpace, ctx: Context, options: OracleOptions | None = None,
+                 worker: SpaceWorker | None = None):
         if not space.source or space.build is None:
             raise ValueError(f"space {space.name!r} cannot run on a GPU: it has no build function")
         options = options or OracleOptions()
         self.space, self.ctx, self.options = space, ctx, options
         self.timeout_s = float(options.timeout_s)
         self._mp = mp.get_context("spawn")  # the compile pool too: never fork a process that may hold CUDA
-        self._worker = WorkerProcess(worker_main, (self.space.source, options.timing), "GPU worker",
-                                     self.timeout_s)
+        # another space's evaluator may lend its GPU worker: one process, one CUDA context for a run's spaces
+        self.shared_worker = worker or SpaceWorker(WorkerProcess(worker_main, (self.space.source, options.timing),
+                                                                 "GPU worker", self.timeout_s))
+        self._worker = self.shared_worker.view(self.space.source, owner=worker is None)
         self._worker.spawn()  # its imports and CUDA start-up overlap the first compiles
         self._seed = 0
         self.cache_stats: dict[str, int] = {}  # compiled-kernel cache: hit / miss / memory -> count

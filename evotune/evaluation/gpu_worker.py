@@ -3,7 +3,8 @@
 :class:`evotune.evaluation.gpu.GpuEvaluator` starts it (through
 :class:`evotune.evaluation.isolation.WorkerProcess`) and talks to it over a pipe;
 the requests are ``eval`` (one point), ``baselines``, ``info`` (device, clocks,
-versions, copy bandwidth) and ``confirm`` (the confirmation stage). A candidate
+versions, copy bandwidth), ``confirm`` (the confirmation stage) and ``space``
+(serve another space from now on: :mod:`evotune.evaluation.space_worker`). A candidate
 that breaks the CUDA context makes the reply ``fatal``: the process exits and
 the evaluator starts another.
 """
@@ -18,6 +19,7 @@ from typing import Any
 
 from evotune.evaluation.isolation import serve
 from evotune.evaluation.options import TimingOptions
+from evotune.evaluation.space_worker import use_space
 from evotune.problem import Problem
 from evotune.space import Point
 from evotune.workloads.base import Workload, call_args
@@ -56,6 +58,8 @@ class _Worker:
 
     def handle(self, message: tuple) -> dict[str, Any]:
         kind = message[0]
+        if kind == "space":  # from now on, requests are for another space of the run
+            return use_space(self, message[1])
         if kind == "eval":
             reply = self.evaluate(message[1], Problem.from_dict(message[2]), message[3])
             if "OutOfMemoryError" in reply.get("message", "") and self.kernels and not reply.get("fatal"):

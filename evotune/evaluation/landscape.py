@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as _dt
 import gzip
 import json
+import os
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -300,7 +301,7 @@ def _encode(document: dict[str, Any], gz: bool) -> bytes:
 
 def _write_bytes(path: Path, raw: bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # one per writer: workers may write the same file
     tmp.write_bytes(raw)
     tmp.replace(path)  # atomic: a reader never sees half a file, and a source converted in place survives
     return path

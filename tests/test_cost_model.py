@@ -1,0 +1,70 @@
+"""The cost model: a worker's start-up, per-problem and per-evaluation costs, and the speed-up they allow."""
+
+from __future__ import annotations
+
+import pytest
+
+from evotune.cost_model import CostModel, WorkerCosts
+
+
+def test_one_worker_pays_everything_once_whatever_the_split():
+    m = CostModel(startup_s=6.0, per_problem_s=4.0, per_eval_s=0.3)
+    for split in ("problems", "points"):
+        assert m.wall_s(20, 100, 1, split) == pytest.approx(6.0 + 20 * (4.0 + 100 * 0.3))
+        assert m.speedup(20, 100, 1, split) == pytest.approx(1.0)
+
+
+def test_sharing_points_pays_every_problem_on_every_worker():
+    m = CostModel(startup_s=6.0, per_problem_s=4.0, per_eval_s=0.3)
+    # two problems of 48 evaluations on two workers, each paying both problems' fixed cost
+    assert m.wall_s(2, 48, 2, "points") == pytest.approx(6.0 + 2 * 4.0 + 2 * 48 * 0.3 / 2)
+    one, two = 6.0 + 2 * (4.0 + 14.4), 6.0 + 8.0 + 14.4
+    assert m.speedup(2, 48, 2, "points") == pytest.approx(one / two)
+
+
+def test_whole_problems_pay_each_problem_once_and_share_the_last():
+    m = CostModel(startup_s=6.0, per_problem_s=4.0, per_eval_s=0.3)
+    assert m.wall_s(2, 48, 2) == pytest.approx(6.0 + 4.0 + 14.4)  # one problem each
+    # 5 problems on 2 workers: two rounds of whole problems, then the fifth shared by both
+    assert m.wall_s(5, 48, 2) == pytest.approx(6.0 + 2 * (4.0 + 14.4) + (4.0 + 14.4 / 2))
+    # fewer problems than workers: every worker joins one, and they share its points
+    assert m.wall_s(1, 48, 4) == pytest.approx(6.0 + 4.0 + 14.4 / 4)
+    # many problems: the fixed costs no longer stand in the way of scaling
+    assert m.speedup(20, 100, 2) > m.speedup(20, 100, 2, "points")
+    assert m.speedup(20, 100, 4) == pytest.approx((6.0 + 20 * 34.0) / (6.0 + 5 * 34.0))
+    # no fixed costs at all: the speed-up is the number of workers, either way
+    free = CostModel(0.0, 0.0, 0.3)
+    assert free.speedup(20, 100, 4) == pytest.approx(4.0) and free.speedup(20, 100, 4, "points") == pytest.approx(4.0)
+
+
+def test_storage_writes_one_worker_at_a_time_bound_the_speed_up():
+    # an evaluation that is mostly writing to the storage (a replayed one): two workers barely help
+    replay = CostModel(startup_s=1.0, per_problem_s=0.05, per_eval_s=0.018, serial_eval_s=0.016)
+    assert replay.wall_s(20, 100, 2) == pytest.approx(1.0 + 2000 * 0.016)
+    assert replay.speedup(20, 100, 2) == pytest.approx((1.0 + 20 * (0.05 + 1.8)) / (1.0 + 32.0))
+    # a GPU measurement beside the same writes: the bound is far away
+    gpu = CostModel(startup_s=6.0, per_problem_s=4.0, per_eval_s=0.3, serial_eval_s=0.016)
+    assert gpu.wall_s(20, 100, 4) == CostModel(6.0, 4.0, 0.3).wall_s(20, 100, 4)
+
+
+def test_bad_arguments_are_refused():
+    m = CostModel(1.0, 1.0, 1.0)
+    with pytest.raises(ValueError, match="split"):
+        m.wall_s(2, 10, 2, "studies")
+    with pytest.raises(ValueError, match="workers"):
+        m.wall_s(2, 10, 0)
+
+
+def test_a_worker_measures_its_costs_so_that_they_add_up_to_its_wall_time():
+    costs = WorkerCosts(started=0.0)
+    costs.problem(seconds=5.0, evals=10, eval_s=2.0, store_s=0.1)  # the first one also started the measuring process
+    costs.problem(seconds=2.0, evals=10, eval_s=1.5, store_s=0.1)
+    costs.problem(seconds=2.5, evals=10, eval_s=1.5, store_s=0.1)
+    costs.wall_s = 11.0
+    m = costs.model()
+    assert m.per_problem_s == pytest.approx(1.0)  # the median of 3.0, 0.5 and 1.0
+    assert m.per_eval_s == pytest.approx(5.0 / 30) and m.serial_eval_s == pytest.approx(0.01)
+    assert m.startup_s == pytest.approx(11.0 - 5.0 - 3 * 1.0)  # the first problem's excess counts as start-up
+    assert m.startup_s + 3 * m.per_problem_s + 30 * m.per_eval_s == pytest.approx(costs.wall_s)
+    assert costs.to_dict()["model"]["per_problem_s"] == pytest.approx(1.0)
+    assert "per problem 1.000 s (median of 3)" in costs.describe()
