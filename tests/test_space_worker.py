@@ -65,12 +65,13 @@ url = "sqlite:///{tmp_path / 'two.db'}"
 
 
 def test_the_gpu_worker_switches_space_on_request(monkeypatch, tmp_path):
-    """The GPU worker's side of it, without a GPU: its oracle is the one part that needs torch."""
+    """The GPU worker's side of it, without a GPU: its oracle and cuBLAS start-up are the parts that need torch."""
     from evotune.evaluation import gpu_worker, oracle
     from evotune.evaluation.options import TimingOptions
 
     (tmp_path / "shifted.py").write_text(SHIFTED)
     monkeypatch.setattr(oracle, "Oracle", lambda timing: None)
+    monkeypatch.setattr(gpu_worker, "_first_blas_call", lambda: None)
     worker = gpu_worker._Worker(str(ROOT / "tests" / "spaces" / "faults.py"), TimingOptions())
     worker.kernels[("p", "k")] = object()
     assert worker.handle(("space", str(tmp_path / "shifted.py"))) == {"status": "ok"}
