@@ -11,7 +11,9 @@
   falls as x grows, as a best-so-far must not; a median over only the seeds
   that have started would jump down when a slower seed starts.
 * ``<experiment>_<problem>_params.png``: for each parameter, how the measured
-  points spread per choice (relative to the best point seen).
+  points spread per choice (relative to the best point seen). A problem tuned
+  in several spaces gets one per space, ``<experiment>_<problem>_<space>_params.png``:
+  each space has parameters of its own.
 
 Example::
 
@@ -56,6 +58,7 @@ class ProblemRuns:
     optimum_ms: float | None
     curves: list[Curve]
     trials: list[optuna.trial.FrozenTrial]
+    spaces: dict[str, list[optuna.trial.FrozenTrial]] = field(default_factory=dict)  # the trials of each space
     confirmation: dict = field(default_factory=dict)  # the newest confirmation record of the problem (GPU runs)
     sources: dict[str, list[dict]] = field(default_factory=dict)  # strategy -> what it transferred from
 
@@ -83,6 +86,7 @@ def load_runs(storage: str | optuna.storages.BaseStorage, experiment: str | None
         clock = np.array([t.user_attrs.get("clock_s", i) for i, t in enumerate(trials)], dtype=float)
         runs.curves.append(Curve(a.get("space", "?"), a.get("strategy", "?"), int(a.get("seed", 0)), best, clock))
         runs.trials.extend(trials)
+        runs.spaces.setdefault(a.get("space", "?"), []).extend(trials)
     return [groups[k] for k in sorted(groups)]
 
 
@@ -167,9 +171,11 @@ def _confirmed_lines(rec: dict, axes: tuple) -> None:
             ax.axhline(value, color=color, linestyle=style, linewidth=1.0, label=label if i == 0 else None)
 
 
-def plot_param_effects(runs: ProblemRuns, path: str | Path, max_params: int = 16) -> Path | None:
+def plot_param_effects(runs: ProblemRuns, path: str | Path, max_params: int = 16,
+                       space: str | None = None) -> Path | None:
+    """Each parameter's effect over the measured points of ``space`` (of all of them when the problem has one)."""
     seen: dict[str, optuna.trial.FrozenTrial] = {}
-    for t in runs.trials:
+    for t in runs.trials if space is None else runs.spaces[space]:
         if t.state == TrialState.COMPLETE:
             seen.setdefault(t.user_attrs.get("key", str(t.params)), t)
     trials = list(seen.values())
@@ -194,7 +200,8 @@ def plot_param_effects(runs: ProblemRuns, path: str | Path, max_params: int = 16
         ax.axis("off")
     for ax in axes[:, 0]:
         ax.set_ylabel("best / time (1 = best)")
-    fig.suptitle(f"{runs.experiment}: {runs.problem_key}: effect of each parameter ({len(trials)} measured points)")
+    where = f"{runs.problem_key} in {space}" if space else runs.problem_key
+    fig.suptitle(f"{runs.experiment}: {where}: effect of each parameter ({len(trials)} measured points)")
     fig.tight_layout()
     return _save(fig, path)
 
@@ -246,7 +253,10 @@ def plot_experiment(storage: str | optuna.storages.BaseStorage, experiment: str 
     for runs in load_runs(storage, experiment):
         stem = f"{runs.experiment}_{runs.problem_key}"
         out.append(plot_convergence(runs, Path(out_dir) / f"{stem}_convergence.png"))
-        effects = plot_param_effects(runs, Path(out_dir) / f"{stem}_params.png")
-        if effects:
-            out.append(effects)
+        several = len(runs.spaces) > 1
+        for space in sorted(runs.spaces) if several else [None]:
+            name = f"{stem}_{space}_params.png" if space else f"{stem}_params.png"
+            effects = plot_param_effects(runs, Path(out_dir) / name, space=space)
+            if effects:
+                out.append(effects)
     return out

@@ -83,3 +83,27 @@ def test_a_gpu_run_draws_its_confirmed_best_and_baselines(tmp_path, drawn):
         assert (1.1, 1.1) in flat and (1.25, 1.25) in flat and (1.3, 1.3) not in flat
     labels = fig.axes[0].get_legend_handles_labels()[1]
     assert "best configuration, confirmed" in labels and "torch.matmul, confirmed" in labels
+
+
+def test_a_problem_tuned_in_two_spaces_gets_each_spaces_parameter_effects(tmp_path, drawn):
+    """Two kernel families on one problem have parameters of their own: one parameter figure per space."""
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+
+    url = f"sqlite:///{tmp_path / 'two.db'}"
+    for space, names in (("family_a", ("BLOCK_M", "num_warps")), ("family_b", ("tile_m", "stages"))):
+        study = optuna.create_study(storage=url, study_name=f"exp/p/{space}/ga/seed0")
+        for k, v in {"experiment": "exp", "problem_key": "p", "space": space, "strategy": "ga", "seed": 0}.items():
+            study.set_user_attr(k, v)
+        for i in range(6):
+            params = {names[0]: (64, 128)[i % 2], names[1]: (2, 4, 8)[i % 3]}
+            dists = {n: CategoricalDistribution([64, 128] if n == names[0] else [2, 4, 8]) for n in names}
+            study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=1.0 + i,
+                                                      user_attrs={"key": f"{space}{i}", "clock_s": float(i)}))
+    paths = plots.plot_experiment(url, "exp", tmp_path)
+    assert sorted(p.name for p in paths) == ["exp_p_convergence.png", "exp_p_family_a_params.png",
+                                             "exp_p_family_b_params.png"]
+    titles = {fig._suptitle.get_text().replace("\n", " ") for fig in drawn if fig._suptitle is not None}
+    assert any("p in family_a" in t for t in titles) and any("p in family_b" in t for t in titles)
+    panels = {ax.get_title() for fig in drawn for ax in fig.axes}
+    assert {"BLOCK_M", "num_warps", "tile_m", "stages"} <= panels
