@@ -187,8 +187,8 @@ def precompile(point: Point, problem: Problem) -> bool:
 
 
 def warmup() -> None:
-    """Import what loading and launching a cached kernel needs (about 3 s of CuTe DSL on the H100), so a GPU
-    worker pays for it while CUDA starts, not when its first point arrives."""
+    """Import what loading and launching a cached kernel needs (2-3 s of CuTe DSL on the H100 host), so a GPU
+    worker pays for it at start-up, beside CUDA's own start, and not in its first point's build time."""
     import cutlass.cute
     import cutlass.torch  # noqa: F401
 

@@ -50,7 +50,7 @@ class _Worker:
 
             threading.Thread(target=_quietly, args=(self.space.warmup,), daemon=True).start()
         self.oracle = Oracle(timing)
-        _first_blas_call()  # the first verification's cuBLAS start-up, beside the warm-up's imports
+        _first_blas_call()
         # (problem key, point key) -> built kernel, the most recent few: a built kernel may hold device
         # buffers, and a recording builds thousands (spaces keep their own cheaper caches of binaries)
         self.kernels: OrderedDict[tuple[str, str], Any] = OrderedDict()
@@ -275,8 +275,8 @@ class _Worker:
 
 
 def _first_blas_call() -> None:
-    """Create cuBLAS's handle and workspace now (about 0.4 s on an H100), not inside the first point's
-    verification; torch releases the GIL meanwhile, so a warm-up thread's imports go on."""
+    """Create cuBLAS's handle and workspace at start-up (about 0.4 s on an H100), not inside the first point's
+    verification, whose time the point reports."""
     import torch
 
     x = torch.ones(64, 64, device="cuda")
