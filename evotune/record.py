@@ -104,8 +104,10 @@ def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, con
     groups = [(group_name(exp, t), [study_name(exp, t, "record")]) for t in resolved]
     schedule = Schedule(exp.record_storage, exp.name, groups, split)
 
+    of_study = {name: g for g, (_, names) in enumerate(groups) for name in names}
+
     def unfinished(name: str) -> bool:
-        t = resolved[next(g for g, (_, names) in enumerate(groups) if name in names)]
+        t = resolved[of_study[name]]
         try:
             return len(StudyStore(optuna.load_study(study_name=name, storage=storage), t.space, storage).history()) \
                 < len(t.space.feasible(t.ctx))

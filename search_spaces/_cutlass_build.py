@@ -33,6 +33,16 @@ from typing import Any
 # Libraries loaded in this process, by cache key: one library serves every problem and launch argument.
 _LOADED: dict[str, Any] = {}
 
+# What the launchers' nonzero return codes mean (each space's C launcher returns these, or a subset of them).
+LAUNCH_ERRORS = {1: "CUTLASS cannot implement this {subject} with this configuration (can_implement)",
+                 2: "cudaFuncSetAttribute refused the kernel's shared memory", 3: "workspace initialisation failed",
+                 4: "the launch failed", 5: "the launch reported a CUDA error"}
+
+
+def launch_error(status: int, function: str, subject: str) -> str:
+    """The message for ``function``'s return code ``status``; ``subject``: what it launches ("problem", ...)."""
+    return LAUNCH_ERRORS.get(status, f"{function} returned {status}").format(subject=subject)
+
 
 def cutlass_root() -> Path:
     """CUTLASS's C++ tree: ``$CUTLASS_PATH``, else the one inside the installed nvidia-cutlass package."""

@@ -120,8 +120,6 @@ extern "C" int evotune_conv(const void* x, const void* w, void* y, const float* 
 """
 
 _TEMPLATE_HASH = hashlib.sha256(_SOURCE.encode()).hexdigest()[:16]
-_ERRORS = {1: "CUTLASS cannot implement this convolution with this configuration (can_implement)",
-           2: "cudaFuncSetAttribute refused the kernel's shared memory", 5: "the launch reported a CUDA error"}
 
 # The knobs the compiler sees; the swizzle is an argument of evotune_conv.
 COMPILE_KNOBS = ("tb_m", "tb_n", "tb_k", "warp_m", "warp_n", "instruction", "stages", "iterator", "alignment",
@@ -211,7 +209,7 @@ def build(point: Point, problem: Problem) -> Any:
         status = lib.evotune_conv(x.data_ptr(), w.data_ptr(), y.data_ptr(), scale.data_ptr(), shape, swizzle,
                                   torch.cuda.current_stream().cuda_stream)
         if status:
-            raise RuntimeError(_ERRORS.get(status, f"evotune_conv returned {status}"))
+            raise RuntimeError(cb.launch_error(status, "evotune_conv", "convolution"))
 
     def prepare(inputs: tuple[Any, ...]) -> tuple[Any, ...]:
         x, w, scale, y = inputs

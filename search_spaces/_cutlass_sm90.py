@@ -165,10 +165,6 @@ extern "C" int evotune_gemm(const void* a, const void* b, void* d, int m, int n,
 
 _TEMPLATE_HASH = hashlib.sha256(_SOURCE.encode()).hexdigest()[:16]
 
-_ERRORS = {1: "CUTLASS cannot implement this problem with this configuration (can_implement)",
-           2: "cudaFuncSetAttribute refused the kernel's shared memory", 3: "workspace initialisation failed",
-           4: "the launch failed", 5: "the launch reported a CUDA error"}
-
 
 def kernel_problem(point: Point, problem: Problem) -> tuple[str, str, str]:
     """(layout of A, of B, of D) as the kernel sees them, after the optional swap of A and B."""
@@ -249,7 +245,7 @@ def build(point: Point, problem: Problem) -> Any:
     args = runtime_args(point, problem, sm_count)
     size = ctypes.c_size_t(0)
     if lib.evotune_workspace(*args, ctypes.byref(size)) != 0:
-        raise RuntimeError(_ERRORS[1])
+        raise RuntimeError(cb.launch_error(1, "evotune_gemm", "problem"))
     workspace = torch.empty(max(1, size.value), dtype=torch.uint8, device="cuda")
     swap = point["swap_ab"]
 
@@ -258,7 +254,7 @@ def build(point: Point, problem: Problem) -> Any:
         status = lib.evotune_gemm(first.data_ptr(), second.data_ptr(), c.data_ptr(), *args,
                                   workspace.data_ptr(), torch.cuda.current_stream().cuda_stream)
         if status:
-            raise RuntimeError(_ERRORS.get(status, f"evotune_gemm returned {status}"))
+            raise RuntimeError(cb.launch_error(status, "evotune_gemm", "problem"))
 
     launch(a, b, c)
     torch.cuda.synchronize()

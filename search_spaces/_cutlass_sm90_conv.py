@@ -130,10 +130,6 @@ extern "C" int evotune_conv(const void* x, const void* w, void* y, const float* 
 
 _TEMPLATE_HASH = hashlib.sha256(_SOURCE.encode()).hexdigest()[:16]
 
-_ERRORS = {1: "CUTLASS cannot implement this convolution with this configuration (can_implement)",
-           2: "cudaFuncSetAttribute refused the kernel's shared memory", 3: "workspace initialisation failed",
-           4: "the launch failed", 5: "the launch reported a CUDA error"}
-
 # Every knob is compiled in.
 COMPILE_KNOBS = ("tile_m", "tile_n", "tile_k", "cluster", "stages", "epilogue")
 
@@ -184,14 +180,14 @@ def build(point: Point, problem: Problem) -> Any:
     sm_count = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     size = ctypes.c_size_t(0)
     if lib.evotune_workspace(shape, sm_count, ctypes.byref(size)) != 0:
-        raise RuntimeError(_ERRORS[1])
+        raise RuntimeError(cb.launch_error(1, "evotune_conv", "convolution"))
     workspace = torch.empty(max(1, size.value), dtype=torch.uint8, device="cuda")
 
     def launch(x: Any, w: Any, scale: Any, y: Any) -> None:
         status = lib.evotune_conv(x.data_ptr(), w.data_ptr(), y.data_ptr(), scale.data_ptr(), shape, sm_count,
                                   workspace.data_ptr(), torch.cuda.current_stream().cuda_stream)
         if status:
-            raise RuntimeError(_ERRORS.get(status, f"evotune_conv returned {status}"))
+            raise RuntimeError(cb.launch_error(status, "evotune_conv", "convolution"))
 
     launch(*get_workload("conv2d").make_inputs(problem, seed=0))  # a launch CUTLASS refuses fails here
     torch.cuda.synchronize()

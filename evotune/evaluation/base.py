@@ -16,7 +16,8 @@ class Evaluator(ABC):
     answer comes back as a failed result with its reason."""
 
     kind: str = "base"
-    #: how many upcoming points the tuner should hand to :meth:`prefetch` at once
+    #: how many points the evaluator prepares side by side (its compile processes); :meth:`to_ask` says how many
+    #: the tuner hands to :meth:`prefetch` ahead of the GPU
     prefetch_depth: int = 1
     #: whether :meth:`confirm` re-times anything (measuring oracles with baselines)
     confirms: bool = False
