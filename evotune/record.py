@@ -68,7 +68,15 @@ from evotune.evaluation.landscape import (
 )
 from evotune.evaluation.result import EvalResult
 from evotune.experiment import Budget, Experiment
-from evotune.runner import Evaluators, cache_summary, measure_baselines, open_storage, preflight, targets
+from evotune.runner import (
+    Evaluators,
+    cache_summary,
+    measure_baselines,
+    open_storage,
+    preflight,
+    start_measuring,
+    targets,
+)
 from evotune.schedule import Schedule
 from evotune.strategies import make_strategy
 from evotune.study import StudyStore
@@ -100,6 +108,7 @@ def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, con
     it is measured, so none is measured twice."""
     resolved = targets(exp)
     preflight(exp, resolved)
+    start_measuring(exp, resolved)
     storage = open_storage(exp, record=True)
     groups = [(group_name(exp, t), [study_name(exp, t, "record")]) for t in resolved]
     schedule = Schedule(exp.record_storage, exp.name, groups, split)

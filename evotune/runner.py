@@ -132,6 +132,16 @@ def _gpu_evaluator_class(exp: Experiment) -> type[Evaluator]:
     return GpuEvaluator
 
 
+def start_measuring(exp: Experiment, resolved: list[Target]) -> None:
+    """On a GPU, start the process the measuring and compile processes fork from, so that its imports (torch,
+    the spaces' compilers: seconds) run while the caller opens its storage and studies."""
+    if exp.oracle == "gpu":
+        _gpu_evaluator_class(exp)  # refuses a machine without torch first
+        from evotune.evaluation.gpu import start_processes
+
+        start_processes(t.space for t in resolved)
+
+
 def make_evaluator(exp: Experiment, target: Target, worker: SpaceWorker | None = None) -> Evaluator:
     """The evaluator of ``target``'s space; ``worker``: a measuring process another space's evaluator started."""
     if exp.oracle == "replay":
@@ -172,6 +182,7 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
     if resolved is None:
         resolved = targets(exp)
         preflight(exp, resolved)
+    start_measuring(exp, resolved)
     storage = open_storage(exp)
     console.print(f"[bold]evotune[/] {exp.name}: space {', '.join(exp.spaces)}, oracle {exp.oracle}, "
                   f"strategies {', '.join(s.name for s in exp.strategies)}, storage {exp.storage}")

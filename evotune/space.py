@@ -222,6 +222,9 @@ class SearchSpace:
     precompile: Callable[..., Any] | None = None  # fills an on-disk cache without launching (compile pool)
     # () -> None: what a GPU worker can do before its first point (heavy imports), beside its CUDA start-up
     warmup: Callable[[], Any] | None = None
+    # modules its GPU worker and compile processes import (its compiler): imported once, in the process they
+    # all fork from (evotune.evaluation.processes), not in each of them
+    preload: tuple[str, ...] = ()
     # compile for any GPU of the table with no GPU present: (point, problem, hardware) -> resource use
     compile_only: Callable[..., Any] | None = None
     run: Callable[..., Any] | None = None

@@ -102,6 +102,8 @@ SPACE = SearchSpace(
     precompile=deferred("search_spaces._cute_sm90", "precompile"),
     compile_only=deferred("search_spaces._cute_sm90", "compile_only"),
     warmup=deferred("search_spaces._cute_sm90", "warmup"),
+    # its compiler and launcher, imported once for the GPU worker and every compile process
+    preload=("cutlass.cute", "cutlass.operators", "tvm_ffi", "search_spaces._cute_sm90"),
     params=[
         ordinal("tile_m", [64, 128], doc="CTA tile rows (one 64-row WGMMA per warpgroup step)"),
         ordinal("tile_n", [64, 128, 256], doc="CTA tile columns"),

@@ -20,7 +20,8 @@ fails only the point it was compiling.
 
 Spaces are loaded in each process by name (``SearchSpace.source``), so
 nothing of the user's is pickled; the worker gets ``options.timing``, how its
-oracle samples.
+oracle samples. The worker and the compile processes fork from a server that
+imported torch and the space's ``preload`` once (:mod:`evotune.evaluation.processes`).
 
 Example::
 
@@ -30,15 +31,17 @@ Example::
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import time
+from collections.abc import Iterable
+from multiprocessing.context import BaseContext
 from typing import Any
 
 from evotune.evaluation.base import Evaluator
 from evotune.evaluation.gpu_worker import worker_main
 from evotune.evaluation.isolation import WorkerProcess
 from evotune.evaluation.options import OracleOptions
+from evotune.evaluation.processes import pool_initializer, start_method
 from evotune.evaluation.result import EvalResult
 from evotune.evaluation.space_worker import SpaceWorker
 from evotune.problem import Problem
@@ -56,10 +59,11 @@ class GpuEvaluator(Evaluator):
         options = options or OracleOptions()
         self.space, self.ctx, self.options = space, ctx, options
         self.timeout_s = float(options.timeout_s)
-        self._mp = mp.get_context("spawn")  # the compile pool too: never fork a process that may hold CUDA
+        # the GPU worker and the compile pool fork from a server that imported torch and the space's compiler
+        self._mp = start_processes([space])
         # another space's evaluator may lend its GPU worker: one process, one CUDA context for a run's spaces
         self.shared_worker = worker or SpaceWorker(WorkerProcess(worker_main, (self.space.source, options.timing),
-                                                                 "GPU worker", self.timeout_s))
+                                                                 "GPU worker", self.timeout_s, start=self._mp))
         self._worker = self.shared_worker.view(self.space.source, owner=worker is None)
         self._worker.spawn()  # its imports and CUDA start-up overlap the first compiles
         self._seed = 0
@@ -82,7 +86,8 @@ class GpuEvaluator(Evaluator):
         from concurrent.futures import ProcessPoolExecutor
 
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=self._mp, initializer=_pool_init)
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=self._mp, initializer=pool_initializer,
+                                             initargs=(dict(os.environ), _pool_init))
         for p in points:
             key = (problem.key, self.space.key(p))  # one evaluator may serve several problems (record)
             if key not in self._compiling:
@@ -167,6 +172,16 @@ class GpuEvaluator(Evaluator):
         return reply["confirmation"]
 
 
+def start_processes(spaces: Iterable[SearchSpace]) -> BaseContext:
+    """Start the server that GPU workers and compile processes fork from (unless it runs), importing torch, the
+    worker's modules and ``spaces``' preload; how to start processes from it. A run calls this before opening
+    its storage and studies, so the server's imports overlap them."""
+    modules = ["torch", "evotune.evaluation.gpu_worker"]
+    for space in spaces:
+        modules += space.preload
+    return start_method(modules)
+
+
 def default_workers() -> int:
     """Compile processes for this machine: cores less two (the tuner and the GPU worker), about 1.5 GB each."""
     try:
@@ -178,6 +193,9 @@ def default_workers() -> int:
 
 def _pool_init() -> None:
     from evotune.evaluation.kernel_cache import cache_root
+    from evotune.evaluation.processes import refuse_inherited_cuda
+
+    refuse_inherited_cuda()  # the pool breaks, and the GPU worker compiles the points itself
 
     os.environ.setdefault("TRITON_CACHE_DIR", str(cache_root() / "triton"))
     os.environ.setdefault("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")

@@ -42,8 +42,10 @@ class _Worker:
         import threading
 
         from evotune.evaluation.oracle import Oracle
+        from evotune.evaluation.processes import refuse_inherited_cuda
         from evotune.plugins import load_space
 
+        refuse_inherited_cuda()  # before CUDA's first call here: the evaluator starts this worker again if so
         self.space = load_space(space_source)
         if self.space.warmup is not None:  # its imports overlap the CUDA start-up below (the oracle's buffer)
             import torch  # noqa: F401 - imported here first: two threads importing one package can deadlock

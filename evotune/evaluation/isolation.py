@@ -24,17 +24,22 @@ import multiprocessing as mp
 import os
 import time
 from collections.abc import Callable
+from multiprocessing.context import BaseContext
 from typing import Any
+
+from evotune.evaluation.processes import INHERITED_CUDA, with_environment
 
 Reply = dict[str, Any]
 
 
 class WorkerProcess:
     def __init__(self, target: Callable[..., None], args: tuple, name: str, timeout_s: float,
-                 startup_timeout_s: float = 300.0):
+                 startup_timeout_s: float = 300.0, start: BaseContext | None = None):
         self.target, self.args, self.name = target, args, name
         self.timeout_s, self.startup_timeout_s = float(timeout_s), float(startup_timeout_s)
-        self._mp = mp.get_context("spawn")  # a clean interpreter: never fork one that may hold a CUDA context
+        # a clean interpreter (spawn), or a fork of a server that never touched CUDA (evaluation.processes):
+        # never a fork of this process, which may hold a CUDA context or threads
+        self._mp = start or mp.get_context("spawn")
         self._proc: Any = None
         self._conn: Any = None
         self.restarts = 0  # workers replaced after a crash or a timeout
@@ -48,7 +53,8 @@ class WorkerProcess:
         self._proc = self._conn = None
         self._ready = False
         parent, child = self._mp.Pipe()
-        proc = self._mp.Process(target=self.target, args=(child, *self.args), daemon=True)
+        proc = self._mp.Process(target=with_environment, args=(dict(os.environ), self.target, child, *self.args),
+                                daemon=True)
         proc.start()
         child.close()
         self._proc, self._conn = proc, parent
@@ -69,6 +75,10 @@ class WorkerProcess:
             return self._died(f"the {self.name} died while starting")
         if ready.get("status") != "ready":
             self.kill()
+            if INHERITED_CUDA in str(ready.get("message")) and self._mp.get_start_method() != "spawn":
+                self._mp = mp.get_context("spawn")  # a clean interpreter cannot have inherited it
+                self.restarts -= 1  # not a replacement after a candidate's crash
+                return self._start()
             return {"status": "crash",
                     "message": f"the {self.name} could not load the space: {ready.get('message')}"}
         self._ready = True

@@ -1,0 +1,103 @@
+"""The forkserver that GPU workers and compile processes start from (evotune.evaluation.processes).
+
+Each case runs in a fresh interpreter: the server is started once per process, by the first caller.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from conftest import ROOT
+
+SCRIPT = textwrap.dedent('''
+    import json, os, signal, sys
+    from concurrent.futures import ProcessPoolExecutor
+
+    from evotune.evaluation.isolation import WorkerProcess, serve
+    from evotune.evaluation.processes import INHERITED_CUDA, pool_initializer, start_method
+
+    PRELOADED = "xml.dom.minidom"
+
+    class Handler:
+        def handle(self, message):
+            if message[0] == "state":
+                return {"status": "ok", "value": os.environ.get("EVOTUNE_TEST_VALUE"),
+                        "preloaded": PRELOADED in sys.modules, "pid": os.getpid()}
+            os.kill(os.getpid(), signal.SIGSEGV)
+
+    def main(conn):
+        serve(conn, Handler)
+
+    class Refusing(Handler):
+        def __init__(self):  # as the GPU worker does when it finds CUDA initialised before its own first call
+            if PRELOADED in sys.modules:
+                raise RuntimeError(INHERITED_CUDA)
+
+    def refusing_main(conn):
+        serve(conn, Refusing)
+
+    def in_pool():
+        return os.environ.get("EVOTUNE_TEST_VALUE"), PRELOADED in sys.modules
+
+    if __name__ == "__main__":
+        sys.path.insert(0, sys.argv[1])  # where raises_on_import.py lives
+        os.environ["EVOTUNE_TEST_VALUE"] = "at the server's start"
+        ctx = start_method(("raises_on_import", "no_such_module_anywhere", PRELOADED))
+        out = {"method": ctx.get_start_method(), "parent_has_it": PRELOADED in sys.modules}
+        os.environ["EVOTUNE_TEST_VALUE"] = "later"  # a child takes its parent's environment of its own start
+        worker = WorkerProcess(main, (), "test worker", 600, start=ctx)
+        out["first"] = worker.call(("state",))
+        out["crash"] = worker.call(("segfault",))
+        out["after_crash"] = worker.call(("state",))
+        worker.close()
+        refusing = WorkerProcess(refusing_main, (), "test worker", 600, start=ctx)
+        out["refused"] = refusing.call(("state",))
+        out["refused"]["restarts"] = refusing.restarts
+        refusing.close()
+        with ProcessPoolExecutor(1, mp_context=ctx, initializer=pool_initializer,
+                                 initargs=(dict(os.environ),)) as pool:
+            out["pool"] = pool.submit(in_pool).result()
+        print(json.dumps(out))
+''')
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory) -> dict:
+    """What the script saw: one fresh interpreter for every case below."""
+    tmp_path = tmp_path_factory.mktemp("forkserver")
+    script = tmp_path / "forkserver_case.py"
+    script.write_text(SCRIPT)
+    (tmp_path / "raises_on_import.py").write_text("raise RuntimeError('this module cannot be imported')\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, env=env,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_children_fork_from_a_server_that_imported_the_preload_and_survives_a_bad_module(out):
+    assert out["method"] == "forkserver"
+    # the module came from the server's imports, not from the parent or the child's own start
+    assert out["parent_has_it"] is False
+    assert out["first"]["status"] == "ok" and out["first"]["preloaded"] is True
+    # a child runs with its parent's environment as it was when the child started, not the server's
+    assert out["first"]["value"] == "later"
+    assert out["pool"] == ["later", True]
+
+
+def test_a_crashed_child_is_reported_and_the_next_one_forks_from_the_same_server(out):
+    assert out["crash"]["status"] == "crash" and "signal 11" in out["crash"]["message"]
+    assert out["after_crash"]["status"] == "ok" and out["after_crash"]["preloaded"] is True
+    assert out["after_crash"]["pid"] != out["first"]["pid"]
+
+
+def test_a_child_that_inherited_cuda_is_started_again_with_spawn(out):
+    refused = out["refused"]
+    # the second start was a clean interpreter: nothing preloaded, and it is not counted as a replacement
+    assert refused["status"] == "ok" and refused["preloaded"] is False and refused["value"] == "later"
+    assert refused["restarts"] == 0
