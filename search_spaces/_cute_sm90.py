@@ -14,6 +14,8 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import os
+import shutil
+import subprocess
 import time
 from typing import Any
 
@@ -72,19 +74,36 @@ def _cache_key(point: Point, problem: Problem) -> str:
                            sorted(point.items()))
 
 
-def _object_path(key: str) -> Any:
-    """Where the kernel's object file lives in the on-disk cache."""
+def _cached(key: str, suffix: str) -> Any:
+    """The kernel's file with ``suffix`` in the on-disk cache, or None when it has not been built."""
     from evotune.evaluation.kernel_cache import KernelCache
 
-    return KernelCache().path("cute", key, ".o")
-
-
-def _object_file(key: str) -> Any:
-    """The kernel's object file in the on-disk cache, or None when it has not been built."""
-    from evotune.evaluation.kernel_cache import KernelCache
-
-    path = _object_path(key)
+    path = KernelCache().path("cute", key, suffix)
     return path if KernelCache().has(key) and path.is_file() else None
+
+
+def _link(obj: Any, libraries: list[str]) -> bool:
+    """Link the exported object into a shared library beside it (``<key>.so``); False where that cannot be done.
+
+    The object's host code calls into CuTe DSL's runtime library and tvm-ffi's; linked against both (found
+    by their paths), the library loads with ``tvm_ffi.load_module`` alone, so a GPU worker launches a cached
+    kernel without importing CuTe DSL (seconds) or starting its JIT linker (a second for the first kernel).
+    Without a C compiler (``$CC``, else ``cc``) there is only the object, which loads through CuTe DSL.
+    """
+    compiler = shutil.which(os.environ.get("CC", "cc"))
+    if compiler is None or not libraries:
+        return False
+    lib = obj.with_suffix(".so")
+    tmp = obj.with_suffix(f".{os.getpid()}.so")  # several processes may build one kernel: the last rename wins
+    dirs = sorted({os.path.dirname(path) for path in libraries})
+    cmd = [compiler, "-shared", "-o", str(tmp), str(obj), *libraries, "-Wl,-rpath," + ":".join(dirs)]
+    try:
+        subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+        os.replace(tmp, lib)
+    except (OSError, subprocess.SubprocessError):
+        tmp.unlink(missing_ok=True)
+        return False
+    return True
 
 
 def operator(point: Point, problem: Problem, a: Any, b: Any, c: Any, check: bool = True) -> tuple[Any, Any]:
@@ -134,41 +153,61 @@ def _max_active_clusters(cluster_size: int) -> int:
     return int(HardwareInfo().get_max_active_clusters(cluster_size))
 
 
-def _compile(point: Point, problem: Problem, key: str, a: Any, b: Any, c: Any) -> Any:
-    """Compile ``point`` and export it to the on-disk cache.
+def _compile(point: Point, problem: Problem, key: str, a: Any, b: Any, c: Any, launch: bool = True) -> Any:
+    """Compile ``point`` and export it to the on-disk cache; the compiled kernel, or None without ``launch``.
 
     What ``Sm90StaticPersistentGemmOperator.compile`` does, with the resident-cluster count asked once
-    per process instead of once per kernel; ``a``, ``b`` and ``c`` may be torch meta tensors (only their
-    dtypes, strides and alignment reach the binary: its shapes are symbolic).
+    per process instead of once per kernel, and without ``launch`` no JIT engine (a compile process only
+    exports the object: a fifth of a compile saved, the same bytes exported); ``a``, ``b`` and ``c`` may be
+    torch meta tensors (only their dtypes, strides and alignment reach the binary: its shapes are symbolic).
     """
     import cutlass.cute as cute
+    from cutlass.operators.config import GlobalOptions
+    from cutlass.runtime import find_runtime_libraries
 
     from evotune.evaluation.kernel_cache import KernelCache
 
     op, args = operator(point, problem, a, b, c)
     started = time.perf_counter()
     clusters = _max_active_clusters(point["cluster"][0] * point["cluster"][1])
-    compiled = op.cute_compile(op.impl, args.A.tensor, args.B.tensor, args.out.tensor, clusters,
-                               cute.runtime.make_fake_stream(), target_sm="90a").compiled_obj
-    compiled.export_to_c(str(_object_path(key)), function_name=f"k{key}")
+    compile_for = cute.compile[cute.GPUArch("sm_90a"), cute.EnableTVMFFI(GlobalOptions().use_tvm_ffi)]
+    operands = (t.compile_time_tensor for t in (args.A.tensor, args.B.tensor, args.out.tensor))
+    compiled = compile_for(op.impl, *operands, clusters, cute.runtime.make_fake_stream(), no_jit_engine=not launch)
+    obj = KernelCache().path("cute", key, ".o")
+    compiled.export_to_c(str(obj), function_name=f"k{key}")
+    _link(obj, find_runtime_libraries(enable_tvm_ffi=True))
     KernelCache().add(key, f"cute_sm90 {problem.dtype} {problem.layout} {point}", time.perf_counter() - started)
-    return compiled
+    return compiled if launch else None
+
+
+def _load(key: str) -> Any:
+    """The cached kernel's launcher, or None when it is not cached: from its shared library through tvm-ffi
+    alone where there is one, else from its object file through CuTe DSL."""
+    library = _cached(key, ".so")
+    if library is not None:
+        import tvm_ffi
+
+        return tvm_ffi.load_module(str(library)).get_function(f"k{key}")
+    obj = _cached(key, ".o")
+    if obj is not None:
+        import cutlass.cute as cute
+
+        return cute.runtime.load_module(str(obj), enable_tvm_ffi=True).__getattr__(f"k{key}")
+    return None
 
 
 def _compiled(point: Point, problem: Problem, a: Any, b: Any, c: Any) -> tuple[Any, bool]:
     """(kernel, hit): ``point`` loaded once per process, from the on-disk cache when it is there."""
-    import cutlass.cute as cute
-
     key = _cache_key(point, problem)
     if key in _LOADED:
         return _LOADED[key], True
-    path = _object_file(key)
-    if path is not None:
-        try:
-            _LOADED[key] = cute.runtime.load_module(str(path), enable_tvm_ffi=True).__getattr__(f"k{key}")
-            return _LOADED[key], True
-        except Exception:  # an unreadable or stale object file: compile again and overwrite it
-            pass
+    try:
+        loaded = _load(key)
+    except Exception:  # an unreadable or stale file (a moved runtime library, say): compile again, overwrite it
+        loaded = None
+    if loaded is not None:
+        _LOADED[key] = loaded
+        return loaded, True
     _LOADED[key] = _compile(point, problem, key, a, b, c)
     return _LOADED[key], False
 
@@ -180,22 +219,24 @@ def precompile(point: Point, problem: Problem) -> bool:
     from search_spaces._cute_aot import fake_operands
 
     key = _cache_key(point, problem)
-    if _object_file(key) is not None:  # before importing torch and CuTe DSL: most calls end here
+    if _cached(key, ".o") is not None:  # before importing torch and CuTe DSL: most calls end here
         return True
-    _compile(point, problem, key, *fake_operands(problem)[:3])
+    _compile(point, problem, key, *fake_operands(problem)[:3], launch=False)
     return False
 
 
 def warmup() -> None:
-    """Import what loading and launching a cached kernel needs (2-3 s of CuTe DSL on the H100 host), so a GPU
-    worker pays for it at start-up, beside CUDA's own start, and not in its first point's build time."""
-    import cutlass.cute
-    import cutlass.torch  # noqa: F401
+    """Import what loading and launching a cached kernel needs, so a GPU worker pays for it at start-up, beside
+    CUDA's own start, and not in its first point's build time: tvm-ffi, or CuTe DSL where kernels cannot be
+    linked into shared libraries (both are in the processes' preload, so this is quick when that worked)."""
+    import tvm_ffi  # noqa: F401
+
+    if shutil.which(os.environ.get("CC", "cc")) is None:
+        import cutlass.cute  # noqa: F401
 
 
 def build(point: Point, problem: Problem) -> Any:
     """Compile (or load) ``point`` for ``problem``; returns ``fn(a, b, c)`` launching on the current torch stream."""
-    import cutlass.torch as cutlass_torch
     import torch
 
     from evotune.evaluation.gemm import make_inputs
@@ -204,7 +245,7 @@ def build(point: Point, problem: Problem) -> Any:
     compiled, hit = _compiled(point, problem, a, b, c)
 
     def launch(a: Any, b: Any, c: Any) -> None:
-        compiled(a, b, c, cutlass_torch.current_stream())
+        compiled(a, b, c, torch.cuda.current_stream().cuda_stream)  # the stream as a handle (tvm-ffi takes ints)
 
     launch(a, b, c)
     torch.cuda.synchronize()

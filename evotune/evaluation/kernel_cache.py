@@ -4,6 +4,8 @@ Layout (``$EVOTUNE_KERNEL_CACHE``, default ``~/.cache/evotune/kernels``)::
 
     index.json          {key: {"what": ..., "compile_s": ..., "created": ...}}  (plain JSON)
     cute/<key>.o        CuTe DSL kernels exported as object files (no pickle anywhere)
+    cute/<key>.so       the same linked into a shared library, where a C compiler is at hand (loads
+                        through tvm-ffi alone)
     triton/             Triton's own cache directory (TRITON_CACHE_DIR points here)
 
 A key is a hash of everything the binary depends on: the backend and its
