@@ -1,6 +1,6 @@
 """Tuning throughput on a compiled GEMM space (CuTe DSL or CUTLASS C++ sm90): configurations evaluated per minute.
 
-Three ways through the same configurations, in one process tree, on one GPU:
+Four ways through the same configurations, on one GPU:
 
 * ``serial``: the CuTe DSL autotuning guide's loop (``autotune_gemm``): for each
   configuration compile it, then time it with CUDA events (3 warm-ups, 10
@@ -9,7 +9,13 @@ Three ways through the same configurations, in one process tree, on one GPU:
 * ``evotune cold``: evotune's GPU evaluator with an empty kernel cache: a pool of
   compile processes works ahead while one GPU worker verifies each kernel
   against the reference and times it with the full oracle;
-* ``evotune warm``: the same again: every kernel comes from the on-disk cache.
+* ``evotune warm``: the same again: every kernel comes from the on-disk cache, and
+  the GPU worker and compile processes fork from the process server the cold loop
+  started (as every process a tuner starts after its first does: a GPU worker
+  replacing a crashed one, another space's compile pool);
+* ``warm, fresh process``: the warm loop in a new tuner process, from starting its
+  interpreter to its exit (as a second ``evotune run`` would be): imports and the
+  process server's start included.
 
 Usage (on the GPU machine)::
 
@@ -28,6 +34,7 @@ import argparse
 import json
 import os
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -114,17 +121,8 @@ def evotune_loop(points, problem, space, ctx, workers) -> tuple[float, float, di
     return total, first, stats, per_point
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--space", default="cute_hopper_gemm", choices=sorted(COMPILE))
-    ap.add_argument("--configs", type=int, default=120)
-    ap.add_argument("--problem", default="4096x4096x4096")
-    ap.add_argument("--dtype", default="bf16")
-    ap.add_argument("--workers", type=int, default=None)
-    ap.add_argument("--json", help="write the figures here")
-    args = ap.parse_args()
-
-    from evotune.evaluation.gpu import default_workers
+def _setup(args):
+    """(problem, space, ctx, points): the run's configurations, the same in every process that asks."""
     from evotune.hardware import detect
     from evotune.plugins import load_space
     from evotune.problem import Problem
@@ -136,11 +134,43 @@ def main() -> None:
     ctx = Context(detect(), problem)
     fs = space.feasible(ctx)
     rows = random.Random(0).sample(range(len(fs)), args.configs)
-    points = [fs.point(r) for r in rows]
+    return problem, space, ctx, [fs.point(r) for r in rows]
+
+
+def fresh_process_loop(argv: list[str]) -> tuple[float, dict]:
+    """The evotune loop in a new tuner process, as a second ``evotune run`` would be: (seconds from starting the
+    interpreter to its exit, what the loop reported)."""
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, __file__, *argv, "--loop-only"], capture_output=True, text=True,
+                          check=True)
+    return time.perf_counter() - started, json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--space", default="cute_hopper_gemm", choices=sorted(COMPILE))
+    ap.add_argument("--configs", type=int, default=120)
+    ap.add_argument("--problem", default="4096x4096x4096")
+    ap.add_argument("--dtype", default="bf16")
+    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--json", help="write the figures here")
+    ap.add_argument("--loop-only", action="store_true", help=argparse.SUPPRESS)  # fresh_process_loop's child
+    args = ap.parse_args()
+
+    from evotune.evaluation.gpu import default_workers
+
+    problem, space, ctx, points = _setup(args)
     workers = default_workers() if args.workers is None else args.workers
+    if args.loop_only:
+        total, first, stats, _ = evotune_loop(points, problem, space, ctx, workers)
+        print(json.dumps({"seconds": total, "first_config_s": first, "cache": stats}))
+        return
     os.environ["EVOTUNE_KERNEL_CACHE"] = tempfile.mkdtemp(prefix="evotune-kernels-")
     cold, cold_first, cold_stats, cold_parts = evotune_loop(points, problem, space, ctx, workers)
     warm, warm_first, warm_stats, warm_parts = evotune_loop(points, problem, space, ctx, workers)
+    argv = ["--space", args.space, "--configs", str(args.configs), "--problem", args.problem, "--dtype", args.dtype,
+            "--workers", str(workers)]
+    fresh, fresh_loop = fresh_process_loop(argv)
     os.environ["EVOTUNE_KERNEL_CACHE"] = tempfile.mkdtemp(prefix="evotune-serial-")  # the serial loop compiles all
     serial, serial_first = serial_loop(points, problem, args.space)
     runs = {"serial": (serial, serial_first), "cold": (cold, cold_first), "warm": (warm, warm_first)}
@@ -154,11 +184,15 @@ def main() -> None:
            "configs_per_minute": {name: 60.0 * len(points) / total for name, (total, _) in runs.items()},
            "configs_per_minute_after_first": {name: 60.0 * rest / (total - first)
                                               for name, (total, first) in runs.items()},
-           "cache": {"cold": cold_stats, "warm": warm_stats},
+           "cache": {"cold": cold_stats, "warm": warm_stats, "warm_fresh_process": fresh_loop["cache"]},
            "per_point": {"cold": cold_parts, "warm": warm_parts},
            "speedup_vs_serial": {"cold": serial / cold, "warm": serial / warm},
            "speedup_vs_serial_after_first": {name: (serial - serial_first) / (runs[name][0] - runs[name][1])
-                                             for name in ("cold", "warm")}}
+                                             for name in ("cold", "warm")},
+           # a second tuner process on the warm cache: its interpreter, imports and process server included
+           "warm_fresh_process": {"seconds": fresh, "loop_seconds": fresh_loop["seconds"],
+                                  "first_config_s": fresh_loop["first_config_s"],
+                                  "speedup_vs_serial": serial / fresh}}
     print(json.dumps(out, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
