@@ -154,6 +154,34 @@ def test_a_point_compiles_for_its_target_without_a_gpu(space, hw, point):
     assert 0 < res["smem"] <= hardware.smem_per_block and res["stages"] >= 2
 
 
+def test_a_precompiled_sm90_kernel_is_cached_as_a_library_that_loads_without_cute_dsl(monkeypatch, tmp_path):
+    """What a compile process leaves in the cache, a GPU worker loads through tvm-ffi without importing CuTe DSL."""
+    import shutil
+
+    pytest.importorskip("torch")
+    pytest.importorskip("cutlass.operators")
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler to link the kernel's library")
+    from search_spaces import _cute_aot, _cute_sm90
+
+    _cute_aot.set_target(get_hardware("H100"))
+    monkeypatch.setenv("EVOTUNE_KERNEL_CACHE", str(tmp_path))
+    # no GPU here: the device facts a compile process would ask the driver for
+    monkeypatch.setattr(_cute_sm90, "_toolchain", lambda: ("4.8.1", "NVIDIA H100 80GB HBM3", 132))
+    monkeypatch.setattr(_cute_sm90, "_max_active_clusters", lambda size: 132 // size)
+    point = {"tile_m": 128, "tile_n": 128, "cluster": (2, 1), "swizzle": 2, "raster": "n", "stages": 4}
+    problem = Problem.gemm(4096, 4096, 4096, "bf16")
+    assert _cute_sm90.precompile(point, problem) is False
+    assert _cute_sm90.precompile(dict(point), Problem.gemm(16, 8192, 1024, "bf16")) is True  # shapes are symbolic
+    key = _cute_sm90._cache_key(point, problem)
+    assert (tmp_path / "cute" / f"{key}.o").is_file() and (tmp_path / "cute" / f"{key}.so").is_file()
+    code = ("import sys; from search_spaces import _cute_sm90 as s; f = s._load(sys.argv[1]); "
+            "print(type(f).__name__, 'cutlass' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code, key], capture_output=True, text=True, check=True,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.stdout.split() == ["Function", "False"]
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "int8"])
 def test_the_sm100_shared_memory_model_reproduces_every_binary(dtype):
     """The space's model of the kernel's stage heuristic gives each binary's launch shared memory and stages."""
