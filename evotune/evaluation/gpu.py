@@ -60,10 +60,10 @@ class GpuEvaluator(Evaluator):
         self.space, self.ctx, self.options = space, ctx, options
         self.timeout_s = float(options.timeout_s)
         # the GPU worker and the compile pool fork from a server that imported torch and the space's compiler
-        self._mp = start_processes([space])
+        start = start_processes([space])
         # another space's evaluator may lend its GPU worker: one process, one CUDA context for a run's spaces
         self.shared_worker = worker or SpaceWorker(WorkerProcess(worker_main, (self.space.source, options.timing),
-                                                                 "GPU worker", self.timeout_s, start=self._mp))
+                                                                 "GPU worker", self.timeout_s, start=start))
         self._worker = self.shared_worker.view(self.space.source, owner=worker is None)
         self._worker.spawn()  # its imports and CUDA start-up overlap the first compiles
         self._seed = 0
@@ -86,8 +86,9 @@ class GpuEvaluator(Evaluator):
         from concurrent.futures import ProcessPoolExecutor
 
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=self._mp, initializer=pool_initializer,
-                                             initargs=(dict(os.environ), _pool_init))
+            # started as the GPU worker is now: with spawn too once a forked worker found CUDA initialised
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=self.shared_worker.process.start_context,
+                                             initializer=pool_initializer, initargs=(dict(os.environ), _pool_init))
         for p in points:
             key = (problem.key, self.space.key(p))  # one evaluator may serve several problems (record)
             if key not in self._compiling:
@@ -195,7 +196,7 @@ def _pool_init() -> None:
     from evotune.evaluation.kernel_cache import cache_root
     from evotune.evaluation.processes import refuse_inherited_cuda
 
-    refuse_inherited_cuda()  # the pool breaks, and the GPU worker compiles the points itself
+    refuse_inherited_cuda()  # the pool breaks: the GPU worker compiles its points, the next pool starts as it does
 
     os.environ.setdefault("TRITON_CACHE_DIR", str(cache_root() / "triton"))
     os.environ.setdefault("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")

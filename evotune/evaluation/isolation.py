@@ -45,6 +45,11 @@ class WorkerProcess:
         self.restarts = 0  # workers replaced after a crash or a timeout
         self._ready = False
 
+    @property
+    def start_context(self) -> BaseContext:
+        """How its processes are started now (``spawn`` once a forked one found CUDA initialised at its start)."""
+        return self._mp
+
     def spawn(self) -> None:
         """Start a worker process unless one is alive, without waiting for it: its imports and CUDA
         start-up then overlap whatever the parent does next (compiling, say)."""
