@@ -210,6 +210,13 @@ class SearchSpace:
     such as a configuration of another space.
     ``estimate(point, ctx)`` returns a predicted time (lower is better) from the
     hardware model; seeding ranks points by it.
+    On a GPU, ``precompile(point, problem)`` fills the space's on-disk cache
+    without launching (True when it was there), so that a pool of compile
+    processes works ahead of the GPU worker, whose ``build`` then loads it;
+    ``warmup()`` runs in the GPU worker beside its CUDA start-up; ``preload``
+    names the modules (its compiler) that the GPU worker and the compile
+    processes import once, in the server they fork from. ``cute_hopper_gemm``
+    sets all three.
     """
 
     name: str
