@@ -34,11 +34,13 @@ from evotune.compare import geometric_mean  # noqa: E402
 from evotune.experiment import load_experiment  # noqa: E402
 from evotune.problem import Problem  # noqa: E402
 from evotune.report import collect_best  # noqa: E402
+from search_spaces._cutlass_sm90_conv import HAND_PICKED_LABEL  # noqa: E402
+from search_spaces.cutlass_conv2d_int8 import HAND_PICKED_NAME  # noqa: E402
 
 CUDNN = {"cudnn fp16 conv2d (torch, channels_last)": "cuDNN fp16", "cudnn int8 conv2d (frontend graph)": "cuDNN int8"}
-HAND = "cutlass_conv2d_int8 hand-picked 128x128x64 4-stage"
+HAND = HAND_PICKED_LABEL
 BASELINES = {  # by space: the baselines' labels in the run, and their columns
-    "cutlass_conv2d_int8": {"cutlass_conv2d_int8: hand-picked 128x128x64 4-stage": "hand-picked", **CUDNN},
+    "cutlass_conv2d_int8": {f"cutlass_conv2d_int8: {HAND_PICKED_NAME}": "hand-picked", **CUDNN},
     "cutlass_sm90_conv2d_int8": {f"{HAND} (nc32hw32)": "hand-picked (nc32hw32)",
                                  f"{HAND} (nhwc)": "hand-picked (nhwc)", **CUDNN},
 }

@@ -94,8 +94,8 @@ def replay_copy(exp: Experiment, landscapes: Path, work: Path, problems: int | N
             f"{strategies}\n[budget]\n{budget}")
 
 
-def experiment_copy(args: argparse.Namespace, exp: Experiment, work: Path, tag: str) -> tuple[Path, str]:
-    """The experiment file of one run, in ``work``, with a storage of its own; (its path, its storage URL)."""
+def experiment_copy(args: argparse.Namespace, exp: Experiment, work: Path, tag: str) -> Path:
+    """The experiment file of one run, in ``work``, with a storage of its own."""
     if args.cpu:
         text = replay_copy(exp, args.landscapes, work, args.problems, args.trials, args.points)
     else:
@@ -104,17 +104,17 @@ def experiment_copy(args: argparse.Namespace, exp: Experiment, work: Path, tag: 
     url = f"sqlite:///{work / tag}.db"
     path = work / f"{tag}.toml"
     path.write_text(text + f'\n[storage]\nurl = "{url}"\n')
-    return path, url
+    return path
 
 
 def run(args: argparse.Namespace, exp: Experiment, workers: int, split: str, work: Path) -> Run:
     """``workers`` processes on a fresh copy of the experiment, to the end."""
     import optuna
 
-    from evotune.study import make_storage, record_storage_url, study_names
+    from evotune.study import make_storage, study_names
 
     tag = f"{split}{workers}"
-    path, url = experiment_copy(args, exp, work, tag)
+    path = experiment_copy(args, exp, work, tag)
     command = "record" if args.record else "worker"
     env = {**os.environ, "EVOTUNE_KERNEL_CACHE": str(work / f"kernels-{tag}"),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
@@ -131,8 +131,8 @@ def run(args: argparse.Namespace, exp: Experiment, workers: int, split: str, wor
     seconds = time.perf_counter() - started
     if any(p.returncode for p in procs):
         raise SystemExit("a worker failed:\n" + "\n".join(log[-3000:] for log in logs))
-    storage = make_storage(record_storage_url(url) if args.record else url)
     copy = load_experiment(path)
+    storage = make_storage(copy.record_storage if args.record else copy.storage)
     trials, expected, duplicates = {}, {}, 0
     for name in study_names(storage):
         study = optuna.load_study(study_name=name, storage=storage)
@@ -146,9 +146,9 @@ def run(args: argparse.Namespace, exp: Experiment, workers: int, split: str, wor
     if args.record:
         from evotune.evaluation.landscape import load_landscape
 
-        files = {load_landscape(p).problem.key: p for p in (work / f"landscapes-{tag}").glob("*.json.gz")}
+        written = {ls.problem.key: ls for ls in map(load_landscape, (work / f"landscapes-{tag}").glob("*.json.gz"))}
         keys = [name.split("/")[1] for name in trials]  # EXPERIMENT/PROBLEM/SPACE/record
-        incomplete = [k for k in keys if k not in files or not load_landscape(files[k]).meta.get("complete")]
+        incomplete = [k for k in keys if k not in written or not written[k].meta.get("complete")]
     return Run(workers, split, seconds, trials, expected, duplicates, costs, incomplete)
 
 

@@ -44,10 +44,10 @@ def confirmation_turn(exp: Experiment, target: Target, evaluator: Evaluator, sto
     feasible = len(target.space.feasible(target.ctx))
     stores = []
     for name in names:
-        try:
-            stores.append(StudyStore(optuna.load_study(study_name=name, storage=storage), target.space, storage))
-        except KeyError:
+        store = StudyStore.load(storage, name, target.space)
+        if store is None:
             break  # not started yet: whoever runs it confirms
+        stores.append(store)
         if name not in ended and not finished(stores[-1].history(), exp.budget, feasible):
             break  # another worker is at it: the last to finish confirms
     else:

@@ -52,7 +52,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import optuna
 from rich.console import Console
 
 from evotune.claims import Claims, make_claims, wait_for_others
@@ -117,11 +116,8 @@ def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, con
 
     def unfinished(name: str) -> bool:
         t = resolved[of_study[name]]
-        try:
-            return len(StudyStore(optuna.load_study(study_name=name, storage=storage), t.space, storage).history()) \
-                < len(t.space.feasible(t.ctx))
-        except KeyError:
-            return True
+        store = StudyStore.load(storage, name, t.space)
+        return store is None or len(store.history()) < len(t.space.feasible(t.ctx))
 
     written: list[Path] = []
     spent = 0.0
@@ -187,9 +183,9 @@ def _record_one(exp: Experiment, target: Target, evaluators: Evaluators, storage
 def _confirm_recorded(exp: Experiment, target: Target, evaluator: Evaluator, store: StudyStore,
                       console: Console) -> None:
     """Re-time the fastest points recorded so far beside the baselines, before the file is written, so that
-    the file's optimum and its baselines come from one interleaved measurement, not from one lucky sample."""
-    if not evaluator.confirms or exp.oracle_options.confirm.top_k <= 0:
-        return
+    the file's optimum and its baselines come from one interleaved measurement, not from one lucky sample.
+    Called in the confirmation's turn (:func:`evotune.confirming.confirmation_turn`), which only comes when the
+    evaluator confirms and the stage is on."""
     measured = [(r.value, r.point) for r in store.history() if r.value is not None]
     record = confirm_best(exp, target, evaluator, measured, lambda p: json_values(p, target.space.names), console)
     if record is not None:

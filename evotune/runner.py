@@ -28,7 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from evotune import hardware as hw
 from evotune import shared_baselines
-from evotune.claims import make_claims
+from evotune.claims import Claims, make_claims
 from evotune.confirming import confirm_target, confirmation_turn
 from evotune.cost_model import WorkerCosts
 from evotune.evaluation.base import Evaluator
@@ -191,16 +191,21 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
     schedule = Schedule(exp.storage, exp.name, groups, split)
     of_study = {name: g for g, (_, names) in enumerate(groups) for name in names}
 
+    claims_of: dict[str, Claims] = {}
+
     def unfinished(name: str) -> bool:
         """Whether study ``name`` wants more points: its budget is not spent, and not held by its workers."""
         t = resolved[of_study[name]]
-        try:
-            history = StudyStore(optuna.load_study(study_name=name, storage=storage), t.space, storage).history()
-        except KeyError:
+        store = StudyStore.load(storage, name, t.space)
+        if store is None:
             return True
-        if finished(history, exp.budget, len(t.space.feasible(t.ctx))):
+        if finished(store.history(), exp.budget, len(t.space.feasible(t.ctx))):
             return False
-        return exp.budget.trials is None or make_claims(exp.storage, name).room(exp.budget.trials) > 0
+        if exp.budget.trials is None:
+            return True
+        if name not in claims_of:  # asked again on every pass of the schedule: one claims object per study
+            claims_of[name] = make_claims(exp.storage, name)
+        return claims_of[name].room(exp.budget.trials) > 0
 
     results: list[TuneResult] = []
     ended: set[str] = set()
@@ -259,7 +264,7 @@ class Evaluators:
             if self.exp.oracle == "replay":
                 self.close()
             shared = next((getattr(ev, "shared_worker", None) for ev in self._open.values()), None)
-            self._open[key] = make_evaluator(self.exp, target, shared) if shared else make_evaluator(self.exp, target)
+            self._open[key] = make_evaluator(self.exp, target, shared)
         return self._open[key]
 
     def device_info(self, evaluator: Evaluator) -> dict:

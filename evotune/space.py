@@ -213,10 +213,9 @@ class SearchSpace:
     On a GPU, ``precompile(point, problem)`` fills the space's on-disk cache
     without launching (True when it was there), so that a pool of compile
     processes works ahead of the GPU worker, whose ``build`` then loads it;
-    ``warmup()`` runs in the GPU worker beside its CUDA start-up; ``preload``
-    names the modules (its compiler) that the GPU worker and the compile
-    processes import once, in the server they fork from. ``cute_hopper_gemm``
-    sets all three.
+    ``preload`` names the modules (its compiler) that the GPU worker and the
+    compile processes import once, in the server they fork from.
+    ``cute_hopper_gemm`` sets both.
     """
 
     name: str
@@ -227,8 +226,6 @@ class SearchSpace:
     default_problem: Problem | None = None
     build: Callable[..., Any] | None = None
     precompile: Callable[..., Any] | None = None  # fills an on-disk cache without launching (compile pool)
-    # () -> None: what a GPU worker can do before its first point (heavy imports), beside its CUDA start-up
-    warmup: Callable[[], Any] | None = None
     # modules its GPU worker and compile processes import (its compiler): imported once, in the process they
     # all fork from (evotune.evaluation.processes), not in each of them
     preload: tuple[str, ...] = ()

@@ -207,6 +207,14 @@ class StudyStore:
                 study.set_metric_names([METRIC_NAME])
         return cls(study, space, st)
 
+    @classmethod
+    def load(cls, storage: optuna.storages.BaseStorage, name: str, space: SearchSpace) -> StudyStore | None:
+        """The study ``name`` when it exists, else None (nothing is created)."""
+        try:
+            return cls(optuna.load_study(study_name=name, storage=storage), space, storage)
+        except KeyError:
+            return None
+
     def history(self) -> list[Record]:
         """Every finished trial, in order."""
         out = []

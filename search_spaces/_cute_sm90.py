@@ -82,8 +82,8 @@ def _cached(key: str, suffix: str) -> Any:
     return path if KernelCache().has(key) and path.is_file() else None
 
 
-def _link(obj: Any, libraries: list[str]) -> bool:
-    """Link the exported object into a shared library beside it (``<key>.so``); False where that cannot be done.
+def _link(obj: Any, libraries: list[str]) -> None:
+    """Link the exported object into a shared library beside it (``<key>.so``), where that can be done.
 
     The object's host code calls into CuTe DSL's runtime library and tvm-ffi's; linked against both (found
     by their paths), the library loads with ``tvm_ffi.load_module`` alone, so a GPU worker launches a cached
@@ -92,7 +92,7 @@ def _link(obj: Any, libraries: list[str]) -> bool:
     """
     compiler = shutil.which(os.environ.get("CC", "cc"))
     if compiler is None or not libraries:
-        return False
+        return
     lib = obj.with_suffix(".so")
     tmp = obj.with_suffix(f".{os.getpid()}.so")  # several processes may build one kernel: the last rename wins
     dirs = sorted({os.path.dirname(path) for path in libraries})
@@ -102,8 +102,6 @@ def _link(obj: Any, libraries: list[str]) -> bool:
         os.replace(tmp, lib)
     except (OSError, subprocess.SubprocessError):
         tmp.unlink(missing_ok=True)
-        return False
-    return True
 
 
 def operator(point: Point, problem: Problem, a: Any, b: Any, c: Any, check: bool = True) -> tuple[Any, Any]:
@@ -223,16 +221,6 @@ def precompile(point: Point, problem: Problem) -> bool:
         return True
     _compile(point, problem, key, *fake_operands(problem)[:3], launch=False)
     return False
-
-
-def warmup() -> None:
-    """Import what loading and launching a cached kernel needs, so a GPU worker pays for it at start-up, beside
-    CUDA's own start, and not in its first point's build time: tvm-ffi, or CuTe DSL where kernels cannot be
-    linked into shared libraries (both are in the processes' preload, so this is quick when that worked)."""
-    import tvm_ffi  # noqa: F401
-
-    if shutil.which(os.environ.get("CC", "cc")) is None:
-        import cutlass.cute  # noqa: F401
 
 
 def build(point: Point, problem: Problem) -> Any:

@@ -101,7 +101,6 @@ SPACE = SearchSpace(
     build=deferred("search_spaces._cute_sm90", "build"),
     precompile=deferred("search_spaces._cute_sm90", "precompile"),
     compile_only=deferred("search_spaces._cute_sm90", "compile_only"),
-    warmup=deferred("search_spaces._cute_sm90", "warmup"),
     # its compiler and launcher, imported once for the GPU worker and every compile process
     preload=("cutlass.cute", "cutlass.operators", "tvm_ffi", "search_spaces._cute_sm90"),
     params=[

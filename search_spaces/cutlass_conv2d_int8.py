@@ -65,6 +65,7 @@ MAX_ACCUMULATORS = 128
 # predicates and the epilogue (ptxas -v of the hand-picked 64x64 warp tile: 128 accumulators, 250 registers)
 REGISTER_OVERHEAD = 122
 
+HAND_PICKED_NAME = "hand-picked 128x128x64 4-stage"  # the label of HAND_PICKED among the named configurations
 # The configuration CUTLASS's int8 interleaved examples and a typical hand-written deployment use.
 HAND_PICKED: Point = {
     "tb_m": 128, "tb_n": 128, "tb_k": 64, "warp_m": 64, "warp_n": 64, "instruction": (16, 8, 32), "stages": 4,
@@ -257,5 +258,5 @@ SPACE = SearchSpace(
     description="CUTLASS C++ int8 conv2d fprop (2.x implicit GEMM, mma.sync with saturation), NC/32HW32 or NHWC",
     estimate=estimate,
     default_problem=DEFAULT_PROBLEM,
-    named={"hand-picked 128x128x64 4-stage": HAND_PICKED},
+    named={HAND_PICKED_NAME: HAND_PICKED},
 )

@@ -53,12 +53,11 @@ from evotune.space import (
 )
 from evotune.workloads.conv2d import ConvShape
 from search_spaces import _gemm_model as gm
-from search_spaces.cutlass_conv2d_int8 import implicit_gemm
+from search_spaces.cutlass_conv2d_int8 import _is_conv, implicit_gemm
 
 DEFAULT_PROBLEM = ConvShape(10, 128, 72, 120, 128, 3, 3, pad=1, scaling="tensor").problem("int8", "nhwc")
 SMEM_CAPACITY = 232448  # CUTLASS's sm90 shared-memory capacity, from which the automatic stage count is taken
 STAGE_BARRIERS = 16  # a full and an empty mbarrier per stage, counted in CUTLASS's automatic stage count
-TMA_BYTES = 16  # TMA needs every tensor's contiguous extent (C of x and w, K of y) to be a multiple of 16 bytes
 # The most int32 accumulators a consumer thread keeps without spilling: the basic schedule sets no register
 # split, so a thread may have 255 (ptxas -v, nvcc 13.0: 128x192 uses 254 registers and spills nothing)
 MAX_ACCUMULATORS = 192
@@ -133,11 +132,7 @@ def estimate(point: Point, ctx: Context) -> float:
 
 def _aligned(p: Point, ctx: Context) -> bool:
     s = _shape(ctx)
-    return s.C % TMA_BYTES == 0 and s.K % TMA_BYTES == 0
-
-
-def _is_conv(ctx: Context) -> bool:
-    return ctx.problem is None or ctx.problem.kind == "conv2d"
+    return s.C % gm.TMA_ALIGN_BYTES == 0 and s.K % gm.TMA_ALIGN_BYTES == 0
 
 
 SPACE = SearchSpace(

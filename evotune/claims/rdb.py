@@ -25,11 +25,9 @@ class RdbClaims(Claims):
         import sqlalchemy as sa
 
         self.sa = sa
-        from evotune.study import engine_kwargs, schema_lock
+        from evotune.study import schema_lock
 
-        self.engine = sa.create_engine(url, **engine_kwargs(url))
-        if self.engine.dialect.name == "sqlite":
-            _begin_immediate(self.engine)
+        self.engine = _engine(url)
         meta = sa.MetaData()
         self.table = sa.Table(
             "evotune_claims", meta,
@@ -62,6 +60,24 @@ class RdbClaims(Claims):
         with self.engine.begin() as conn:
             conn.execute(sa.select(self.locks.c.study).where(self.locks.c.study == self.study).with_for_update())
             yield _RdbTransaction(self, conn)
+
+
+_ENGINES: dict[str, Any] = {}  # url -> engine: one connection pool per database, shared by every study's claims
+
+
+def _engine(url: str) -> Any:
+    """The claims' engine for ``url``, made once per process: a run asks for the claims of a study many times
+    (scheduling, tuning, confirming), and an engine per ask would keep a pool of connections open per ask."""
+    if url not in _ENGINES:
+        import sqlalchemy as sa
+
+        from evotune.study import engine_kwargs
+
+        engine = sa.create_engine(url, **engine_kwargs(url))
+        if engine.dialect.name == "sqlite":
+            _begin_immediate(engine)
+        _ENGINES[url] = engine
+    return _ENGINES[url]
 
 
 def _begin_immediate(engine: Any) -> None:

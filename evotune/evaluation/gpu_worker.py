@@ -39,18 +39,12 @@ def worker_main(conn: Any, space_source: str, timing: TimingOptions) -> None:
 
 class _Worker:
     def __init__(self, space_source: str, timing: TimingOptions):
-        import threading
-
         from evotune.evaluation.oracle import Oracle
         from evotune.evaluation.processes import refuse_inherited_cuda
         from evotune.plugins import load_space
 
         refuse_inherited_cuda()  # before CUDA's first call here: the evaluator starts this worker again if so
         self.space = load_space(space_source)
-        if self.space.warmup is not None:  # its imports overlap the CUDA start-up below (the oracle's buffer)
-            import torch  # noqa: F401 - imported here first: two threads importing one package can deadlock
-
-            threading.Thread(target=_quietly, args=(self.space.warmup,), daemon=True).start()
         self.oracle = Oracle(timing)
         _first_blas_call()
         # (problem key, point key) -> built kernel, the most recent few: a built kernel may hold device
@@ -284,14 +278,6 @@ def _first_blas_call() -> None:
     x = torch.ones(64, 64, device="cuda")
     torch.matmul(x, x)
     torch.cuda.synchronize()
-
-
-def _quietly(fn: Any) -> None:
-    """Run a warm-up and keep its error to itself: the build that needs what failed reports it properly."""
-    try:
-        fn()
-    except Exception:  # the point's build raises the same error with its own context
-        pass
 
 
 def _check(kernel: Any, workload: Workload, problem: Problem, seed: int) -> tuple[bool, float, str]:
