@@ -126,7 +126,9 @@ class _Run:
 
         Evaluators that compile ahead (a pool) get proposals to start on before they are asked for them
         (:meth:`Evaluator.to_ask` says how many), so the pool compiles the next points while the GPU
-        measures the ones it built; the rest get one proposal at a time.
+        measures the ones it built; the rest get one proposal at a time. The first handed-out point that
+        is ready (built) goes next: one whose compile takes a minute does not hold up the points behind it,
+        such as new launch arguments of a kernel built already.
         """
         while True:
             wanted = self.evaluator.to_ask(len(self.queue))
@@ -137,7 +139,8 @@ class _Run:
                 self.queue += more
             if not self.queue:
                 return None
-            point = self.queue.pop(0)
+            ready = (i for i, p in enumerate(self.queue) if self.evaluator.ready(p, self.ctx.problem))
+            point = self.queue.pop(next(ready, 0))
             if self.space.key(point) in self.state.done or self.space.check(point, self.ctx) is not None:
                 # strategies never hand these out; if one ever did, it must cost nothing and teach nothing wrong
                 self.strategy.tell([(point, None)])

@@ -63,3 +63,39 @@ def test_the_tuner_keeps_a_pools_worth_of_points_ahead_of_the_gpu(gemm_landscape
     assert result.trials == 30
     assert ev.batches[:4] == [6, 2, 2, 2]  # 1.5 pools first, then half a pool whenever only a pool is left
     assert min(ev.ahead) >= 4  # the compile processes always had something to work on
+
+
+class _SlowCompile(_RecordingReplay):
+    """Every fifth point handed out takes eight evaluations' time to compile."""
+
+    def __init__(self, landscape, depth: int):
+        super().__init__(landscape, depth)
+        self.until: dict[str, int] = {}
+
+    def prefetch(self, points, problem):
+        super().prefetch(points, problem)
+        for p in points:
+            if len(self.handed) % 5 == 0:
+                self.until[self.key(p)] = len(self.evaluated) + 8
+
+    def ready(self, point, problem):
+        return len(self.evaluated) >= self.until.get(self.key(point), 0)
+
+    def evaluate(self, point, problem):
+        self.order.append((self.key(point), self.ready(point, problem)))
+        return super().evaluate(point, problem)
+
+
+def test_points_still_compiling_wait_while_built_ones_are_measured(gemm_landscape, tmp_path):
+    space = gemm_landscape.space()
+    ctx = Context(problem=gemm_landscape.problem)
+    ev = _SlowCompile(gemm_landscape, depth=4)
+    ev.order = []
+    store = StudyStore.open(f"sqlite:///{tmp_path / 'p.db'}", "slow", space)
+    strategy = make_strategy("random", space, space.feasible(ctx), seed=3, ctx=ctx)
+    result = tune(space, ctx, ev, strategy, store, Budget(trials=40))
+    assert result.trials == 40 and ev.until
+    # in the order handed out, the slow points would be measured two evaluations after their compile began;
+    # there is always a built point to measure meanwhile, so none waits for its compile
+    assert any(key in ev.until for key, _ in ev.order)
+    assert [key for key, ready in ev.order if not ready] == []

@@ -43,6 +43,10 @@ class Evaluator(ABC):
     def prefetch(self, points: list[Point], problem: Problem) -> None:  # noqa: B027 - optional hook
         """Start preparing (compiling) points that will be evaluated next; a no-op by default."""
 
+    def ready(self, point: Point, problem: Problem) -> bool:
+        """Whether ``point`` can be evaluated now, not after its compile in the pool (always, without one)."""
+        return True
+
     def confirm(self, points: list[Point], problem: Problem, search_ms: list[float]) -> dict[str, Any] | None:
         """Re-time the best ``points`` of a search beside the baselines (the confirmation stage); its record,
         or None for oracles whose answers do not vary between runs (replay) or that have no baselines."""

@@ -94,6 +94,10 @@ class GpuEvaluator(Evaluator):
             if key not in self._compiling:
                 self._compiling[key] = self._pool.submit(_precompile, self.space.source, p, problem.to_dict())
 
+    def ready(self, point: Point, problem: Problem) -> bool:
+        future = self._compiling.get((problem.key, self.space.key(point)))
+        return future is None or future.done()
+
     def _precompiled(self, point: Point, problem: Problem) -> tuple[float, str | None, bool | None]:
         """(seconds, error, cache hit) of a prefetched point; (0, None, None) when it was not prefetched."""
         future = self._compiling.pop((problem.key, self.space.key(point)), None)
