@@ -216,6 +216,8 @@ class SearchSpace:
     ``preload`` names the modules (its compiler) that the GPU worker and the
     compile processes import once, in the server they fork from.
     ``cute_hopper_gemm`` sets both.
+    ``compiled_params`` and ``built`` tell a search which points share a kernel
+    and which kernels are built already (:mod:`evotune.strategies.kernels`).
     """
 
     name: str
@@ -229,6 +231,12 @@ class SearchSpace:
     # modules its GPU worker and compile processes import (its compiler): imported once, in the process they
     # all fork from (evotune.evaluation.processes), not in each of them
     preload: tuple[str, ...] = ()
+    # the parameters the compiler sees; the others are launch arguments of a built kernel, free to vary once it
+    # is built (evotune.strategies.kernels). Empty: every parameter is compiled into the kernel.
+    compiled_params: tuple[str, ...] = ()
+    # (point, problem) -> whether that point's kernel is in the on-disk cache already (built by an earlier run
+    # or problem), so that a search counts it as free
+    built: Callable[..., bool] | None = None
     # compile for any GPU of the table with no GPU present: (point, problem, hardware) -> resource use
     compile_only: Callable[..., Any] | None = None
     run: Callable[..., Any] | None = None

@@ -217,6 +217,11 @@ def precompile(point: Point, problem: Problem) -> bool:
     return cb.precompile(cache_key(point, problem), lambda: source(point, problem), _what(point, problem))
 
 
+def built(point: Point, problem: Problem) -> bool:
+    """Whether ``point``'s kernel is in the on-disk cache (a search counts it as free)."""
+    return cb.cached(cache_key(point, problem))
+
+
 def _setup(lib: Any) -> None:
     lib.evotune_workspace.argtypes = [ctypes.c_int] * 8 + [ctypes.POINTER(ctypes.c_size_t)]
     lib.evotune_gemm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 8 + [ctypes.c_void_p] * 2

@@ -52,6 +52,7 @@ from evotune.space import (
     tuples,
 )
 from search_spaces import _gemm_model as gm
+from search_spaces._cutlass_sm90 import COMPILE_KNOBS
 
 DEFAULT_PROBLEM = Problem.gemm(4096, 4096, 4096, "bf16")
 SUPPORTED_DTYPES = ("bf16", "fp16", "int8")
@@ -159,6 +160,9 @@ SPACE = SearchSpace(
     # nvcc a configuration into a shared library (returns fn(a, b, c)), or only fill the cache: GPU-only code
     build=deferred("search_spaces._cutlass_sm90", "build"),
     precompile=deferred("search_spaces._cutlass_sm90", "precompile"),
+    # a search varies the launch arguments of a built kernel for free, and counts cached kernels as built
+    compiled_params=COMPILE_KNOBS,
+    built=deferred("search_spaces._cutlass_sm90", "built"),
     params=[
         boolean("swap_ab", doc="compute D^T = B^T A^T: the problem's M runs along the tile's N"),
         categorical("schedule", ["cooperative", "pingpong"],

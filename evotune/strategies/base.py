@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from evotune.space import Context, FeasibleSet, Point, SearchSpace
+from evotune.strategies.kernels import Kernels
 
 if TYPE_CHECKING:
     from evotune.strategies.prior import Source
@@ -115,6 +116,8 @@ class Strategy(ABC):
         self.taken = np.zeros(n, dtype=bool)  # measured or handed out
         self.values: dict[int, float | None] = {}  # row -> told value
         self._startup: list[int] = []  # see startup_row
+        # which points share a compiled kernel, for spaces whose launch arguments are free (see kernels.py)
+        self.kernels = Kernels.of(space, feasible, self.ctx)
 
     # -- the interface ---------------------------------------------------
     def ask(self, n: int = 1) -> list[Point]:
@@ -138,6 +141,8 @@ class Strategy(ABC):
                 continue  # infeasible in this context: nothing to learn here
             self.taken[row] = True
             self.values[row] = value
+            if self.kernels is not None:
+                self.kernels.mark(row)
             self._observe(row, value)
 
     def warm_start(self, history: Sequence[Told]) -> None:
@@ -165,6 +170,8 @@ class Strategy(ABC):
             if row is None:
                 return None
         self.taken[row] = True
+        if self.kernels is not None:
+            self.kernels.mark(row)
         return row
 
     def repair(self, code: Sequence[int] | None) -> int | None:

@@ -40,12 +40,18 @@ The algorithm:
    ``patience``, and takes every proposal it applies to (``trusted_local``). Below
    ``trust`` the search is plain ``default`` again, its start-up sample first.
    Without sources nothing changes.
+7. **Compile cost**: in a space whose launch arguments are free once a kernel is
+   built (``SearchSpace.compiled_params``: a CUTLASS kernel's raster, swizzle and
+   stream-K decomposition), the expected improvement of a point whose kernel is
+   neither built nor handed out is divided by ``1 + compile_cost``: improvement per
+   evaluation's worth of time (:mod:`evotune.strategies.kernels`). Kernels built by
+   an earlier problem or run (the space's ``built``) count as built.
 
 Options (defaults): ``startup`` 10, ``pool`` 1000, ``top`` 5, ``cross`` 50,
 ``local`` 0.5, ``patience`` 30, ``relevance`` true, ``shared`` 40,
 ``stall_shared`` true, ``noise`` 1e-3, ``refit`` 10 (results between length-scale
 fits), ``transfer`` true, ``transfer_first`` 4, ``transfer_checks`` 3, ``trust`` 0.6,
-``trusted_patience`` 3, ``trusted_local`` 1.0.
+``trusted_patience`` 3, ``trusted_local`` 1.0, ``compile_cost`` 20.
 The measurements behind each choice are in ``docs/STRATEGY_DESIGN.md``.
 
 Example::
@@ -62,7 +68,7 @@ from typing import Any
 import numpy as np
 
 from evotune.strategies.base import Option
-from evotune.strategies.gp import GaussianProcess, Surrogate
+from evotune.strategies.gp import COMPILE_COST, GaussianProcess, Surrogate
 from evotune.strategies.prior import Prior
 
 #: with a trusted prior, its best-ranked fresh rows join every proposal's candidates
@@ -90,6 +96,8 @@ class Default(GaussianProcess):
         # with a trusted prior the transferred winners are near the optimum: step to their neighbours sooner
         "trusted_patience": Option(3, int, 1),
         "trusted_local": Option(1.0, float, 0.0, 1.0),
+        # a new kernel's cost in evaluations, for spaces with launch arguments (0: every point costs the same)
+        "compile_cost": Option(COMPILE_COST, float, 0.0),
     }
     transfers = True
 

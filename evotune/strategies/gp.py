@@ -30,6 +30,10 @@ from evotune.strategies.base import Option, Strategy
 
 _SQRT5 = np.sqrt(5.0)
 LENGTHSCALES = (0.1, 0.2, 0.4, 0.8, 1.6)
+# What compiling a new kernel costs, in evaluations, for a space whose launch arguments are free once a kernel is
+# built (SearchSpace.compiled_params): nvcc takes about a minute per CUTLASS kernel with fourteen side by side,
+# about 3.5 s of the pool's time, against about 0.2 s to verify and time one point.
+COMPILE_COST = 20.0
 #: per-feature length-scale multipliers tried by the relevance pass (inf: the feature is ignored)
 RELEVANCE_STEPS = (0.25, 0.5, 2.0, 4.0, np.inf)
 ALIGNMENT_CAP = 6  # 2-adic valuations above 6 (multiples of 64) count alike
@@ -249,7 +253,7 @@ class GaussianProcess(Strategy):
     name = "gp"
     schema = {"startup": Option(10, int, 1), "candidates": Option(2000, int, 1),
               "noise": Option(1e-3, float, 1e-9, 1.0), "refit": Option(10, int, 1),
-              "relevance": Option(False, bool)}
+              "relevance": Option(False, bool), "compile_cost": Option(COMPILE_COST, float, 0.0)}
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -268,7 +272,12 @@ class GaussianProcess(Strategy):
             return None
         rows = self.candidates(free)
         ei = self.model.expected_improvement(rows)
-        return self.random_fresh() if ei is None else int(rows[int(np.argmax(ei))])
+        if ei is None:
+            return self.random_fresh()
+        cost = float(self.options["compile_cost"])
+        if self.kernels is not None and cost:  # improvement per evaluation's worth of time, a compile counted in
+            ei = ei / (1.0 + cost * self.kernels.new(rows))
+        return int(rows[int(np.argmax(ei))])
 
     def candidates(self, free: np.ndarray) -> np.ndarray:
         """The rows scored for one proposal: ``candidates`` of the ``free`` rows at random."""

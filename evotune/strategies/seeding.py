@@ -6,6 +6,12 @@ takes the best half of the first population from the top of that ranking; the
 other half stays diverse so that a wrong model cannot trap the search.
 Without an estimate, or with ``seeding = "random"``, the whole first population
 is a greedy max-min spread over a random candidate pool.
+
+A strategy that weighs compile cost (a ``compile_cost`` above 0, in a space whose
+launch arguments are free once a kernel is built) takes its first population
+among the points of kernels already built, when there are enough of them: an
+earlier problem's kernels are measured in a fraction of a second, where a new one
+takes a minute of nvcc before the model has seen anything.
 """
 
 from __future__ import annotations
@@ -45,10 +51,15 @@ def spread_rows(strategy: Strategy, n: int, pool: int = 40) -> list[int]:
 
 
 def initial_rows(strategy: Strategy, n: int) -> list[int]:
+    taken_before = strategy.taken.copy()
+    kernels = strategy.kernels
+    if kernels is not None and float(strategy.options.get("compile_cost", 0.0)) > 0:
+        unbuilt = kernels.new(np.arange(len(strategy.feasible)))
+        if (~unbuilt & ~taken_before).sum() >= n:
+            strategy.taken[unbuilt] = True  # hidden while the first population is drawn
     rows: list[int] = []
     if strategy.seeding == "hardware":
         rows = ranked_by_estimate(strategy)[: (n + 1) // 2]
-    taken_before = strategy.taken.copy()
     strategy.taken[rows] = True  # so the spread half does not pick them again
     rows += spread_rows(strategy, n - len(rows))
     strategy.taken[:] = taken_before
