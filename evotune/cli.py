@@ -81,6 +81,8 @@ def _parser() -> argparse.ArgumentParser:
                                                       "constraint (a stratified sample; default: all of them)")
     record.add_argument("--workers", default="2", metavar="W",
                         help="with --compile-only: compile processes (default 2)")
+    record.add_argument("--sample", metavar="N", help="record the points the experiment's searches measured and N "
+                        "uniformly drawn feasible points, not every one (a space too large to record whole)")
     _split_arg(record)
     record.set_defaults(func=cmd_record)
 
@@ -220,13 +222,16 @@ def cmd_record(args: argparse.Namespace) -> int:
     if args.seconds is not None and args.seconds <= 0:
         raise UsageError(f"--seconds: must be positive, got {args.seconds}")
     if args.compile_only:
+        if args.sample is not None:
+            raise UsageError("--sample: not with --compile-only")
         return _compile_only(args, exp)
     if args.pruned is not None:
         raise UsageError("--pruned: only with --compile-only")
-    from evotune.record import record_experiment
+    from evotune.record import Sampling, record_experiment
 
+    size = _count(args.sample, "--sample", 1)
     for path in record_experiment(exp, Path(args.out or "experiments/landscapes"), args.seconds,
-                                  _console(stderr=True), args.split):
+                                  _console(stderr=True), args.split, None if size is None else Sampling(size)):
         print(path)
     return 0
 

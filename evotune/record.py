@@ -48,10 +48,13 @@ Example::
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from rich.console import Console
 
 from evotune.claims import Claims, make_claims, wait_for_others
@@ -77,13 +80,47 @@ from evotune.runner import (
     targets,
 )
 from evotune.schedule import Schedule
+from evotune.space import FeasibleSet
 from evotune.strategies import make_strategy
+from evotune.strategies.base import Strategy
+from evotune.strategies.exhaustive import Listed
 from evotune.study import StudyStore
-from evotune.target import Target, group_name, study_attrs, study_name
+from evotune.target import Target, group_name, study_attrs, study_name, study_names
 from evotune.tuner import tune
 
 WRITE_EVERY_S = 60.0  # rewrite the landscape file this often while a problem is being recorded
 MAX_SAMPLES = 8  # per point in the written landscape: keeps shipped files small (spread over the sorted samples)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Record part of a space too large to record whole: every point the experiment's searches measured (best
+    first, so the file holds the top of the space as the search found it), then ``size`` feasible points drawn
+    uniformly at random with ``seed``. The same seed draws the same points for every problem whose feasible set
+    is the same, so a sample's kernels are compiled once for them all."""
+
+    size: int
+    seed: int = 0
+
+    def plan(self, exp: Experiment, target: Target, fs: FeasibleSet) -> tuple[list[int], dict[str, Any]]:
+        """(the feasible rows to record, in order; the file's ``coverage``, which says what they are)."""
+        tuning = open_storage(exp)
+        measured: list[tuple[float, int]] = []
+        studies = []
+        for name in study_names(exp, target):
+            store = StudyStore.load(tuning, name, target.space)
+            if store is None:
+                continue
+            studies.append(name)
+            for r in store.history():
+                row = fs.row(r.point)
+                if row is not None:
+                    measured.append((math.inf if r.value is None else r.value, row))
+        searched = list(dict.fromkeys(row for _, row in sorted(measured)))
+        drawn = np.random.default_rng(self.seed).choice(len(fs), size=min(self.size, len(fs)), replace=False)
+        rows = list(dict.fromkeys([*searched, *(int(r) for r in drawn)]))
+        return rows, {"kind": "sample", "searched": len(searched), "studies": studies, "random": len(drawn),
+                      "seed": self.seed, "feasible": len(fs)}
 
 
 def landscape_path(out_dir: Path, target: Target) -> Path:
@@ -99,12 +136,13 @@ def safe_filename(name: str) -> str:
 
 
 def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, console: Console,
-                      split: str = "problems") -> list[Path]:
+                      split: str = "problems", sampling: Sampling | None = None) -> list[Path]:
     """Record the problems of ``exp``, for at most ``seconds`` of tuning time in all; the files written.
 
     Several processes may record one experiment together, one per GPU: they take whole problems first and
     share the points of the last ones (``split``, see :mod:`evotune.schedule`); each point is claimed before
-    it is measured, so none is measured twice."""
+    it is measured, so none is measured twice. With ``sampling``, each file holds the searches' points and a
+    uniform sample instead of every feasible point (:class:`Sampling`)."""
     resolved = targets(exp)
     preflight(exp, resolved)
     start_measuring(exp, resolved)
@@ -117,7 +155,13 @@ def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, con
     def unfinished(name: str) -> bool:
         t = resolved[of_study[name]]
         store = StudyStore.load(storage, name, t.space)
-        return store is None or len(store.history()) < len(t.space.feasible(t.ctx))
+        if store is None:
+            return True
+        fs = t.space.feasible(t.ctx)
+        if sampling is None:
+            return len(store.history()) < len(fs)
+        done = {fs.row(r.point) for r in store.history()}
+        return any(row not in done for row in sampling.plan(exp, t, fs)[0])
 
     written: list[Path] = []
     spent = 0.0
@@ -129,7 +173,8 @@ def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, con
                                   "piece's")
                     break
                 path, used = _record_one(exp, resolved[turn.group], evaluators, storage, out_dir,
-                                         None if seconds is None else seconds - spent, console, schedule, turn.group)
+                                         None if seconds is None else seconds - spent, console, schedule, turn.group,
+                                         sampling)
                 written.append(path)
                 spent += used
         finally:
@@ -138,7 +183,8 @@ def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, con
 
 
 def _record_one(exp: Experiment, target: Target, evaluators: Evaluators, storage: Any, out_dir: Path,
-                seconds: float | None, console: Console, schedule: Schedule, group: int) -> tuple[Path, float]:
+                seconds: float | None, console: Console, schedule: Schedule, group: int,
+                sampling: Sampling | None = None) -> tuple[Path, float]:
     """Measure what the study of ``target`` still lacks, for at most ``seconds``; (landscape file, seconds used)."""
     evaluator = evaluators.get(target)
     name = study_name(exp, target, "record")
@@ -150,7 +196,15 @@ def _record_one(exp: Experiment, target: Target, evaluators: Evaluators, storage
     previous = _import_recorded(store, target, path, claims)
     fs = target.space.feasible(target.ctx)
     feasible = len(fs)
-    strategy = make_strategy("exhaustive", target.space, fs, ctx=target.ctx, seeding="hardware")
+    coverage: dict[str, Any] | None = None
+    strategy: Strategy
+    if sampling is None:
+        strategy = make_strategy("exhaustive", target.space, fs, ctx=target.ctx, seeding="hardware")
+        planned = feasible
+    else:
+        rows, coverage = sampling.plan(exp, target, fs)
+        strategy = Listed(target.space, fs, ctx=target.ctx, rows=rows)
+        planned = len(rows)
     history = store.history()
     started = max((r.clock_s for r in history), default=0.0)
     before = len(history)
@@ -160,16 +214,17 @@ def _record_one(exp: Experiment, target: Target, evaluators: Evaluators, storage
         # a piece killed from outside (a device lease ending) keeps what it measured
         nonlocal last_write
         if time.monotonic() - last_write >= WRITE_EVERY_S and trials > before:
-            write_recorded(store, target, exp, feasible, path, previous)
+            write_recorded(store, target, exp, feasible, path, previous, coverage)
             last_write = time.monotonic()
 
     result = tune(target.space, target.ctx, evaluator, strategy, store,
-                  Budget(trials=feasible, seconds=None if seconds is None else started + seconds), checkpoint,
+                  Budget(trials=planned, seconds=None if seconds is None else started + seconds), checkpoint,
                   claims=claims)
     used = result.clock_s - started
     if result.stopped != "seconds":  # every point stored or being stored: the file is written with them all
         wait_for_others(exp.record_storage, [name])
-    console.print(f"  {store.study.study_name}: {len(store.history())} of {feasible} feasible points recorded"
+    console.print(f"  {store.study.study_name}: {len(store.history())} of {planned} "
+                  f"{'planned' if sampling else 'feasible'} points recorded"
                   f" ({result.new_trials} new by this worker in {used:.0f} s)")
     summary = cache_summary(evaluator)
     if summary:
@@ -177,7 +232,7 @@ def _record_one(exp: Experiment, target: Target, evaluators: Evaluators, storage
     with confirmation_turn(exp, target, evaluator, storage, schedule, group, {name}) as stores:
         if stores:
             _confirm_recorded(exp, target, evaluator, store, console)
-    return write_recorded(store, target, exp, feasible, path, previous), used
+    return write_recorded(store, target, exp, feasible, path, previous, coverage), used
 
 
 def _confirm_recorded(exp: Experiment, target: Target, evaluator: Evaluator, store: StudyStore,
@@ -213,8 +268,9 @@ def _import_recorded(store: StudyStore, target: Target, path: Path, claims: Clai
 
 
 def write_recorded(store: StudyStore, target: Target, exp: Experiment, feasible: int, path: Path,
-                   previous: Landscape | None = None) -> Path:
-    """Write the study as the landscape file; this piece is what the file gains over ``previous``."""
+                   previous: Landscape | None = None, coverage: dict[str, Any] | None = None) -> Path:
+    """Write the study as the landscape file; this piece is what the file gains over ``previous``.
+    ``coverage`` says what a sampled recording holds (:meth:`Sampling.plan`); it is then never complete."""
     history = store.history()
     attrs = store.study.user_attrs
     confirmation = attrs.get("confirmation") or {}
@@ -244,8 +300,10 @@ def write_recorded(store: StudyStore, target: Target, exp: Experiment, feasible:
         # the top level speaks for the latest piece that measured something
         **{k: pieces[-1][k] for k in ("date", "device", "device_info", "baselines")},
         "hardware": attrs.get("hardware"), "feasible": feasible, "recorded": len(rows),
-        "complete": len(rows) >= feasible, "experiment": exp.name, "pieces": pieces,
+        "complete": coverage is None and len(rows) >= feasible, "experiment": exp.name, "pieces": pieces,
     }
+    if coverage is not None:
+        meta["coverage"] = coverage
     if "items" in confirmation:
         meta["confirmation"] = confirmation
     doc = landscape_document(target.space.params, rows, target.problem, meta, target.space.name, MAX_SAMPLES)

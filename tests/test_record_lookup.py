@@ -177,3 +177,39 @@ def test_record_url_can_be_named_but_not_the_tuning_storage(tmp_path):
                              extra='record_url = "sqlite:///runs/c.db"\n')
     with pytest.raises(ExperimentError, match=r"storage\.record_url"):
         load_experiment(same)
+
+
+def test_a_sampled_recording_holds_the_searched_points_and_a_uniform_sample(tmp_path, pnpoly):
+    """``--sample N``: what the experiment's search measured, best first, then N uniformly drawn points; the
+    file says so and is never complete. A second piece draws the same sample and measures nothing again."""
+    url = f"journal:{tmp_path / 's.journal'}"
+    exp = replay_experiment(tmp_path / "s.toml", name="sam", url=url, trials=12, strategy="random")
+    assert main(["run", str(exp), "--no-progress", "--no-plots"]) == 0
+    out = tmp_path / "landscapes"
+    assert main(["record", str(exp), "--out", str(out), "--sample", "20"]) == 0
+    (path,) = out.glob("*.json.gz")
+    ls = load_landscape(path)
+    coverage = ls.meta["coverage"]
+    assert coverage["kind"] == "sample" and coverage["searched"] == 12 and coverage["random"] == 20
+    assert coverage["seed"] == 0 and coverage["feasible"] == len(pnpoly) and len(coverage["studies"]) == 1
+    assert 20 <= len(ls) <= 32 and ls.meta["complete"] is False
+    searched = {tuple(t.params[n] for n in ls.names) for t in optuna.load_study(
+        study_name=coverage["studies"][0], storage=optuna.storages.JournalStorage(
+            JournalFileBackend(str(tmp_path / "s.journal")))).trials}
+    assert searched <= set(ls.entries)
+    for key, r in ls.entries.items():  # every recorded time is the landscape's own
+        assert r.time_ms == pytest.approx(pnpoly.entries[key].time_ms, rel=1e-5)
+    assert main(["record", str(exp), "--out", str(out), "--sample", "20"]) == 0
+    again = load_landscape(path)
+    assert set(again.entries) == set(ls.entries) and [p["new_points"] for p in again.meta["pieces"]] == [len(ls)]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--sample", "0"], "--sample: expected an integer >= 1"),
+    (["--sample", "5", "--compile-only"], "--sample: not with --compile-only"),
+])
+def test_sample_refuses_a_bad_size_or_compile_only(tmp_path, pnpoly, capsys, argv, message):
+    exp = replay_experiment(tmp_path / "s.toml", name="sam", url=f"journal:{tmp_path / 's.journal'}", trials=5)
+    assert main(["record", str(exp), *argv]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "s_record.journal").exists()

@@ -1,4 +1,4 @@
-"""Every feasible point once, best predicted first when the space has an estimate."""
+"""Every feasible point once, best predicted first when the space has an estimate; or a given list of them."""
 
 from __future__ import annotations
 
@@ -19,3 +19,30 @@ class Exhaustive(Strategy):
             if not self.taken[row]:
                 return row
         return None
+
+
+class Listed(Strategy):
+    """The feasible rows ``rows``, in that order, and nothing else (a sampled recording's plan).
+
+    Example::
+
+        s = Listed(space, feasible, rows=[12, 7, 40])
+        s.ask(3)  # those three points
+    """
+
+    name = "listed"
+
+    def __init__(self, *args, rows: list[int], **kwargs):
+        super().__init__(*args, **kwargs)
+        self._order = iter(rows)
+
+    def _propose(self) -> int | None:
+        for row in self._order:
+            if not self.taken[row]:
+                return row
+        return None
+
+    def _claim(self, row: int | None, code=None) -> int | None:
+        if row is None:  # the list is done: no other point is handed out
+            return None
+        return super()._claim(row, code)
