@@ -84,7 +84,8 @@ def targets(exp: Experiment) -> list[Target]:
             if name != "landscape" and ls.names != space.names:
                 raise ExperimentError(exp.path, "space", f"{name!r} has parameters {space.names}, but "
                                       f"landscape {path.name} records {ls.names}")
-            out.append(Target(ls.problem, space, Context(hardware, ls.problem), ls))
+            out.append(Target(ls.problem, space if name == "landscape" else ls.replayed(space),
+                              Context(hardware, ls.problem), ls))
     else:
         for name in exp.spaces:
             space = load_space(name, exp.base_dir)

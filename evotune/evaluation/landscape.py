@@ -23,7 +23,7 @@ import json
 import os
 import zlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -99,13 +99,32 @@ class Landscape:
     def baselines(self) -> dict[str, Any]:
         return dict(self.meta.get("baselines") or {})
 
+    def _is_recorded(self) -> Any:
+        recorded, names = set(self.entries), self.names
+
+        def is_recorded(p: Point, ctx: Context) -> bool:
+            return tuple(p[n] for n in names) in recorded
+
+        return is_recorded
+
+    def replayed(self, space: SearchSpace) -> SearchSpace:
+        """``space`` as a replay of this file sees it: no kernel counts as built on this machine (the replay must
+        not depend on a local kernel cache), and for a file that holds part of the space (a sampled recording)
+        only the recorded points are feasible, so that a search is never handed a point the file cannot answer."""
+        space = replace(space, built=None)
+        if self.meta.get("complete", True):
+            return space
+        space = replace(space, _feasible={}, constraints=[*space.constraints, constraint(
+            "recorded", self._is_recorded(), "not in the recorded landscape (a sampled recording)")])
+        space.preset_feasible(FeasibleSet.from_codes(
+            space, (space.encode(dict(zip(self.names, k, strict=True))) for k in self.entries)))
+        return space
+
     def space(self) -> SearchSpace:
         """A space over the recorded parameters where only recorded points are feasible."""
         recorded = set(self.entries)
         names = self.names
-
-        def is_recorded(p: Point, ctx: Context) -> bool:
-            return tuple(p[n] for n in names) in recorded
+        is_recorded = self._is_recorded()
 
         space = SearchSpace(
             name=self.space_name if self.space_name != "landscape" else f"landscape:{self.stem}",
