@@ -10,7 +10,9 @@ Per shape and dtype it gives the best of the space, the baseline, their ratio
 H100's dense tensor peak and of the HBM roofline (the fewest bytes a GEMM must
 move, at the copy bandwidth measured in the same run), and the spread between
 the slowest and the fastest feasible configuration. The geometric mean of the
-ratios is given per dtype and space. A second table says, per shape class, how
+ratios is given per dtype and space, then the best of all spaces per shape (each
+space's ratio against its own same-run baseline, the winner's counted). A further
+table says, per shape class and for the spaces recorded whole, how
 much each knob matters: for each knob, the time lost by the worst choice of
 that knob when every other knob is free (the best time over the points with
 that value, over the optimum), as a median over the class's shapes.
@@ -19,6 +21,7 @@ Usage::
 
     python benchmarks/kernel_quality.py                      # table to stdout, plots/kernel_quality.png
     python benchmarks/kernel_quality.py --markdown runs/kq.md
+    python benchmarks/kernel_quality.py --dir experiments/landscapes/h100   # one folder only
 """
 
 from __future__ import annotations
@@ -39,7 +42,9 @@ from evotune.evaluation.result import Status  # noqa: E402
 from evotune.hardware import get_hardware  # noqa: E402
 from evotune.report import throughput  # noqa: E402
 
-H100_DIR = ROOT / "experiments" / "landscapes" / "h100"
+H100_DIRS = [ROOT / "experiments" / "landscapes" / "h100", ROOT / "experiments" / "landscapes" / "h100_cutlass"]
+# a shape where the best of all spaces is below this much of the baseline's speed counts as lost, not tied
+TIE = 0.97
 
 
 @dataclass
@@ -158,6 +163,7 @@ def tables(rows: list[Row], losses: dict[str, list[tuple[str, dict[str, float]]]
         g = geometric_mean([r.ratio for r in rs])
         wins = sum(r.ratio > 1 for r in rs)
         out.append(f"| {space} | {dtype} | {len(rs)} | **{g:.3f}x** | {1 / g:.3f} | {wins} of {len(rs)} |")
+    out += best_of_spaces(rows)
     out += ["", "Time lost by the worst choice of each knob, the others free (median over the class's shapes; "
             "1.00 = the knob does not matter):", ""]
     for space, per_class in losses.items():
@@ -174,6 +180,33 @@ def tables(rows: list[Row], losses: dict[str, list[tuple[str, dict[str, float]]]
     return "\n".join(out)
 
 
+def best_of_spaces(rows: list[Row]) -> list[str]:
+    """Per shape: every space's baseline / best, and the winner; then per dtype the winners' geometric mean."""
+    shapes: dict[tuple[str, str], list[Row]] = {}
+    for r in rows:
+        if r.ratio:
+            shapes.setdefault((r.dtype, r.problem), []).append(r)
+    if not any(len(rs) > 1 for rs in shapes.values()):
+        return []
+    spaces = sorted({r.space for r in rows})
+    out = ["", "Best of all spaces per shape (each space's best against its own same-run baseline):", "",
+           "| dtype | M x N x K | " + " | ".join(spaces) + " | winner | best of all | its configuration |",
+           "|---|---|" + "---|" * len(spaces) + "---|---|---|"]
+    winners: dict[str, list[float]] = {}
+    for (dtype, problem), rs in shapes.items():
+        win = max(rs, key=lambda r: r.ratio)
+        by = {r.space: f"{r.ratio:.3f}" for r in rs}
+        winners.setdefault(dtype, []).append(win.ratio)
+        out.append(f"| {dtype} | {problem} | " + " | ".join(by.get(s, "-") for s in spaces)
+                   + f" | {win.space} | **{win.ratio:.3f}x** | {fmt_config(win.best_config)} |")
+    out += ["", f"| dtype | shapes | geometric mean, best of all spaces | wins | below {TIE} |",
+            "|---|---|---|---|---|"]
+    for dtype, ratios in winners.items():
+        out.append(f"| {dtype} | {len(ratios)} | **{geometric_mean(ratios):.3f}x** | {sum(x > 1 for x in ratios)} "
+                   f"| {sum(x < TIE for x in ratios)} |")
+    return out
+
+
 def bar_chart(rows: list[Row], path: Path) -> None:
     from evotune.plots import _save, plt  # matplotlib (Agg) only when plotting
 
@@ -182,14 +215,15 @@ def bar_chart(rows: list[Row], path: Path) -> None:
     colors = {"int8": "#1f77b4", "bf16": "#d62728", "fp16": "#2ca02c"}
     xs = range(len(rows))
     ax.bar(xs, [r.ratio for r in rows], color=[colors.get(r.dtype, "grey") for r in rows],
-           hatch=None, edgecolor=["black" if r.space == "triton_matmul" else "none" for r in rows])
+           hatch=None, edgecolor=["none" if r.space == "cute_hopper_gemm" else "black" for r in rows])
     ax.axhline(1.0, color="black", lw=0.8)
     ax.set_xticks(list(xs))
-    ax.set_xticklabels([f"{'T ' if r.space == 'triton_matmul' else ''}{r.dtype} {r.m}x{r.n}x{r.k}" for r in rows],
+    mark = {"triton_matmul": "T ", "cutlass_sm90_gemm": "C "}
+    ax.set_xticklabels([f"{mark.get(r.space, '')}{r.dtype} {r.m}x{r.n}x{r.k}" for r in rows],
                        rotation=75, ha="right", fontsize=7)
     ax.set_ylabel("cuBLAS time / best of space (>1: evotune's space wins)")
     ax.set_title("H100: best configuration of each recorded space against cuBLAS, same run "
-                 "(T = Triton matmul, else CuTe DSL sm90)", fontsize=9)
+                 "(T = Triton matmul, C = CUTLASS C++ sm90, else CuTe DSL sm90)", fontsize=9)
     for dtype, c in colors.items():
         ax.bar([0], [0], color=c, label=dtype)
     ax.legend(loc="upper right", fontsize=8)
@@ -199,18 +233,20 @@ def bar_chart(rows: list[Row], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dir", type=Path, default=H100_DIR, help="folder of recorded landscapes")
+    ap.add_argument("--dir", type=Path, action="append", help="folder of recorded landscapes (repeatable; default: "
+                    "experiments/landscapes/h100 and h100_cutlass)")
     ap.add_argument("--plot", type=Path, default=ROOT / "plots" / "kernel_quality.png")
     ap.add_argument("--markdown", type=Path, help="also write the tables here")
     args = ap.parse_args(argv)
     order = {"int8": 0, "bf16": 1, "fp16": 2}
-    loaded = [load_landscape(p) for p in sorted(args.dir.glob("*.json.gz"))]
+    loaded = [load_landscape(p) for d in (args.dir or H100_DIRS) for p in sorted(d.glob("*.json.gz"))]
     loaded.sort(key=lambda ls: (ls.space_name != "cute_hopper_gemm", order.get(ls.problem.dtype, 9),
                                 ls.problem.n == 65536, ls.problem.m, ls.problem.n, ls.problem.k))
     rows = [row_of(ls) for ls in loaded]
     losses: dict[str, list[tuple[str, dict[str, float]]]] = {}
     for ls, r in zip(loaded, rows, strict=True):
-        losses.setdefault(ls.space_name, []).append((r.shape_class, knob_loss(ls)))
+        if ls.meta.get("complete"):  # over a sample, the worst value of a knob says nothing
+            losses.setdefault(ls.space_name, []).append((r.shape_class, knob_loss(ls)))
     text = tables(rows, losses)
     print(text)
     if args.markdown:

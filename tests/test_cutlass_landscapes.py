@@ -1,0 +1,65 @@
+"""The CUTLASS C++ sm90 landscapes shipped in experiments/landscapes/h100_cutlass: sampled, small, replayable."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import ROOT
+
+from evotune.cli import main
+from evotune.evaluation.landscape import load_landscape
+from evotune.evaluation.result import Status
+from evotune.experiment import load_experiment
+from evotune.hardware import get_hardware
+from evotune.plugins import load_space
+from evotune.space import Context
+
+FOLDER = ROOT / "experiments" / "landscapes" / "h100_cutlass"
+FILES = sorted(FOLDER.glob("*.json.gz"))
+EXPERIMENT = ROOT / "experiments" / "h100_cutlass_landscapes.toml"
+
+
+def test_one_file_per_shape_of_the_recording_experiment_each_under_300_kb():
+    exp = load_experiment(EXPERIMENT)
+    assert {p.name.removesuffix(".json.gz") for p in FILES} == {f"cutlass_sm90_gemm_{p.key}" for p in exp.problems}
+    assert all(p.stat().st_size < 300_000 for p in FILES)
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.name.removesuffix(".json.gz") for p in FILES])
+def test_each_file_says_it_is_a_sample_and_holds_the_search_and_the_draw(path):
+    ls = load_landscape(path)
+    space = load_space(ls.space_name)
+    ctx = Context(get_hardware("H100"), ls.problem)
+    coverage = ls.meta["coverage"]
+    assert coverage["kind"] == "sample" and coverage["random"] == 32 and coverage["seed"] == 0
+    assert ls.meta["complete"] is False and coverage["feasible"] == ls.meta["feasible"] > 100_000
+    assert 32 <= len(ls) <= coverage["searched"] + 32
+    for values in ls.entries:  # every recorded point is one the space calls feasible
+        assert space.check(dict(zip(ls.names, values, strict=True)), ctx) is None
+    assert all(r.status is Status.OK for r in ls.entries.values())  # no feasible point failed to build or verify
+    # the optimum and cuBLAS were re-timed side by side in the run that recorded the file
+    items = ls.meta["confirmation"]["items"]
+    assert items["torch.matmul"]["median_ms"] > 0 and len(items) >= 2
+
+
+def test_evotune_run_replays_the_cutlass_landscapes(tmp_path):
+    exp = tmp_path / "replay_cutlass.toml"
+    exp.write_text(f"""
+name = "replay_h100_cutlass"
+space = "cutlass_sm90_gemm"
+[oracle]
+kind = "replay"
+landscapes = {json.dumps([str(p) for p in FILES])}
+[strategy]
+name = "default"
+[budget]
+trials = 12
+[storage]
+url = "journal:{tmp_path / 'replay.journal'}"
+[outputs]
+best = "{tmp_path / 'best.json'}"
+""")
+    assert main(["run", str(exp), "--no-plots", "--no-progress"]) == 0
+    best = json.loads((tmp_path / "best.json").read_text())
+    assert len(best) == len(FILES)
