@@ -16,11 +16,11 @@ KT_EXCERPT = ROOT / "tests" / "data" / "pnpoly_RTX_2080_Ti_excerpt.json.gz"  # K
 
 def replay_experiment(path: Path, *, name: str, url: str, trials: int, strategy: str = "ga",
                       seed: int = 0, repeats: int = 1, options: str = "", extra: str = "",
-                      landscapes: tuple[Path, ...] = (PNPOLY,)) -> Path:
+                      landscapes: tuple[Path, ...] = (PNPOLY,), space: str = "landscape") -> Path:
     """Write a replay experiment over shipped landscapes: by default pnpoly's (with failures)."""
     path.write_text(f"""
 name = "{name}"
-space = "landscape"
+space = "{space}"
 [oracle]
 kind = "replay"
 landscapes = {json.dumps([str(p) for p in landscapes])}

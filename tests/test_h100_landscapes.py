@@ -6,7 +6,7 @@ import json
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, replay_experiment
 
 from evotune.cli import main
 from evotune.evaluation.landscape import load_landscape
@@ -48,25 +48,12 @@ def test_each_landscape_matches_its_space_and_carries_its_baseline(path):
 @pytest.mark.parametrize("space", ["cute_hopper_gemm", "triton_matmul"])
 def test_evotune_run_replays_every_h100_landscape(space, tmp_path, capsys):
     files = [p for p in FILES if p.name.startswith(space)]
-    exp = tmp_path / f"replay_{space}.toml"
-    exp.write_text(f"""
-name = "replay_h100_{space}"
-space = "{space}"
-[oracle]
-kind = "replay"
-landscapes = {json.dumps([str(p) for p in files])}
-[strategy]
-name = "ga"
-[budget]
-trials = 12
-[storage]
-url = "journal:{tmp_path / 'replay.journal'}"
-[outputs]
-best = "{tmp_path / 'best.json'}"
-""")
+    best = tmp_path / "best.json"
+    exp = replay_experiment(tmp_path / f"replay_{space}.toml", name=f"replay_h100_{space}", space=space,
+                            url=f"journal:{tmp_path / 'replay.journal'}", trials=12, landscapes=tuple(files),
+                            extra=f'[outputs]\nbest = "{best}"')
     assert main(["run", str(exp), "--no-plots", "--no-progress"]) == 0
-    best = json.loads((tmp_path / "best.json").read_text())
-    assert len(best) == len(files)
+    assert len(json.loads(best.read_text())) == len(files)
 
 
 def test_kernel_quality_report_covers_every_recorded_shape(tmp_path, monkeypatch):
