@@ -1,4 +1,4 @@
-"""A user's own GPU search space: a small Triton GEMM with five knobs.
+"""A user's own GPU search space: a small Triton GEMM with six knobs.
 
 evotune loads this file by its path (``space = "tiled_matmul.py"`` in the
 experiment beside it). It needs only ``SPACE``: the parameters, the constraints
