@@ -109,6 +109,8 @@ def preflight(exp: Experiment, resolved: list[Target]) -> None:
     bad option fails before any storage is touched."""
     if exp.oracle == "gpu":
         _gpu_evaluator_class(exp)
+    if exp.oracle != "replay":
+        check_needs(exp, resolved)
     for target in resolved:
         if exp.oracle != "replay" and target.space.build is None:
             # the CPU and GPU evaluators build every point with it, in a worker that loads the space by source
@@ -121,6 +123,16 @@ def preflight(exp: Experiment, resolved: list[Target]) -> None:
                               ctx=target.ctx, budget=exp.budget.trials, **spec.options)
             except ValueError as exc:
                 raise ExperimentError(exp.path, f"{spec.where}.options", str(exc)) from None
+
+
+def check_needs(exp: Experiment, resolved: list[Target]) -> None:
+    """Refuse, in one line, a space whose compiler or DSL this machine lacks (``SearchSpace.needs``): else every
+    point would be compiled, fail the same way and be stored as failed."""
+    for space in {t.space.name: t.space for t in resolved}.values():
+        missing = space.needs.missing()
+        if missing:
+            raise ExperimentError(exp.path, "space", f"{space.name!r} cannot compile on this machine, which "
+                                  f"lacks {' and '.join(missing)}")
 
 
 def _gpu_evaluator_class(exp: Experiment) -> type[Evaluator]:
@@ -156,7 +168,8 @@ def make_evaluator(exp: Experiment, target: Target, worker: SpaceWorker | None =
 
 
 @contextmanager
-def _progress(console: Console, enabled: bool) -> Iterator[Progress | None]:
+def progress_bar(console: Console, enabled: bool) -> Iterator[Progress | None]:
+    """The live bars of ``run`` and ``record``: one task per study, trials against its total, best, time, ETA."""
     if not enabled:
         yield None
         return
@@ -210,7 +223,7 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
 
     results: list[TuneResult] = []
     ended: set[str] = set()
-    with _progress(console, progress) as bar, Evaluators(exp) as evaluators:
+    with progress_bar(console, progress) as bar, Evaluators(exp) as evaluators:
         try:
             for g, turns in itertools.groupby(schedule.turns(unfinished, resume_finished), key=lambda turn: turn.group):
                 target, began, done = resolved[g], time.perf_counter(), len(results)
