@@ -38,6 +38,7 @@ from evotune.evaluation.space_worker import SpaceWorker
 from evotune.experiment import Experiment, ExperimentError
 from evotune.lookup import read_tuned
 from evotune.plugins import load_space
+from evotune.resume import budget_attr, check_resume, plain
 from evotune.schedule import Schedule
 from evotune.space import Context
 from evotune.strategies import STRATEGIES, Source, make_strategy
@@ -198,6 +199,7 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
         preflight(exp, resolved)
     start_measuring(exp, resolved)
     storage = open_storage(exp)
+    check_resume(exp, resolved, storage, console)  # a changed option is refused before anything else is said
     console.print(f"[bold]evotune[/] {exp.name}: space {', '.join(exp.spaces)}, oracle {exp.oracle}, "
                   f"strategies {', '.join(s.name for s in exp.strategies)}, storage {exp.storage}")
     runs = [(spec, seed) for spec in exp.strategies for seed in spec.seeds]
@@ -372,6 +374,7 @@ def _run_one(exp: Experiment, target: Target, evaluator: Evaluator, storage, str
     name = study_name(exp, target, strategy, seed)
     sources = sources or []
     attrs = study_attrs(exp, target, strategy, seed)
+    attrs.update(options=plain(options), budget=budget_attr(exp.budget))  # what a resume is checked against
     if sources:
         attrs["transfer_sources"] = [{"name": s.name, "distance": round(s.distance, 3)} for s in sources]
     store = StudyStore.open(storage, name, target.space, attrs)
