@@ -29,7 +29,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from evotune import hardware as hw
 from evotune import shared_baselines
 from evotune.claims import Claims, make_claims
-from evotune.confirming import confirm_target, confirmation_turn
+from evotune.confirming import confirm_target, confirmation_turn, search_budget
 from evotune.cost_model import WorkerCosts
 from evotune.evaluation.base import Evaluator
 from evotune.evaluation.landscape import Landscape, LandscapeError, load_landscape
@@ -215,7 +215,9 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
         store = StudyStore.load(storage, name, t.space)
         if store is None:
             return True
-        if finished(store.history(), exp.budget, len(t.space.feasible(t.ctx))):
+        # a replay evaluator is made for one problem at a time, and never holds time back for a confirmation
+        budget = exp.budget if exp.oracle == "replay" else search_budget(exp, evaluators.get(t))
+        if finished(store.history(), budget, len(t.space.feasible(t.ctx))):
             return False
         if exp.budget.trials is None:
             return True
@@ -395,5 +397,5 @@ def _run_one(exp: Experiment, target: Target, evaluator: Evaluator, storage, str
 
     # a claim outlives any honest evaluation; a killed worker's claims lapse at once (see evotune/claims/base.py)
     lease = 3.0 * exp.oracle_options.timeout_s if exp.oracle in ("gpu", "cpu") else 120.0
-    return tune(target.space, target.ctx, evaluator, strat, store, exp.budget, on_trial,
+    return tune(target.space, target.ctx, evaluator, strat, store, search_budget(exp, evaluator), on_trial,
                 claims=make_claims(exp.storage, name, lease))
