@@ -188,12 +188,14 @@ def hardware_limit(name: str, predicate: Predicate, message: str) -> Constraint:
 
 @dataclass(frozen=True)
 class Needs:
-    """What a space's compiler needs on this machine: importable ``modules`` (its DSL) and ``programs`` on
-    ``PATH`` (its compiler). Checked before anything is compiled, so a machine without them is told so once
-    instead of failing every point."""
+    """What a space's compiler needs on this machine: importable ``modules`` (its DSL), ``programs`` on
+    ``PATH`` (its compiler), and what ``check()`` finds missing otherwise (in words; e.g. headers that an
+    environment variable may point to instead of a module). Checked before anything is compiled, so a machine
+    without them is told so once instead of failing every point."""
 
     modules: tuple[str, ...] = ()
     programs: tuple[str, ...] = ()
+    check: Callable[[], list[str]] | None = None
 
     def missing(self) -> list[str]:
         """What of it this machine lacks, in words (empty when nothing)."""
@@ -206,7 +208,7 @@ class Needs:
             if not found:
                 out.append(f"Python module {module}")
         out += [f"program {p} (not on PATH)" for p in self.programs if shutil.which(p) is None]
-        return out
+        return out + (self.check() if self.check is not None else [])
 
 
 @dataclass

@@ -185,7 +185,7 @@ SPACE = SearchSpace(
     # nvcc a configuration into a shared library (returns fn(x, w, scale, y)), or only fill the cache
     build=deferred("search_spaces._cutlass_conv", "build"),
     precompile=deferred("search_spaces._cutlass_conv", "precompile"),
-    needs=Needs(modules=("cutlass_library",), programs=("nvcc",)),  # CUTLASS C++ headers, CUDA toolkit
+    needs=Needs(programs=("nvcc",), check=deferred("search_spaces._cutlass_build", "headers_missing")),
     params=[
         ordinal("tb_m", [64, 128, 256], doc="threadblock tile M (output pixels)"),
         ordinal("tb_n", [32, 64, 128, 256], doc="threadblock tile N (filters)"),

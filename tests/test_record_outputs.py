@@ -67,13 +67,16 @@ def test_compile_only_without_the_spaces_compiler_is_one_line_exit_2_and_writes_
     assert sorted(os.listdir(tmp_path)) == before  # no runs/, no file, no storage
 
 
-def test_the_cute_dsl_spaces_say_they_need_cute_dsl(capsys):
+def test_the_cute_dsl_spaces_say_they_need_cute_dsl(capsys, monkeypatch):
     from evotune.plugins import load_space
 
     for name in ("cute_blackwell_gemm", "cute_hopper_gemm"):
         assert "cutlass.cute" in load_space(name).needs.modules
     for name in ("cutlass_sm90_gemm", "cutlass_conv2d_int8", "cutlass_sm90_conv2d_int8"):
         assert "nvcc" in load_space(name).needs.programs
+    monkeypatch.setenv("CUTLASS_PATH", "/opt/cutlass")  # the C++ headers from a checkout, no package needed
+    assert not any("CUTLASS C++ headers" in m for m in load_space("cutlass_sm90_gemm").needs.missing())
+    monkeypatch.delenv("CUTLASS_PATH")
     root = Path(__file__).resolve().parents[1]
     if load_space("cute_blackwell_gemm").needs.missing():  # this machine has no CuTe DSL: refused at once
         assert main(["record", "--compile-only", str(root / "experiments" / "b200_compile.toml"),
