@@ -70,8 +70,10 @@ def _parser() -> argparse.ArgumentParser:
 
     record = sub.add_parser("record", help="measure every feasible point of the space; write landscape files")
     record.add_argument("experiment", help="path to an experiment .toml file (its strategies are ignored)")
-    record.add_argument("--out", help="folder for the landscape files (default experiments/landscapes; "
-                                      "with --compile-only, experiments/landscapes/compile)")
+    record.add_argument("--out", help="folder for the landscape files (default runs/landscapes; with "
+                                      "--compile-only, runs/compile); the shipped files under "
+                                      "experiments/landscapes are rewritten only when --out names their folder")
+    record.add_argument("--no-progress", action="store_true", help="no live progress bar")
     record.add_argument("--seconds", type=float, help="stop after this much tuning time (all problems together); "
                                                       "run again to go on where it stopped")
     record.add_argument("--compile-only", action="store_true",
@@ -227,11 +229,12 @@ def cmd_record(args: argparse.Namespace) -> int:
         return _compile_only(args, exp)
     if args.pruned is not None:
         raise UsageError("--pruned: only with --compile-only")
-    from evotune.record import Sampling, record_experiment
+    from evotune.record import OUT_DIR, Sampling, record_experiment
 
     size = _count(args.sample, "--sample", 1)
-    for path in record_experiment(exp, Path(args.out or "experiments/landscapes"), args.seconds,
-                                  _console(stderr=True), args.split, None if size is None else Sampling(size)):
+    for path in record_experiment(exp, Path(args.out) if args.out else OUT_DIR, args.seconds,
+                                  _console(stderr=True), args.split, None if size is None else Sampling(size),
+                                  progress=not args.no_progress):
         print(path)
     return 0
 
@@ -249,10 +252,9 @@ def _count(value: str | None, flag: str, low: int) -> int | None:
 
 
 def _compile_only(args: argparse.Namespace, exp: Experiment) -> int:
-    from evotune.compile_only import CompileOptions, compile_experiment
-    from evotune.compiled import DEFAULT_DIR
+    from evotune.compile_only import OUT_DIR, CompileOptions, compile_experiment
 
-    opts = CompileOptions(Path(args.out) if args.out else DEFAULT_DIR, workers=_count(args.workers, "--workers", 1),
+    opts = CompileOptions(Path(args.out) if args.out else OUT_DIR, workers=_count(args.workers, "--workers", 1),
                           pruned_sample=_count(args.pruned, "--pruned", 0), seconds=args.seconds)
     console = _console(stderr=True)
     for path in compile_experiment(exp, opts, console.print):

@@ -10,8 +10,11 @@ else: no GPU, no storage, no timing.
 
 Each compile runs in a worker process (:mod:`evotune.evaluation.isolation`),
 ``workers`` at a time: a compiler that crashes or hangs costs that point only
-(recorded as not compiled, with the reason). Results go to one file per
-(space, hardware, dtype, layout) (:mod:`evotune.compiled`), rewritten every
+(recorded as not compiled, with the reason). A space whose compiler this
+machine lacks (``SearchSpace.needs``) is refused before anything is compiled
+or written. Results go to one file per
+(space, hardware, dtype, layout) (:mod:`evotune.compiled`), in ``--out``
+(default :data:`OUT_DIR`, ``runs/compile``), rewritten every
 ``WRITE_EVERY_S`` seconds; a rerun keeps what the file holds and compiles the
 rest, so a sweep can be done in pieces (``seconds``).
 
@@ -40,10 +43,13 @@ from evotune.evaluation.isolation import WorkerProcess, serve
 from evotune.experiment import Experiment, ExperimentError
 from evotune.hardware import Hardware
 from evotune.problem import Problem
-from evotune.runner import targets
+from evotune.runner import check_needs, targets
 from evotune.space import Point, SearchSpace
 
 WRITE_EVERY_S = 60.0
+# where the files go without --out: never the shipped ones under experiments/landscapes/compile, which only an
+# explicit --out rewrites
+OUT_DIR = Path("runs/compile")
 TIMEOUT_S = 600.0  # one compile; the largest CuTe kernels take seconds
 VERSIONS = ("nvidia-cutlass-dsl", "nvidia-cutlass-operators", "torch")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -84,6 +90,7 @@ def first_error_line(text: str) -> str:
 def plan(exp: Experiment, opts: CompileOptions) -> list[Plan]:
     """What to compile for each (space, dtype, layout) of ``exp``; bad inputs name their field."""
     resolved = targets(exp)
+    check_needs(exp, resolved)
     groups: dict[tuple[str, str, str], list[Any]] = {}
     for t in resolved:
         if t.ctx.hardware is None:
@@ -167,12 +174,14 @@ def run_plan(p: Plan, opts: CompileOptions, progress: Callable[[str], None]) -> 
     results: dict[str, tuple[Point, Compiled]] = {}
     if p.path.is_file():
         old = load_compiled(p.path, p.space)
-        for point in p.points:
+        # every row of the file is kept, planned or not: a rerun with a smaller sample adds, never drops
+        for point in p.space.points():
             c = old.get(p.space, point)
             if c is not None:
                 results[p.space.key(point)] = (point, c)
     todo = [pt for pt in p.points if p.space.key(pt) not in results]
-    progress(f"{p.path.name}: {len(results)} of {len(p.points)} points compiled before, {len(todo)} to go")
+    before = len(p.points) - len(todo)
+    progress(f"{p.path.name}: {before} of {len(p.points)} points compiled before, {len(todo)} to go")
     lock = threading.Lock()
     deadline = None if opts.seconds is None else time.monotonic() + opts.seconds
     last_write = [time.monotonic()]

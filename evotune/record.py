@@ -23,7 +23,9 @@ the storage that ``best``, ``plot`` and the dashboard read: an exhaustive
 recording is not a tuning result, and counting it as one would swell the trial
 counts and draw a curve nobody asked for.
 
-Landscape files are named ``SPACE_PROBLEM.json.gz`` with every character that
+Landscape files go to ``--out`` (default :data:`OUT_DIR`, ``runs/landscapes``: the
+shipped files under ``experiments/landscapes`` are rewritten only when named by
+``--out``) and are named ``SPACE_PROBLEM.json.gz`` with every character that
 some file system refuses (``:`` of ``landscape:NAME`` spaces, ``/``, ``\\``, ...)
 replaced by ``_``, so the files can be copied to any OS.
 
@@ -56,6 +58,7 @@ from typing import Any
 
 import numpy as np
 from rich.console import Console
+from rich.progress import Progress
 
 from evotune.claims import Claims, make_claims, wait_for_others
 from evotune.confirming import confirm_best, confirmation_turn
@@ -76,6 +79,7 @@ from evotune.runner import (
     measure_baselines,
     open_storage,
     preflight,
+    progress_bar,
     start_measuring,
     targets,
 )
@@ -88,6 +92,9 @@ from evotune.study import StudyStore
 from evotune.target import Target, group_name, study_attrs, study_name, study_names
 from evotune.tuner import tune
 
+# where the landscape files go without --out: never the shipped ones under experiments/landscapes, which only an
+# explicit --out rewrites
+OUT_DIR = Path("runs/landscapes")
 WRITE_EVERY_S = 60.0  # rewrite the landscape file this often while a problem is being recorded
 MAX_SAMPLES = 8  # per point in the written landscape: keeps shipped files small (spread over the sorted samples)
 
@@ -136,17 +143,23 @@ def safe_filename(name: str) -> str:
 
 
 def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, console: Console,
-                      split: str = "problems", sampling: Sampling | None = None) -> list[Path]:
+                      split: str = "problems", sampling: Sampling | None = None, progress: bool = True) -> list[Path]:
     """Record the problems of ``exp``, for at most ``seconds`` of tuning time in all; the files written.
 
     Several processes may record one experiment together, one per GPU: they take whole problems first and
     share the points of the last ones (``split``, see :mod:`evotune.schedule`); each point is claimed before
     it is measured, so none is measured twice. With ``sampling``, each file holds the searches' points and a
-    uniform sample instead of every feasible point (:class:`Sampling`)."""
+    uniform sample instead of every feasible point (:class:`Sampling`). With ``progress``, a live bar per
+    problem, as ``run`` shows."""
     resolved = targets(exp)
     preflight(exp, resolved)
     start_measuring(exp, resolved)
     storage = open_storage(exp, record=True)
+    console.print(f"[bold]evotune record[/] {exp.name}: space {', '.join(exp.spaces)}, oracle {exp.oracle}, "
+                  f"{len(resolved)} problem{'s' if len(resolved) != 1 else ''}"
+                  f"{'' if sampling is None else f', a sample of {sampling.size} points each'}, "
+                  f"storage {exp.record_storage}, landscapes to {out_dir}"
+                  + ("" if seconds is None else f", {seconds:.0f} s on the tuning clock"))
     groups = [(group_name(exp, t), [study_name(exp, t, "record")]) for t in resolved]
     schedule = Schedule(exp.record_storage, exp.name, groups, split)
 
@@ -165,16 +178,16 @@ def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, con
 
     written: list[Path] = []
     spent = 0.0
-    with Evaluators(exp) as evaluators:
+    with progress_bar(console, progress) as bar, Evaluators(exp) as evaluators:
         try:
             for turn in schedule.turns(unfinished):
                 if seconds is not None and spent >= seconds:
-                    console.print(f"  the {seconds:.0f} s of this piece are spent: the problems left are a later "
-                                  "piece's")
+                    console.print(f"  the {seconds:.0f} s of this piece (tuning clock) are spent: the problems "
+                                  "left are a later piece's")
                     break
                 path, used = _record_one(exp, resolved[turn.group], evaluators, storage, out_dir,
                                          None if seconds is None else seconds - spent, console, schedule, turn.group,
-                                         sampling)
+                                         sampling, bar)
                 written.append(path)
                 spent += used
         finally:
@@ -184,8 +197,10 @@ def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, con
 
 def _record_one(exp: Experiment, target: Target, evaluators: Evaluators, storage: Any, out_dir: Path,
                 seconds: float | None, console: Console, schedule: Schedule, group: int,
-                sampling: Sampling | None = None) -> tuple[Path, float]:
-    """Measure what the study of ``target`` still lacks, for at most ``seconds``; (landscape file, seconds used)."""
+                sampling: Sampling | None = None, bar: Progress | None = None) -> tuple[Path, float]:
+    """Measure what the study of ``target`` still lacks, for at most ``seconds`` of tuning clock; (landscape file,
+    tuning-clock seconds used)."""
+    wall_began = time.monotonic()
     evaluator = evaluators.get(target)
     name = study_name(exp, target, "record")
     measure_baselines(exp, target, evaluators, storage, exp.record_storage, name)
@@ -209,8 +224,12 @@ def _record_one(exp: Experiment, target: Target, evaluators: Evaluators, storage
     started = max((r.clock_s for r in history), default=0.0)
     before = len(history)
     last_write = time.monotonic()
+    task = None if bar is None else bar.add_task(f"{target.problem.key[:28]} {target.space.name[:18]} record",
+                                                 total=planned, best="-")
 
     def checkpoint(trials: int, best: float | None) -> None:
+        if bar is not None and task is not None:
+            bar.update(task, completed=trials, best="-" if best is None else f"{best:.4g} ms")
         # a piece killed from outside (a device lease ending) keeps what it measured
         nonlocal last_write
         if time.monotonic() - last_write >= WRITE_EVERY_S and trials > before:
@@ -225,7 +244,8 @@ def _record_one(exp: Experiment, target: Target, evaluators: Evaluators, storage
         wait_for_others(exp.record_storage, [name])
     console.print(f"  {store.study.study_name}: {len(store.history())} of {planned} "
                   f"{'planned' if sampling else 'feasible'} points recorded"
-                  f" ({result.new_trials} new by this worker in {used:.0f} s)")
+                  f" ({result.new_trials} new by this worker; tuning clock {used:.0f} s, "
+                  f"wall time {time.monotonic() - wall_began:.0f} s)")
     summary = cache_summary(evaluator)
     if summary:
         console.print(f"  compiled-kernel cache so far: {summary}")

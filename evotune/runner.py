@@ -29,7 +29,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from evotune import hardware as hw
 from evotune import shared_baselines
 from evotune.claims import Claims, make_claims
-from evotune.confirming import confirm_target, confirmation_turn
+from evotune.confirming import confirm_target, confirmation_turn, search_budget
 from evotune.cost_model import WorkerCosts
 from evotune.evaluation.base import Evaluator
 from evotune.evaluation.landscape import Landscape, LandscapeError, load_landscape
@@ -38,6 +38,7 @@ from evotune.evaluation.space_worker import SpaceWorker
 from evotune.experiment import Experiment, ExperimentError
 from evotune.lookup import read_tuned
 from evotune.plugins import load_space
+from evotune.resume import budget_attr, check_resume, plain
 from evotune.schedule import Schedule
 from evotune.space import Context
 from evotune.strategies import STRATEGIES, Source, make_strategy
@@ -109,6 +110,8 @@ def preflight(exp: Experiment, resolved: list[Target]) -> None:
     bad option fails before any storage is touched."""
     if exp.oracle == "gpu":
         _gpu_evaluator_class(exp)
+    if exp.oracle != "replay":
+        check_needs(exp, resolved)
     for target in resolved:
         if exp.oracle != "replay" and target.space.build is None:
             # the CPU and GPU evaluators build every point with it, in a worker that loads the space by source
@@ -121,6 +124,16 @@ def preflight(exp: Experiment, resolved: list[Target]) -> None:
                               ctx=target.ctx, budget=exp.budget.trials, **spec.options)
             except ValueError as exc:
                 raise ExperimentError(exp.path, f"{spec.where}.options", str(exc)) from None
+
+
+def check_needs(exp: Experiment, resolved: list[Target]) -> None:
+    """Refuse, in one line, a space whose compiler or DSL this machine lacks (``SearchSpace.needs``): else every
+    point would be compiled, fail the same way and be stored as failed."""
+    for space in {t.space.name: t.space for t in resolved}.values():
+        missing = space.needs.missing()
+        if missing:
+            raise ExperimentError(exp.path, "space", f"{space.name!r} cannot compile on this machine, which "
+                                  f"lacks {' and '.join(missing)}")
 
 
 def _gpu_evaluator_class(exp: Experiment) -> type[Evaluator]:
@@ -156,7 +169,8 @@ def make_evaluator(exp: Experiment, target: Target, worker: SpaceWorker | None =
 
 
 @contextmanager
-def _progress(console: Console, enabled: bool) -> Iterator[Progress | None]:
+def progress_bar(console: Console, enabled: bool) -> Iterator[Progress | None]:
+    """The live bars of ``run`` and ``record``: one task per study, trials against its total, best, time, ETA."""
     if not enabled:
         yield None
         return
@@ -185,6 +199,7 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
         preflight(exp, resolved)
     start_measuring(exp, resolved)
     storage = open_storage(exp)
+    check_resume(exp, resolved, storage, console)  # a changed option is refused before anything else is said
     console.print(f"[bold]evotune[/] {exp.name}: space {', '.join(exp.spaces)}, oracle {exp.oracle}, "
                   f"strategies {', '.join(s.name for s in exp.strategies)}, storage {exp.storage}")
     runs = [(spec, seed) for spec in exp.strategies for seed in spec.seeds]
@@ -200,7 +215,9 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
         store = StudyStore.load(storage, name, t.space)
         if store is None:
             return True
-        if finished(store.history(), exp.budget, len(t.space.feasible(t.ctx))):
+        # a replay evaluator is made for one problem at a time, and never holds time back for a confirmation
+        budget = exp.budget if exp.oracle == "replay" else search_budget(exp, evaluators.get(t))
+        if finished(store.history(), budget, len(t.space.feasible(t.ctx))):
             return False
         if exp.budget.trials is None:
             return True
@@ -210,7 +227,7 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
 
     results: list[TuneResult] = []
     ended: set[str] = set()
-    with _progress(console, progress) as bar, Evaluators(exp) as evaluators:
+    with progress_bar(console, progress) as bar, Evaluators(exp) as evaluators:
         try:
             for g, turns in itertools.groupby(schedule.turns(unfinished, resume_finished), key=lambda turn: turn.group):
                 target, began, done = resolved[g], time.perf_counter(), len(results)
@@ -359,6 +376,7 @@ def _run_one(exp: Experiment, target: Target, evaluator: Evaluator, storage, str
     name = study_name(exp, target, strategy, seed)
     sources = sources or []
     attrs = study_attrs(exp, target, strategy, seed)
+    attrs.update(options=plain(options), budget=budget_attr(exp.budget))  # what a resume is checked against
     if sources:
         attrs["transfer_sources"] = [{"name": s.name, "distance": round(s.distance, 3)} for s in sources]
     store = StudyStore.open(storage, name, target.space, attrs)
@@ -379,5 +397,5 @@ def _run_one(exp: Experiment, target: Target, evaluator: Evaluator, storage, str
 
     # a claim outlives any honest evaluation; a killed worker's claims lapse at once (see evotune/claims/base.py)
     lease = 3.0 * exp.oracle_options.timeout_s if exp.oracle in ("gpu", "cpu") else 120.0
-    return tune(target.space, target.ctx, evaluator, strat, store, exp.budget, on_trial,
+    return tune(target.space, target.ctx, evaluator, strat, store, search_budget(exp, evaluator), on_trial,
                 claims=make_claims(exp.storage, name, lease))

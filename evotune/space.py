@@ -20,8 +20,10 @@ Example::
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import math
+import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -184,6 +186,31 @@ def hardware_limit(name: str, predicate: Predicate, message: str) -> Constraint:
     return Constraint(name, predicate, message, hardware=True)
 
 
+@dataclass(frozen=True)
+class Needs:
+    """What a space's compiler needs on this machine: importable ``modules`` (its DSL), ``programs`` on
+    ``PATH`` (its compiler), and what ``check()`` finds missing otherwise (in words; e.g. headers that an
+    environment variable may point to instead of a module). Checked before anything is compiled, so a machine
+    without them is told so once instead of failing every point."""
+
+    modules: tuple[str, ...] = ()
+    programs: tuple[str, ...] = ()
+    check: Callable[[], list[str]] | None = None
+
+    def missing(self) -> list[str]:
+        """What of it this machine lacks, in words (empty when nothing)."""
+        out = []
+        for module in self.modules:
+            try:
+                found = importlib.util.find_spec(module) is not None
+            except (ImportError, ValueError):  # its parent package is missing
+                found = False
+            if not found:
+                out.append(f"Python module {module}")
+        out += [f"program {p} (not on PATH)" for p in self.programs if shutil.which(p) is None]
+        return out + (self.check() if self.check is not None else [])
+
+
 @dataclass
 class SearchSpace:
     """Parameters, constraints and (for real kernels) how to build, run and check them.
@@ -228,6 +255,8 @@ class SearchSpace:
     default_problem: Problem | None = None
     build: Callable[..., Any] | None = None
     precompile: Callable[..., Any] | None = None  # fills an on-disk cache without launching (compile pool)
+    # what its compiler needs on this machine, checked before any point is compiled
+    needs: Needs = field(default_factory=Needs)
     # modules its GPU worker and compile processes import (its compiler): imported once, in the process they
     # all fork from (evotune.evaluation.processes), not in each of them
     preload: tuple[str, ...] = ()

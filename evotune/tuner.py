@@ -5,6 +5,16 @@ records, and only then does the strategy hear the result. Resuming is the
 same loop started on a study that already holds trials: they are told to the
 strategy first, counted against the budget, and never measured again.
 
+The tuning clock: in replay, the recorded cost (compile and benchmark time)
+of the points evaluated; on a measuring oracle (gpu, cpu), the run's wall time
+from its first proposal on, added to what the study held (asking the strategy,
+compiling, measuring and storing all count). There, ``budget.seconds`` is a
+deadline: no point is handed out once the time left is less than the typical
+evaluation of the run so far (the median of its last :data:`FIT_WINDOW`), an
+evaluation still waiting at the deadline (for its compile) is dropped
+(:class:`DeadlinePassed`, nothing stored), and the compiles started ahead are
+abandoned (:meth:`Evaluator.abandon`).
+
 Example::
 
     result = tune(space, ctx, ReplayEvaluator(ls), make_strategy("ga", space, fs), store, Budget(trials=200))
@@ -14,12 +24,13 @@ Example::
 from __future__ import annotations
 
 import datetime as _dt
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from evotune.claims import Claims, NoClaims
-from evotune.evaluation.base import Evaluator
+from evotune.evaluation.base import DeadlinePassed, Evaluator
 from evotune.evaluation.result import EvalResult, Status
 from evotune.experiment import Budget
 from evotune.space import Context, Point, SearchSpace
@@ -27,6 +38,8 @@ from evotune.strategies.base import Strategy
 from evotune.study import Record, StudyStore
 
 OnTrial = Callable[[int, float | None], None]  # (trials so far, best so far)
+FIT_WINDOW = 8  # the latest evaluations whose median wall time predicts the next one's (the deadline's fit rule)
+wall_clock = time.monotonic  # the measuring oracles' tuning clock, unless tune() is given one
 
 
 @dataclass
@@ -46,7 +59,7 @@ class TuneResult:
 
 def tune(space: SearchSpace, ctx: Context, evaluator: Evaluator, strategy: Strategy, store: StudyStore,
          budget: Budget, on_trial: OnTrial | None = None, claims: Claims | None = None,
-         sync_s: float = 2.0) -> TuneResult:
+         sync_s: float = 2.0, clock: Callable[[], float] | None = None) -> TuneResult:
     """Run one study to its budget. Every finished evaluation is in ``store`` before the strategy hears of it.
 
     With ``claims``, several workers (processes or hosts) can run this loop on the
@@ -54,10 +67,12 @@ def tune(space: SearchSpace, ctx: Context, evaluator: Evaluator, strategy: Strat
     back every ``sync_s`` seconds and tells them to its strategy (so a GA's
     generations mix every worker's children), and the claims keep the trials
     budget for all of them together (see :mod:`evotune.claims`).
+
+    ``clock`` (seconds, monotonic; default :data:`wall_clock`) is what a measuring oracle's tuning clock reads.
     """
     assert ctx.problem is not None, "tune() needs a problem in its context"
     claims = claims or NoClaims(store.study.study_name, 0.0)
-    return _Run(space, ctx, evaluator, strategy, store, budget, on_trial, claims, sync_s).run()
+    return _Run(space, ctx, evaluator, strategy, store, budget, on_trial, claims, sync_s, clock or wall_clock).run()
 
 
 class _Run:
@@ -65,36 +80,66 @@ class _Run:
     sync, check the budget, take the next point, claim it, measure it, record it."""
 
     def __init__(self, space: SearchSpace, ctx: Context, evaluator: Evaluator, strategy: Strategy,
-                 store: StudyStore, budget: Budget, on_trial: OnTrial | None, claims: Claims, sync_s: float):
+                 store: StudyStore, budget: Budget, on_trial: OnTrial | None, claims: Claims, sync_s: float,
+                 clock: Callable[[], float]):
         self.space, self.ctx, self.evaluator, self.strategy = space, ctx, evaluator, strategy
         self.store, self.budget, self.on_trial, self.claims, self.sync_s = store, budget, on_trial, claims, sync_s
         self.state = _State()
         self.simulated = evaluator.kind == "replay"  # the clock adds recorded costs instead of wall time
         self.queue: list[Point] = []  # proposals asked for and not yet taken
+        self.clock = clock
+        self.base, self.began = 0.0, 0.0  # the study's clock at resume, and when this run began on self.clock
+        self.walls: list[float] = []  # this run's evaluation wall times: what the next one is predicted to take
+        self.deadline = budget.seconds is not None and not self.simulated
 
     def run(self) -> TuneResult:
         self.resume()
         began = time.perf_counter()
-        while True:
-            stopped = self.stop_reason()
-            if stopped:
-                break
-            point = self.next_point()
-            if point is None:
-                stopped = "exhausted"
-                break
-            claimed = self.claim(point)
-            if claimed == "full":
-                self.sync()  # the study's own count, for the result
-                stopped = "trials"
-                break
-            if not claimed:
-                continue  # another worker has it; its result reaches the strategy at the next sync
-            measured = self.measure(point)
-            self.record(point, *measured)
+        self.base, self.began = self.state.clock, self.clock()
+        if self.deadline:
+            self.evaluator.bound(self.time_left)
+        try:
+            stopped = self.loop()
+        finally:
+            if self.deadline:
+                self.evaluator.bound(None)
+        if stopped == "seconds" and self.deadline:
+            self.evaluator.abandon()  # the compiles started for points that will not be asked for
         s = self.state
         return TuneResult(self.store.study.study_name, s.trials, s.new, s.best_point, s.best_ms, s.clock,
                           stopped, s.failures, s.skipped, time.perf_counter() - began, s.store_s)
+
+    def loop(self) -> str:
+        """Take, claim, measure and record points until the budget says stop; why it stopped."""
+        while True:
+            stopped = self.stop_reason()
+            if stopped:
+                return stopped
+            point = self.next_point()
+            if point is None:
+                return "exhausted"
+            claimed = self.claim(point)
+            if claimed == "full":
+                self.sync()  # the study's own count, for the result
+                return "trials"
+            if not claimed:
+                continue  # another worker has it; its result reaches the strategy at the next sync
+            measured = self.measure(point)
+            if measured is None:
+                return "seconds"  # the deadline came while it waited: nothing to record
+            self.record(point, *measured)
+
+    def now(self) -> float:
+        """The tuning clock now: the recorded costs so far in replay, else the study's clock at resume plus this
+        run's wall time (or a later clock another worker stored)."""
+        if self.simulated:
+            return self.state.clock
+        return max(self.state.clock, self.base + self.clock() - self.began)
+
+    def time_left(self) -> float:
+        """Seconds of the budget left on the tuning clock (only asked when the budget has seconds)."""
+        assert self.budget.seconds is not None
+        return self.budget.seconds - self.now()
 
     def resume(self) -> None:
         """Take in what the study holds: told to the strategy, counted, never measured again."""
@@ -119,7 +164,12 @@ class _Run:
         if self.claims.shared and time.monotonic() - self.state.synced > self.sync_s:
             self.sync()
         s = self.state
-        return _stop_reason(self.budget, s.trials, s.clock, s.since_best)
+        reason = _stop_reason(self.budget, s.trials, self.now(), s.since_best)
+        if reason is None and self.deadline and self.walls:
+            # the time left cannot fit a typical evaluation: the user would wait past the budget for it
+            if self.time_left() < statistics.median(self.walls[-FIT_WINDOW:]):
+                return "seconds"
+        return reason
 
     def next_point(self) -> Point | None:
         """The strategy's next proposal that is feasible and not stored yet; None when it has nothing left.
@@ -159,16 +209,21 @@ class _Run:
             return ""
         return claimed
 
-    def measure(self, point: Point) -> tuple[EvalResult, _dt.datetime, float]:
-        """The evaluator's result, when it began and the wall seconds it took; an interrupted evaluation gives
-        its claim back."""
-        began, started = _dt.datetime.now(), time.perf_counter()
+    def measure(self, point: Point) -> tuple[EvalResult, _dt.datetime, float] | None:
+        """The evaluator's result, when it began and the wall seconds it took; None when the deadline came while
+        it waited. An interrupted or dropped evaluation gives its claim back."""
+        began, started = _dt.datetime.now(), self.clock()
         try:
             result = self.evaluator.evaluate(point, self.ctx.problem)
+        except DeadlinePassed:
+            self.claims.release(self.space.key(point))
+            return None
         except BaseException:
             self.claims.release(self.space.key(point))
             raise
-        return result, began, time.perf_counter() - started
+        elapsed = self.clock() - started
+        self.walls.append(elapsed)
+        return result, began, elapsed
 
     def record(self, point: Point, result: EvalResult, began: _dt.datetime, elapsed: float) -> None:
         """Store the trial, mark its claim done, then tell the strategy: the study hears first."""
@@ -178,7 +233,7 @@ class _Run:
             self.claims.finish(key, counted=False)
             self.strategy.tell([(point, None)])
             return
-        clock = s.clock + (result.cost_s if self.simulated else elapsed)
+        clock = s.clock + result.cost_s if self.simulated else self.now()
         writing = time.perf_counter()
         number = self.store.record(point, result, clock, started=began, wall_s=elapsed)
         self.claims.finish(key)

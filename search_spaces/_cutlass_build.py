@@ -55,6 +55,13 @@ def cutlass_root() -> Path:
     return Path(spec.origin).parent / "source"
 
 
+def headers_missing() -> list[str]:
+    """What :func:`cutlass_root` would not find, in words (the space's ``Needs.check``); empty when it finds it."""
+    if os.environ.get("CUTLASS_PATH") or importlib.util.find_spec("cutlass_library") is not None:
+        return []
+    return ["the CUTLASS C++ headers (pip install nvidia-cutlass, or set CUTLASS_PATH)"]
+
+
 @cache
 def toolchain() -> tuple[str, str]:
     """(nvcc's version line, CUTLASS's version): both go into every cache key."""

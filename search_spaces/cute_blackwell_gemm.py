@@ -30,6 +30,7 @@ import math
 from evotune.problem import Problem
 from evotune.space import (
     Context,
+    Needs,
     Point,
     SearchSpace,
     boolean,
@@ -225,4 +226,5 @@ SPACE = SearchSpace(
     default_problem=DEFAULT_PROBLEM,
     # compiled for sm_100a from meta tensors on any machine; building to run needs a B200
     compile_only=deferred("search_spaces._cute_sm100", "compile_only"),
+    needs=Needs(modules=("cutlass.cute", "cutlass.operators")),  # CuTe DSL and its GEMM operators
 )

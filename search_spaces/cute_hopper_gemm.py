@@ -30,6 +30,7 @@ from __future__ import annotations
 from evotune.problem import Problem
 from evotune.space import (
     Context,
+    Needs,
     Point,
     SearchSpace,
     categorical,
@@ -103,6 +104,7 @@ SPACE = SearchSpace(
     compile_only=deferred("search_spaces._cute_sm90", "compile_only"),
     # its compiler and launcher, imported once for the GPU worker and every compile process
     preload=("cutlass.cute", "cutlass.operators", "tvm_ffi", "search_spaces._cute_sm90"),
+    needs=Needs(modules=("cutlass.cute", "cutlass.operators")),  # CuTe DSL and its GEMM operators
     params=[
         ordinal("tile_m", [64, 128], doc="CTA tile rows (one 64-row WGMMA per warpgroup step)"),
         ordinal("tile_n", [64, 128, 256], doc="CTA tile columns"),

@@ -44,6 +44,7 @@ import math
 from evotune.problem import Problem
 from evotune.space import (
     Context,
+    Needs,
     Point,
     SearchSpace,
     categorical,
@@ -184,6 +185,7 @@ SPACE = SearchSpace(
     # nvcc a configuration into a shared library (returns fn(x, w, scale, y)), or only fill the cache
     build=deferred("search_spaces._cutlass_conv", "build"),
     precompile=deferred("search_spaces._cutlass_conv", "precompile"),
+    needs=Needs(programs=("nvcc",), check=deferred("search_spaces._cutlass_build", "headers_missing")),
     params=[
         ordinal("tb_m", [64, 128, 256], doc="threadblock tile M (output pixels)"),
         ordinal("tb_n", [32, 64, 128, 256], doc="threadblock tile N (filters)"),

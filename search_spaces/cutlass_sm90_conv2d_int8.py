@@ -42,6 +42,7 @@ import math
 from evotune.problem import Problem
 from evotune.space import (
     Context,
+    Needs,
     Point,
     SearchSpace,
     categorical,
@@ -141,6 +142,7 @@ SPACE = SearchSpace(
     # nvcc a configuration into a shared library (returns fn(x, w, scale, y)), or only fill the cache
     build=deferred("search_spaces._cutlass_sm90_conv", "build"),
     precompile=deferred("search_spaces._cutlass_sm90_conv", "precompile"),
+    needs=Needs(programs=("nvcc",), check=deferred("search_spaces._cutlass_build", "headers_missing")),
     # the CUTLASS 2.x hand-picked configuration, timed beside cuDNN in every run
     baselines=deferred("search_spaces._cutlass_sm90_conv", "baselines"),
     params=[

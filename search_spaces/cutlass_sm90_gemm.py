@@ -41,6 +41,7 @@ import math
 from evotune.problem import Problem
 from evotune.space import (
     Context,
+    Needs,
     Point,
     SearchSpace,
     boolean,
@@ -160,6 +161,7 @@ SPACE = SearchSpace(
     # nvcc a configuration into a shared library (returns fn(a, b, c)), or only fill the cache: GPU-only code
     build=deferred("search_spaces._cutlass_sm90", "build"),
     precompile=deferred("search_spaces._cutlass_sm90", "precompile"),
+    needs=Needs(programs=("nvcc",), check=deferred("search_spaces._cutlass_build", "headers_missing")),
     # a search varies the launch arguments of a built kernel for free, and counts cached kernels as built
     compiled_params=COMPILE_KNOBS,
     built=deferred("search_spaces._cutlass_sm90", "built"),

@@ -27,7 +27,17 @@ Example::
 from __future__ import annotations
 
 from evotune.problem import Problem
-from evotune.space import Context, Point, SearchSpace, constraint, deferred, hardware_limit, ordinal, power_of_two
+from evotune.space import (
+    Context,
+    Needs,
+    Point,
+    SearchSpace,
+    constraint,
+    deferred,
+    hardware_limit,
+    ordinal,
+    power_of_two,
+)
 from search_spaces import _gemm_model as gm
 
 DEFAULT_PROBLEM = Problem.gemm(4096, 4096, 4096, "bf16")
@@ -113,6 +123,7 @@ SPACE = SearchSpace(
     # compile a configuration (returns fn(a, b, c)), or only fill the kernel cache: GPU-only code
     build=deferred("search_spaces._triton_kernel", "build"),
     precompile=deferred("search_spaces._triton_kernel", "precompile"),
+    needs=Needs(modules=("triton",)),
     params=[
         power_of_two("BLOCK_M", 16, 256, doc="tile rows per program"),
         power_of_two("BLOCK_N", 32, 256, doc="tile columns per program"),

@@ -136,7 +136,7 @@ class ConfirmingReplay:
         class _Confirming(ReplayEvaluator):
             confirms = True
 
-            def confirm(self, points, problem, search_ms):
+            def confirm(self, points, problem, search_ms, seconds=None):
                 keys = [landscape.space().key(p) for p in points]
                 true = {k: t * (1.10 if i == 0 else 1.01) for i, (k, t) in enumerate(zip(keys, search_ms, strict=True))}
                 true["fake.blas"] = 1.0

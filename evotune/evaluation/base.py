@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any
 
 from evotune.evaluation.result import EvalResult
 from evotune.problem import Problem
 from evotune.space import Point
+
+
+class DeadlinePassed(Exception):
+    """The run's time ran out while an evaluation waited (for its compile, or in the measuring worker): the point
+    is not evaluated, and there is nothing to record of it."""
 
 
 class Evaluator(ABC):
@@ -21,6 +27,8 @@ class Evaluator(ABC):
     prefetch_depth: int = 1
     #: whether :meth:`confirm` re-times anything (measuring oracles with baselines)
     confirms: bool = False
+    #: the seconds left to the run being tuned, when it has a time budget (:meth:`bound`); None: no deadline
+    time_left: Callable[[], float] | None = None
 
     @abstractmethod
     def evaluate(self, point: Point, problem: Problem) -> EvalResult: ...
@@ -47,9 +55,19 @@ class Evaluator(ABC):
         """Whether ``point`` can be evaluated now, not after its compile in the pool (always, without one)."""
         return True
 
-    def confirm(self, points: list[Point], problem: Problem, search_ms: list[float]) -> dict[str, Any] | None:
-        """Re-time the best ``points`` of a search beside the baselines (the confirmation stage); its record,
-        or None for oracles whose answers do not vary between runs (replay) or that have no baselines."""
+    def bound(self, time_left: Callable[[], float] | None) -> None:
+        """Evaluate within the run's time: an evaluator that waits (for a compile, for its worker) stops waiting
+        when ``time_left()`` reaches 0 and raises :class:`DeadlinePassed`; None lifts the bound."""
+        self.time_left = time_left
+
+    def abandon(self) -> None:  # noqa: B027 - optional hook
+        """The run's time is spent: drop the work started ahead for it (compiles in a pool); a no-op by default."""
+
+    def confirm(self, points: list[Point], problem: Problem, search_ms: list[float],
+                seconds: float | None = None) -> dict[str, Any] | None:
+        """Re-time the best ``points`` of a search beside the baselines (the confirmation stage), its rounds within
+        ``seconds`` when given; its record, or None for oracles whose answers do not vary between runs (replay)
+        or that have no baselines."""
         return None
 
     def close(self) -> None:  # noqa: B027 - optional hook

@@ -18,6 +18,12 @@ points the tuner will ask for next while the GPU worker times the current one;
 the GPU worker then loads them from the cache. A compile process that dies
 fails only the point it was compiling.
 
+With a time budget (:meth:`Evaluator.bound`), waiting ends at the deadline:
+a point whose compile or whose GPU worker is still busy then is dropped
+(:class:`DeadlinePassed`; the worker is killed and started afresh), and
+:meth:`abandon` kills the compiles in flight, so that the run ends when its
+budget says and the confirmation stage finds the cores idle.
+
 Spaces are loaded in each process by name (``SearchSpace.source``), so
 nothing of the user's is pickled; the worker gets ``options.timing``, how its
 oracle samples. The worker and the compile processes fork from a server that
@@ -34,10 +40,12 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable
+from concurrent.futures import wait
+from dataclasses import replace
 from multiprocessing.context import BaseContext
 from typing import Any
 
-from evotune.evaluation.base import Evaluator
+from evotune.evaluation.base import DeadlinePassed, Evaluator
 from evotune.evaluation.gpu_worker import worker_main
 from evotune.evaluation.isolation import WorkerProcess
 from evotune.evaluation.options import OracleOptions
@@ -98,11 +106,22 @@ class GpuEvaluator(Evaluator):
         future = self._compiling.get((problem.key, self.space.key(point)))
         return future is None or future.done()
 
+    def _left(self) -> float | None:
+        """Seconds to the run's deadline, when it is nearer than a point's own time limit; else None."""
+        left = None if self.time_left is None else self.time_left()
+        return None if left is None or left >= self.timeout_s else max(0.0, left)
+
     def _precompiled(self, point: Point, problem: Problem) -> tuple[float, str | None, bool | None]:
-        """(seconds, error, cache hit) of a prefetched point; (0, None, None) when it was not prefetched."""
-        future = self._compiling.pop((problem.key, self.space.key(point)), None)
+        """(seconds, error, cache hit) of a prefetched point; (0, None, None) when it was not prefetched.
+        Raises :class:`DeadlinePassed` when its compile is still running at the run's deadline."""
+        key = (problem.key, self.space.key(point))
+        future = self._compiling.get(key)
         if future is None:
             return 0.0, None, None
+        left = self._left()
+        if left is not None and not wait([future], timeout=left).done:
+            raise DeadlinePassed(f"{self.space.key(point)} was still compiling at the run's deadline")
+        del self._compiling[key]
         try:
             return future.result(timeout=self.timeout_s)
         except Exception as exc:  # the compile process died or hung: the GPU worker compiles it itself
@@ -124,6 +143,16 @@ class GpuEvaluator(Evaluator):
                     pass
         self._compiling.clear()
 
+    def abandon(self) -> None:
+        """Kill the compiles in flight and drop the queued ones: the run's time is spent."""
+        if self._pool is not None:
+            processes = list((getattr(self._pool, "_processes", None) or {}).values())
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            for process in processes:
+                process.terminate()
+            self._pool = None
+        self._compiling.clear()
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
@@ -136,7 +165,10 @@ class GpuEvaluator(Evaluator):
         pool_s, pool_error, pool_hit = self._precompiled(point, problem)
         # The GPU worker builds the point whatever happened in the pool: a kernel cache hit when the
         # pool compiled it; otherwise it compiles itself, so an error is reported as the GPU sees it.
-        reply = self._worker.call(("eval", point, problem.to_dict(), self._seed))
+        left = self._left()
+        reply = self._worker.call(("eval", point, problem.to_dict(), self._seed), timeout_s=left)
+        if left is not None and reply.get("status") == "timeout":
+            raise DeadlinePassed(f"{self.space.key(point)} was still being evaluated at the run's deadline")
         extra = reply.setdefault("extra", {})
         if pool_error:
             extra["pool_error"] = pool_error
@@ -159,9 +191,11 @@ class GpuEvaluator(Evaluator):
     def device_info(self) -> dict[str, Any]:
         return self._worker.call(("info",)).get("info", {})
 
-    def confirm(self, points: list[Point], problem: Problem, search_ms: list[float]) -> dict[str, Any] | None:
+    def confirm(self, points: list[Point], problem: Problem, search_ms: list[float],
+                seconds: float | None = None) -> dict[str, Any] | None:
         """Re-time ``points`` (the best of a search, with the times it measured) and every baseline,
         interleaved in one GPU worker (see :mod:`evotune.evaluation.confirm`); the stage's record.
+        With ``seconds``, the warm-up and the rounds fit in them (at least a second of rounds).
 
         The record's ``items`` are keyed by each point's key and by each baseline's name; ``configs``
         maps each point's key to its parameters. None when the stage is off.
@@ -169,6 +203,9 @@ class GpuEvaluator(Evaluator):
         opts = self.options.confirm
         if opts.top_k <= 0 or not points:
             return None
+        if seconds is not None:
+            warmup = min(opts.warmup_s, seconds / 10)
+            opts = replace(opts, warmup_s=warmup, max_seconds=max(1.0, min(opts.max_seconds, seconds - warmup)))
         self._settle()
         budget = opts.max_seconds + opts.warmup_s + self.timeout_s * (len(points) + 1)
         reply = self._worker.call(("confirm", points, problem.to_dict(), search_ms, opts), timeout_s=budget)

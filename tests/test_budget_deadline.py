@@ -1,0 +1,171 @@
+"""``budget.seconds`` bounds the wall time of a run on a measuring oracle: no point is handed out that the time
+left cannot fit, an evaluation still waiting at the deadline is dropped, the compiles in flight are abandoned, and
+the confirmation stage gets its share. A fake clock stands for the wall clock: nothing here waits."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from pathlib import Path
+
+import pytest
+
+from evotune import runner, tuner
+from evotune.evaluation.base import DeadlinePassed, Evaluator
+from evotune.evaluation.result import EvalResult, Status
+from evotune.experiment import Budget, load_experiment
+from evotune.plugins import load_space
+from evotune.problem import Problem
+from evotune.space import Context
+from evotune.strategies import make_strategy
+from evotune.study import StudyStore
+from evotune.tuner import tune
+
+FAULTS = Path(__file__).resolve().parent / "spaces" / "faults.py"
+PROBLEM = Problem.gemm(64, 64, 64, "fp32")
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Slow(Evaluator):
+    """Each evaluation takes ``cost`` seconds of the fake clock; the points of ``compiling`` are still compiling
+    when asked for, for ``compile_s`` more, and wait for it as the GPU evaluator waits for its pool."""
+
+    kind = "fake"
+
+    def __init__(self, clock: FakeClock, cost: float, compiling: tuple[str, ...] = (), compile_s: float = 0.0):
+        self.clock, self.cost, self.compiling, self.compile_s = clock, cost, compiling, compile_s
+        self.abandoned = 0
+        self.bounds: list[bool] = []
+
+    def bound(self, time_left):
+        self.bounds.append(time_left is not None)
+        super().bound(time_left)
+
+    def evaluate(self, point, problem):
+        if point["mode"] in self.compiling:
+            left = self.time_left() if self.time_left is not None else self.compile_s
+            if left < self.compile_s:
+                self.clock.now += max(0.0, left)
+                raise DeadlinePassed("still compiling")
+            self.clock.now += self.compile_s
+        self.clock.now += self.cost
+        return EvalResult(Status.OK, time_ms=1.0 + point["size"] / 10, compile_s=self.cost)
+
+    def abandon(self):
+        self.abandoned += 1
+
+
+def _tune(tmp_path, evaluator, budget, clock, name="t"):
+    space = load_space(str(FAULTS))
+    ctx = Context(problem=PROBLEM)
+    fs = space.feasible(ctx)
+    store = StudyStore.open(f"sqlite:///{tmp_path / 'b.db'}", name, space)
+    strategy = make_strategy("exhaustive", space, fs, ctx=ctx)
+    return tune(space, ctx, evaluator, strategy, store, budget, clock=clock), store
+
+
+def test_no_point_is_handed_out_that_the_time_left_cannot_fit(tmp_path):
+    clock = FakeClock()
+    ev = Slow(clock, cost=10.0)
+    result, store = _tune(tmp_path, ev, Budget(trials=100, seconds=35.0), clock)
+    # 0-10, 10-20, 20-30; at 30 the 5 s left cannot fit a 10 s evaluation
+    assert result.stopped == "seconds" and result.trials == 3
+    assert clock.now == 30.0 and result.clock_s == 30.0
+    assert [r.clock_s for r in store.history()] == [10.0, 20.0, 30.0]  # the tuning clock is the run's wall time
+    assert ev.abandoned == 1 and ev.bounds == [True, False]  # the run's deadline is lifted once it ends
+
+
+def test_an_evaluation_waiting_for_its_compile_at_the_deadline_is_dropped_and_its_compiles_abandoned(tmp_path):
+    clock = FakeClock()
+    ev = Slow(clock, cost=1.0, compiling=("ok_slow",), compile_s=100.0)
+    result, store = _tune(tmp_path, ev, Budget(trials=100, seconds=40.0), clock)
+    assert result.stopped == "seconds"
+    assert clock.now == pytest.approx(40.0)  # the wait ended at the deadline, not after the compile
+    assert all(r.point["mode"] != "ok_slow" for r in store.history())  # nothing stored for the dropped point
+    assert ev.abandoned == 1
+
+
+def test_the_clock_goes_on_from_what_the_study_held(tmp_path):
+    clock = FakeClock()
+    _tune(tmp_path, Slow(clock, cost=10.0), Budget(trials=2, seconds=100.0), clock)
+    clock.now = 1000.0  # a later run, at any time: only its own wall time counts on top
+    result, store = _tune(tmp_path, Slow(clock, cost=10.0), Budget(trials=100, seconds=45.0), clock)
+    assert [r.clock_s for r in store.history()] == [10.0, 20.0, 30.0, 40.0]
+    assert result.stopped == "seconds" and result.clock_s == 40.0
+
+
+class Confirming(Slow):
+    """Confirms, as the GPU evaluator does, taking whatever time it is given (on the fake clock)."""
+
+    confirms = True
+    asked: list[float | None] = []
+
+    def confirm(self, points, problem, search_ms, seconds=None):
+        Confirming.asked.append(seconds)
+        self.clock.now += seconds if seconds is not None else 120.0
+        keys = [str(i) for i in range(len(points))]
+        return {"items": {k: {"median_ms": t} for k, t in zip(keys, search_ms, strict=True)},
+                "configs": dict(zip(keys, points, strict=True)), "baselines": []}
+
+
+def test_each_problems_confirmation_gets_its_share_and_the_problem_ends_within_its_seconds(tmp_path, monkeypatch):
+    exp_path = tmp_path / "d.toml"
+    exp_path.write_text(f'''
+name = "d"
+space = "{FAULTS}"
+[oracle]
+kind = "cpu"
+[[problem]]
+m = 64
+n = 64
+k = 64
+dtype = "fp32"
+[[problem]]
+m = 32
+n = 32
+k = 32
+dtype = "fp32"
+[strategy]
+name = "exhaustive"
+[budget]
+trials = 50
+seconds = 100
+[storage]
+url = "sqlite:///{tmp_path / 'd.db'}"
+''')
+    clock = FakeClock()
+    monkeypatch.setattr(tuner, "wall_clock", clock)
+    monkeypatch.setattr(runner, "make_evaluator", lambda exp, target, worker=None: Confirming(clock, cost=10.0))
+    Confirming.asked = []
+    results = runner.run_experiment(load_experiment(exp_path), progress=False)
+    # each problem: 80 s of search (eight 10 s points), then its confirmation in the 20 s held back for it
+    assert [(r.trials, r.stopped, r.clock_s) for r in results] == [(8, "seconds", 80.0), (8, "seconds", 80.0)]
+    assert Confirming.asked == [20.0, 20.0]  # the second problem's confirmation ran too
+    assert clock.now == 200.0  # two problems of 100 s each, not a second more
+
+
+def test_the_gpu_evaluator_stops_waiting_for_a_compile_at_the_deadline_and_kills_the_compiles_in_flight():
+    from evotune.evaluation.gpu import GpuEvaluator
+
+    ev = object.__new__(GpuEvaluator)  # its state only: no GPU worker is started
+    ev.space, ev.timeout_s = load_space(str(FAULTS)), 300.0
+    pool = concurrent.futures.ProcessPoolExecutor(1)
+    point = {"mode": "ok_fast", "size": 1}
+    ev._pool, ev._compiling = pool, {(PROBLEM.key, ev.space.key(point)): pool.submit(time.sleep, 3600)}
+    ev.bound(lambda: 0.0)
+    with pytest.raises(DeadlinePassed):
+        ev._precompiled(point, PROBLEM)
+    processes = list(pool._processes.values())
+    assert processes and all(p.is_alive() for p in processes)
+    ev.abandon()
+    for p in processes:
+        p.join()
+        assert p.exitcode is not None and p.exitcode < 0  # killed, not left compiling beside the GPU worker
+    assert ev._pool is None and ev._compiling == {}
