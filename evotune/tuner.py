@@ -1,9 +1,12 @@
 """The tuning loop for one study: ask -> check -> evaluate -> record -> tell.
 
 Data moves one way: the strategy proposes, the evaluator measures, the study
-records, and only then does the strategy hear the result. Resuming is the
-same loop started on a study that already holds trials: they are told to the
-strategy first, counted against the budget, and never measured again.
+records, and the strategy hears the result. The trial is written from a
+thread behind the loop (:class:`evotune.trial_writer.TrialWriter`), so the
+next point is proposed and measured meanwhile; its claim stays held until it
+is stored, so no other worker measures it and the budget counts it. Resuming
+is the same loop started on a study that already holds trials: they are told
+to the strategy first, counted against the budget, and never measured again.
 
 Example::
 
@@ -25,6 +28,7 @@ from evotune.experiment import Budget
 from evotune.space import Context, Point, SearchSpace
 from evotune.strategies.base import Strategy
 from evotune.study import Record, StudyStore
+from evotune.trial_writer import TrialWriter
 
 OnTrial = Callable[[int, float | None], None]  # (trials so far, best so far)
 
@@ -41,13 +45,18 @@ class TuneResult:
     failures: dict[str, int] = field(default_factory=dict)
     skipped: int = 0  # proposals the oracle could not answer (absent from a landscape): cost nothing
     loop_s: float = 0.0  # wall seconds of the loop after resuming: asking, claiming, evaluating, storing
-    store_s: float = 0.0  # of which writing the claims and the trials (on sqlite: under the database's one lock)
+    store_s: float = 0.0  # of which waiting for the storage: claiming, and waiting for the trial writer
+    write_s: float = 0.0  # the trial writer's time storing trials and marking their claims done, behind the loop
+    busy_s: float = 0.0  # the measuring process's time on this study's points (evaluate's own where it says)
+    first_eval: float | None = None  # epoch seconds: when the first evaluation began
+    last_eval: float | None = None  # and when the last one ended
 
 
 def tune(space: SearchSpace, ctx: Context, evaluator: Evaluator, strategy: Strategy, store: StudyStore,
          budget: Budget, on_trial: OnTrial | None = None, claims: Claims | None = None,
          sync_s: float = 2.0) -> TuneResult:
-    """Run one study to its budget. Every finished evaluation is in ``store`` before the strategy hears of it.
+    """Run one study to its budget. Every finished evaluation is in ``store`` when this returns; its claim is
+    held until it is stored.
 
     With ``claims``, several workers (processes or hosts) can run this loop on the
     same study: each claims a point before measuring it, reads the others' trials
@@ -71,10 +80,25 @@ class _Run:
         self.state = _State()
         self.simulated = evaluator.kind == "replay"  # the clock adds recorded costs instead of wall time
         self.queue: list[Point] = []  # proposals asked for and not yet taken
+        self.mine: set[str] = set()  # keys of the trials this run measured (stored, or queued to be)
+        self.writer: TrialWriter | None = None
 
     def run(self) -> TuneResult:
         self.resume()
         began = time.perf_counter()
+        self.writer = TrialWriter(self.store, self.claims, lambda _: self.report())
+        try:
+            stopped = self.loop()
+        finally:
+            self.writer.close()  # what was measured is stored, also when the loop was interrupted
+        self.report()
+        s = self.state
+        return TuneResult(self.store.study.study_name, s.trials, s.new, s.best_point, s.best_ms, s.clock,
+                          stopped, s.failures, s.skipped, time.perf_counter() - began,
+                          s.store_s + self.writer.waited_s, self.writer.busy_s, s.busy_s, s.first_eval, s.last_eval)
+
+    def loop(self) -> str:
+        """Measure points until the budget is spent; why it stopped."""
         while True:
             stopped = self.stop_reason()
             if stopped:
@@ -92,9 +116,7 @@ class _Run:
                 continue  # another worker has it; its result reaches the strategy at the next sync
             measured = self.measure(point)
             self.record(point, *measured)
-        s = self.state
-        return TuneResult(self.store.study.study_name, s.trials, s.new, s.best_point, s.best_ms, s.clock,
-                          stopped, s.failures, s.skipped, time.perf_counter() - began, s.store_s)
+        return stopped
 
     def resume(self) -> None:
         """Take in what the study holds: told to the strategy, counted, never measured again."""
@@ -106,8 +128,16 @@ class _Run:
         self.report()
 
     def sync(self) -> set[str]:
-        """Tell the strategy the trials other workers stored since the last look; the keys of all stored trials."""
-        fresh = [r for r in self.store.history() if r.number not in self.state.numbers]
+        """Tell the strategy the trials other workers stored since the last look; the keys of all stored trials
+        (this run's queued ones included)."""
+        fresh = []
+        for r in self.store.history():
+            if r.number in self.state.numbers:
+                continue
+            if r.key in self.mine:  # this run's own, stored by its writer: known already
+                self.state.numbers.add(r.number)
+                continue
+            fresh.append(r)
         self.strategy.tell([(r.point, r.value) for r in fresh])
         for r in fresh:
             self.state.add(r.number, r.key, r.point, r.value, r.clock_s)
@@ -168,10 +198,14 @@ class _Run:
         except BaseException:
             self.claims.release(self.space.key(point))
             raise
-        return result, began, time.perf_counter() - started
+        elapsed, s = time.perf_counter() - started, self.state
+        s.busy_s += float(result.extra.get("worker_s", elapsed))
+        s.first_eval = began.timestamp() if s.first_eval is None else s.first_eval
+        s.last_eval = began.timestamp() + elapsed
+        return result, began, elapsed
 
     def record(self, point: Point, result: EvalResult, began: _dt.datetime, elapsed: float) -> None:
-        """Store the trial, mark its claim done, then tell the strategy: the study hears first."""
+        """Queue the trial to be stored (its claim is marked done once it is), count it, tell the strategy."""
         key, s = self.space.key(point), self.state
         if result.status is Status.INFEASIBLE:
             s.skipped += 1
@@ -179,20 +213,20 @@ class _Run:
             self.strategy.tell([(point, None)])
             return
         clock = s.clock + (result.cost_s if self.simulated else elapsed)
-        writing = time.perf_counter()
-        number = self.store.record(point, result, clock, started=began, wall_s=elapsed)
-        self.claims.finish(key)
-        s.store_s += time.perf_counter() - writing
+        assert self.writer is not None
+        self.mine.add(key)
+        self.writer.put(key, self.store.trial(point, result, clock, started=began, wall_s=elapsed))
         self.strategy.tell([(point, result.value)])
-        s.add(number, key, point, result.value, clock)
+        s.add(None, key, point, result.value, clock)
         s.new += 1
         if result.status.failed:
             s.failures[result.status.value] = s.failures.get(result.status.value, 0) + 1
         self.report()
 
     def report(self) -> None:
+        """Tell ``on_trial`` the trials stored so far (queued ones are not, until they are)."""
         if self.on_trial:
-            self.on_trial(self.state.trials, self.state.best_ms)
+            self.on_trial(self.state.trials - (self.writer.pending if self.writer else 0), self.state.best_ms)
 
 
 @dataclass
@@ -209,11 +243,15 @@ class _State:
     new: int = 0
     skipped: int = 0
     store_s: float = 0.0
+    busy_s: float = 0.0
+    first_eval: float | None = None
+    last_eval: float | None = None
     synced: float = field(default_factory=time.monotonic)
     failures: dict[str, int] = field(default_factory=dict)
 
-    def add(self, number: int, key: str, point: Point, value: float | None, clock: float) -> None:
-        self.numbers.add(number)
+    def add(self, number: int | None, key: str, point: Point, value: float | None, clock: float) -> None:
+        if number is not None:  # None: this run's own, not stored yet
+            self.numbers.add(number)
         self.done.add(key)
         self.trials += 1
         self.clock = max(self.clock, clock)
