@@ -35,6 +35,13 @@ however many workers there are, the wall time is at least
 that part is most of it, and more workers do not help; where it is a GPU
 measurement, it is a small part, and they do.
 
+Workers also slow each other down: they share the storage's lock, the host's
+cores and memory, its compile pools and kernel cache. One worker cannot show
+that; a run of two can. :meth:`CostModel.learn` takes the per-evaluation cost
+two (or W) workers measured beside the one a lone worker measured, and the
+model then charges ``per_eval * (1 + contention * (W - 1))`` to each of ``W``
+workers: a prediction from a 1-worker run and one 2-worker run.
+
 :class:`WorkerCosts` measures the three on a running worker: its wall time
 since the process started, each problem's time less its tuning loops (the
 loop of each study after it is resumed: :attr:`evotune.tuner.TuneResult.loop_s`),
@@ -52,7 +59,7 @@ import os
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +76,18 @@ class CostModel:
     per_problem_s: float
     per_eval_s: float
     serial_eval_s: float = 0.0  # of per_eval_s: what one worker at a time can do (the storage's writes)
+    contention: float = 0.0  # how much each worker beside the first adds to per_eval_s, as a fraction of it
+
+    def per_eval_at(self, workers: int) -> float:
+        """The cost of one evaluation while ``workers`` workers run."""
+        return self.per_eval_s * (1.0 + self.contention * (workers - 1))
+
+    def learn(self, workers: int, per_eval_s: float) -> CostModel:
+        """This (one worker's) model, with the contention that ``workers`` workers, measuring ``per_eval_s`` per
+        evaluation each, show: ``per_eval_s = self.per_eval_s * (1 + contention * (workers - 1))``."""
+        if workers < 2 or self.per_eval_s <= 0:
+            raise ValueError(f"contention needs a run of 2 workers or more beside one, got {workers}")
+        return replace(self, contention=max(0.0, (per_eval_s / self.per_eval_s - 1.0) / (workers - 1)))
 
     def wall_s(self, problems: int, evals: int, workers: int, split: str = "problems") -> float:
         """Wall time of ``problems`` problems of ``evals`` evaluations each on ``workers`` workers."""
@@ -76,7 +95,7 @@ class CostModel:
             raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
         if problems < 1 or evals < 0 or workers < 1:
             raise ValueError(f"need problems >= 1, evals >= 0 and workers >= 1, got {problems}, {evals}, {workers}")
-        work = evals * self.per_eval_s  # one problem's evaluations
+        work = evals * self.per_eval_at(workers)  # one problem's evaluations
         serial = self.startup_s + problems * evals * self.serial_eval_s  # every storage write, one after another
         if split == "points":
             return max(serial, self.startup_s + problems * self.per_problem_s + problems * work / workers)
@@ -171,6 +190,19 @@ class WorkerCosts:
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "window_s": self.window_s, "busy_share": self.busy_share,
                 "model": asdict(self.model())}
+
+
+def measuring_share(trials: Sequence[Any]) -> tuple[float, float]:
+    """(busy, window) of finished Optuna trials: the measuring process's seconds on their points (each trial's
+    ``worker_s``, where the GPU evaluator recorded it, else its duration), and the seconds from the first
+    trial's start to the last one's completion (a trial's times are its evaluation's own)."""
+    timed = [t for t in trials if t.datetime_start is not None and t.datetime_complete is not None]
+    if not timed:
+        return 0.0, 0.0
+    busy = sum(float(t.user_attrs.get("worker_s", (t.datetime_complete - t.datetime_start).total_seconds()))
+               for t in timed)
+    window = max(t.datetime_complete for t in timed) - min(t.datetime_start for t in timed)
+    return busy, window.total_seconds()
 
 
 def process_start_time() -> float:
