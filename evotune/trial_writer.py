@@ -80,10 +80,12 @@ def insert_trials(storage: optuna.storages.RDBStorage, study_id: int, trials: li
             conn.execute(sql.lock_study, {"s": study_id})
         ids = []
         for trial in trials:
-            trial_id = conn.execute(sql.trial, {
+            inserted = conn.execute(sql.trial, {
                 "number": None, "study_id": study_id, "state": trial.state,
                 "datetime_start": _utc(trial.datetime_start),
-                "datetime_complete": _utc(trial.datetime_complete)}).inserted_primary_key[0]
+                "datetime_complete": _utc(trial.datetime_complete)}).inserted_primary_key
+            assert inserted is not None
+            trial_id = inserted[0]
             ids.append(trial_id)
             params += [{"trial_id": trial_id, "param_name": name, "distribution_json": distribution_to_json(dist),
                         "param_value": dist.to_internal_repr(trial.params[name])}

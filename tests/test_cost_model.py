@@ -97,3 +97,20 @@ def test_the_measuring_share_of_a_run_comes_from_its_trials():
     busy, window = measuring_share([trial(0.0, 0.03, 0.025), trial(0.04, 0.03, 0.02), trial(0.08, 0.02)])
     assert window == pytest.approx(0.10) and busy == pytest.approx(0.065)
     assert measuring_share([]) == (0.0, 0.0)
+
+
+def test_a_worker_adds_up_its_studies_storage_and_measuring_time():
+    from types import SimpleNamespace
+
+    def result(first, last, **kw):
+        return SimpleNamespace(new_trials=10, loop_s=1.0, store_s=0.02, write_s=0.03, busy_s=0.8, first_eval=first,
+                               last_eval=last, **kw)
+
+    costs = WorkerCosts(started=0.0)
+    costs.took(1.5, [result(100.0, 101.0), result(101.0, 102.0)])
+    costs.took(1.2, [result(103.0, 104.0), result(None, None)])
+    costs.wall_s = 4.0
+    assert costs.evals == 40 and costs.store_s == pytest.approx(0.08) and costs.write_s == pytest.approx(0.12)
+    assert costs.window_s == pytest.approx(4.0) and costs.busy_share == pytest.approx(3.2 / 4.0)
+    assert costs.model().serial_eval_s == pytest.approx(0.2 / 40)  # claims and trials: under the storage's lock
+    assert "80% of the 4.00 s from the first evaluation to the last" in costs.describe()
