@@ -86,11 +86,16 @@ class _Run:
     def run(self) -> TuneResult:
         self.resume()
         began = time.perf_counter()
-        self.writer = TrialWriter(self.store, self.claims, lambda _: self.report())
+        self.writer = TrialWriter(self.store, self.claims)
         try:
             stopped = self.loop()
-        finally:
-            self.writer.close()  # what was measured is stored, also when the loop was interrupted
+        except BaseException:
+            try:
+                self.writer.close()  # what was measured is stored, also when the loop was interrupted
+            except Exception:  # the loop's own error is the one to raise; unstored points' claims lapse
+                pass
+            raise
+        self.writer.close()
         self.report()
         s = self.state
         return TuneResult(self.store.study.study_name, s.trials, s.new, s.best_point, s.best_ms, s.clock,
@@ -224,7 +229,7 @@ class _Run:
         self.report()
 
     def report(self) -> None:
-        """Tell ``on_trial`` the trials stored so far (queued ones are not, until they are)."""
+        """Tell ``on_trial`` (from this thread) the trials stored so far: queued ones are not, until they are."""
         if self.on_trial:
             self.on_trial(self.state.trials - (self.writer.pending if self.writer else 0), self.state.best_ms)
 
