@@ -16,7 +16,9 @@ predicts again. Each run also counts the kernels its host compiled (the
 kernel cache's ``builds.log``: a kernel compiled twice on one host is a
 duplicate), and how busy the measuring process was: the GPU worker's seconds
 on the points (each trial's ``worker_s``) over the seconds from the first
-evaluation's start to the last one's end (the trials' own times).
+evaluation's start to the last one's end (the trials' own times), and over the
+same window of each study added up (the tuning loops alone, without each
+problem's baselines and confirmation between them).
 
 ``--storage sqlite,journal`` runs every count on each storage; ``--warm``
 fills a kernel cache with one untimed run first, which every timed run then
@@ -77,6 +79,8 @@ class Run:
     kernels: int = 0  # of which different ones
     busy_s: float = 0.0  # the measuring process's seconds on the points
     window_s: float = 0.0  # from the first evaluation's start to the last one's end
+    loops_s: float = 0.0  # the same for each study, added up: the tuning loops alone, without what a problem
+    #                       costs around them (its baselines, its confirmation)
 
     @property
     def exact(self) -> bool:
@@ -160,10 +164,11 @@ def run(args: argparse.Namespace, exp: Experiment, workers: int, split: str, wor
         raise SystemExit("a worker failed:\n" + "\n".join(log[-3000:] for log in logs))
     copy = load_experiment(path)
     st = make_storage(copy.record_storage if args.record else copy.storage)
-    trials, expected, duplicates, every = {}, {}, 0, []
+    trials, expected, duplicates, every, loops = {}, {}, 0, [], 0.0
     for name in study_names(st):
         study = optuna.load_study(study_name=name, storage=st)
         every += study.get_trials(deepcopy=False)
+        loops += measuring_share(study.get_trials(deepcopy=False))[1]
         keys = [t.user_attrs["key"] for t in study.get_trials(deepcopy=False)]
         trials[name] = len(keys)
         expected[name] = study.user_attrs["feasible"] if args.record else min(copy.budget.trials,
@@ -180,7 +185,7 @@ def run(args: argparse.Namespace, exp: Experiment, workers: int, split: str, wor
     builds = KernelCache(kernels).builds()[builds_before:]
     busy, window = measuring_share(every)
     return Run(workers, split, storage, seconds, trials, expected, duplicates, costs, incomplete, len(builds),
-               len({b["key"] for b in builds}), busy, window)
+               len({b["key"] for b in builds}), busy, window, loops)
 
 
 def per_eval_s(r: Run) -> float:
@@ -218,7 +223,8 @@ def table(runs: list[Run], problems: int, evals: int, unit: str) -> list[str]:
         one = next((o for o in runs if o.workers == 1 and o.split == r.split and o.storage == r.storage), None)
         speedup = f"{one.seconds / r.seconds:.2f}x" if one else "-"
         alone, contended = (f"{p:.2f}x" if p is not None else "-" for p in predictions(runs, r, problems, evals))
-        busy = f"{100 * r.busy_s / r.window_s:.0f}% of {r.window_s:.1f} s" if r.window_s > 0 else "-"
+        busy = (f"{100 * r.busy_s / r.window_s:.0f}% of {r.window_s:.1f} s ({100 * r.busy_s / r.loops_s:.0f}% of "
+                f"the loops' {r.loops_s:.1f} s)" if r.window_s > 0 and r.loops_s > 0 else "-")
         lines.append(f"| {r.workers} | {r.storage} | {r.split} | {r.seconds:.1f} | {sum(r.trials.values())} "
                      f"({len(r.trials)}) | {'yes' if r.trials == r.expected and not r.incomplete else 'NO'} | "
                      f"{r.duplicates} | {r.builds} ({r.kernels}) | {busy} | {speedup} | {alone} | {contended} |")
