@@ -9,7 +9,21 @@ counts (exactly the budget, or every feasible point when recording) and for
 points measured twice. Each tuning worker measures its own costs (start-up,
 per problem, per evaluation; see ``evotune/cost_model.py``), and the costs of
 the run with one worker predict the speed-up of the others, which the table
-shows beside the measured one.
+shows beside the measured one; with a run of two workers too, the model
+learns how much workers slow each other down (their contention for the
+storage and the host: :meth:`evotune.cost_model.CostModel.learn`) and
+predicts again. Each run also counts the kernels its host compiled (the
+kernel cache's ``builds.log``: a kernel compiled twice on one host is a
+duplicate), and how busy the measuring process was: the GPU worker's seconds
+on the points (each trial's ``worker_s``) over the seconds from the first
+evaluation's start to the last one's end (the trials' own times), and over the
+same window of each study added up (the tuning loops alone, without each
+problem's baselines and confirmation between them).
+
+``--storage sqlite,journal`` runs every count on each storage; ``--warm``
+fills a kernel cache with one untimed run first, which every timed run then
+shares (so nothing is compiled: the per-point GPU work alone); ``--run``
+times ``evotune run`` (one process, as a user runs it) instead of workers.
 
 ``--cpu`` runs the same problems, strategies and budget on the CPU against
 their recorded landscapes (``--landscapes``, by default the H100 ones in the
@@ -20,7 +34,8 @@ the run smaller, ``--points`` records excerpts of the landscapes instead.
 
 Usage (``--gpus N`` alone runs 1 and N)::
 
-    python3 benchmarks/scaleout.py experiments/scaleout_int8.toml --gpus 1,2,4
+    python3 benchmarks/scaleout.py experiments/scaleout_int8.toml --gpus 1,2 --storage sqlite,journal
+    python3 benchmarks/scaleout.py experiments/busy_int8.toml --run --warm --gpus 1
     python3 benchmarks/scaleout.py experiments/scaleout_record_int8.toml --record --gpus 1,2,4
     python3 benchmarks/scaleout.py experiments/scaleout_int8.toml --cpu --workers 1,2 --split problems,points
 """
@@ -42,7 +57,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evotune.cost_model import CostModel  # noqa: E402
+from evotune.cost_model import CostModel, measuring_share  # noqa: E402
+from evotune.evaluation.kernel_cache import KernelCache  # noqa: E402
 from evotune.experiment import Experiment, load_experiment  # noqa: E402
 
 
@@ -52,12 +68,19 @@ class Run:
 
     workers: int
     split: str
+    storage: str  # sqlite | journal
     seconds: float
     trials: dict[str, int]  # study -> trials
     expected: dict[str, int]  # study -> the trials it must hold
     duplicates: int
     costs: list[dict[str, Any]] = field(default_factory=list)  # each tuning worker's, as --costs writes them
     incomplete: list[str] = field(default_factory=list)  # recording: landscape files that miss points
+    builds: int = 0  # kernels compiled on the host (its kernel cache's builds.log)
+    kernels: int = 0  # of which different ones
+    busy_s: float = 0.0  # the measuring process's seconds on the points
+    window_s: float = 0.0  # from the first evaluation's start to the last one's end
+    loops_s: float = 0.0  # the same for each study, added up: the tuning loops alone, without what a problem
+    #                       costs around them (its baselines, its confirmation)
 
     @property
     def exact(self) -> bool:
@@ -94,54 +117,64 @@ def replay_copy(exp: Experiment, landscapes: Path, work: Path, problems: int | N
             f"{strategies}\n[budget]\n{budget}")
 
 
-def experiment_copy(args: argparse.Namespace, exp: Experiment, work: Path, tag: str) -> Path:
-    """The experiment file of one run, in ``work``, with a storage of its own."""
+def experiment_copy(args: argparse.Namespace, exp: Experiment, work: Path, tag: str, storage: str) -> Path:
+    """The experiment file of one run, in ``work``, with a storage of its own (``storage``: sqlite or journal)."""
     if args.cpu:
         text = replay_copy(exp, args.landscapes, work, args.problems, args.trials, args.points)
     else:
         # inputs named by relative paths (a space's .py) must be absolute: the copy is read from `work`
         text = re.sub(r"(?ms)^\[storage\].*?(?=^\[|\Z)", "", exp.path.read_text())
-    url = f"sqlite:///{work / tag}.db"
+    url = f"sqlite:///{work / tag}.db" if storage == "sqlite" else f"journal:{work / tag}.journal"
     path = work / f"{tag}.toml"
     path.write_text(text + f'\n[storage]\nurl = "{url}"\n')
     return path
 
 
-def run(args: argparse.Namespace, exp: Experiment, workers: int, split: str, work: Path) -> Run:
+def run(args: argparse.Namespace, exp: Experiment, workers: int, split: str, work: Path, storage: str = "sqlite",
+        tag: str | None = None) -> Run:
     """``workers`` processes on a fresh copy of the experiment, to the end."""
     import optuna
 
     from evotune.study import make_storage, study_names
 
-    tag = f"{split}{workers}"
-    path = experiment_copy(args, exp, work, tag)
-    command = "record" if args.record else "worker"
-    env = {**os.environ, "EVOTUNE_KERNEL_CACHE": str(work / f"kernels-{tag}"),
+    tag = tag or f"{storage}-{split}{workers}"
+    path = experiment_copy(args, exp, work, tag, storage)
+    command = "record" if args.record else "run" if args.run else "worker"
+    kernels = work / ("kernels-warm" if args.warm else f"kernels-{tag}")
+    env = {**os.environ, "EVOTUNE_KERNEL_CACHE": str(kernels),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    extra = ["--out", str(work / f"landscapes-{tag}")] if args.record else ["--no-progress"]
+    if args.record:
+        extra = ["--out", str(work / f"landscapes-{tag}"), "--split", split]
+    elif args.run:
+        extra = ["--no-progress", "--no-plots"]
+    else:
+        extra = ["--no-progress", "--split", split]
+    builds_before = len(KernelCache(kernels).builds())
     started = time.perf_counter()
     procs = []
     for i in range(workers):
-        costs = [] if args.record else ["--costs", str(work / f"costs-{tag}-{i}.json")]
+        costs = ["--costs", str(work / f"costs-{tag}-{i}.json")] if command == "worker" else []
         gpu = {} if args.cpu else {"CUDA_VISIBLE_DEVICES": str(i)}
-        procs.append(subprocess.Popen([sys.executable, "-m", "evotune", command, str(path), "--split", split,
-                                       *extra, *costs], cwd=work, env={**env, **gpu}, stdout=subprocess.PIPE,
+        procs.append(subprocess.Popen([sys.executable, "-m", "evotune", command, str(path), *extra, *costs],
+                                      cwd=work, env={**env, **gpu}, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
     logs = [p.communicate()[0] for p in procs]
     seconds = time.perf_counter() - started
     if any(p.returncode for p in procs):
         raise SystemExit("a worker failed:\n" + "\n".join(log[-3000:] for log in logs))
     copy = load_experiment(path)
-    storage = make_storage(copy.record_storage if args.record else copy.storage)
-    trials, expected, duplicates = {}, {}, 0
-    for name in study_names(storage):
-        study = optuna.load_study(study_name=name, storage=storage)
+    st = make_storage(copy.record_storage if args.record else copy.storage)
+    trials, expected, duplicates, every, loops = {}, {}, 0, [], 0.0
+    for name in study_names(st):
+        study = optuna.load_study(study_name=name, storage=st)
+        every += study.get_trials(deepcopy=False)
+        loops += measuring_share(study.get_trials(deepcopy=False))[1]
         keys = [t.user_attrs["key"] for t in study.get_trials(deepcopy=False)]
         trials[name] = len(keys)
         expected[name] = study.user_attrs["feasible"] if args.record else min(copy.budget.trials,
                                                                               study.user_attrs["feasible"])
         duplicates += len(keys) - len(set(keys))
-    costs = [json.loads((work / f"costs-{tag}-{i}.json").read_text()) for i in range(workers) if not args.record]
+    costs = [json.loads((work / f"costs-{tag}-{i}.json").read_text()) for i in range(workers) if command == "worker"]
     incomplete = []
     if args.record:
         from evotune.evaluation.landscape import load_landscape
@@ -149,22 +182,52 @@ def run(args: argparse.Namespace, exp: Experiment, workers: int, split: str, wor
         written = {ls.problem.key: ls for ls in map(load_landscape, (work / f"landscapes-{tag}").glob("*.json.gz"))}
         keys = [name.split("/")[1] for name in trials]  # EXPERIMENT/PROBLEM/SPACE/record
         incomplete = [k for k in keys if k not in written or not written[k].meta.get("complete")]
-    return Run(workers, split, seconds, trials, expected, duplicates, costs, incomplete)
+    builds = KernelCache(kernels).builds()[builds_before:]
+    busy, window = measuring_share(every)
+    return Run(workers, split, storage, seconds, trials, expected, duplicates, costs, incomplete, len(builds),
+               len({b["key"] for b in builds}), busy, window, loops)
+
+
+def per_eval_s(r: Run) -> float:
+    """The per-evaluation cost the workers of ``r`` measured, weighted by their evaluations."""
+    evals = sum(c["evals"] for c in r.costs)
+    return sum(c["model"]["per_eval_s"] * c["evals"] for c in r.costs) / evals if evals else 0.0
+
+
+def models(runs: list[Run], r: Run) -> tuple[CostModel | None, CostModel | None]:
+    """For run ``r``: the cost model of the lone worker of its split and storage, and that model with the
+    contention the run of two workers showed (None where a run is missing)."""
+    mates = [o for o in runs if o.split == r.split and o.storage == r.storage and o.costs]
+    one = next((CostModel(**o.costs[0]["model"]) for o in mates if o.workers == 1), None)
+    two = next((o for o in mates if o.workers == 2), None)
+    if one is None or two is None or one.per_eval_s <= 0:
+        return one, None
+    return one, one.learn(2, per_eval_s(two))
+
+
+def predictions(runs: list[Run], r: Run, problems: int, evals: int) -> tuple[float | None, float | None]:
+    """The speed-up of run ``r`` as the lone worker's costs predict it, and with the contention learned from
+    the run of two."""
+    one, learned = models(runs, r)
+    return tuple(None if m is None else m.speedup(problems, evals, r.workers, r.split)  # type: ignore[return-value]
+                 for m in (one, learned))
 
 
 def table(runs: list[Run], problems: int, evals: int, unit: str) -> list[str]:
-    """The rows printed: each run's wall time, trials, duplicates, speed-up, and the cost model's prediction."""
-    lines = [f"| {unit} | split | wall time (s) | trials (studies) | exact | duplicates | speed-up | predicted |",
-             "|---|---|---|---|---|---|---|---|"]
+    """The rows printed: each run's wall time, trials, duplicates, kernels compiled, the measuring process's
+    share of the evaluations' window, the speed-up and the cost model's predictions."""
+    lines = [f"| {unit} | storage | split | wall time (s) | trials (studies) | exact | duplicates | kernels compiled "
+             "(different) | measuring | speed-up | predicted (1 worker) | predicted (1 and 2 workers) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
-        one = next((o for o in runs if o.workers == 1 and o.split == r.split), None)
+        one = next((o for o in runs if o.workers == 1 and o.split == r.split and o.storage == r.storage), None)
         speedup = f"{one.seconds / r.seconds:.2f}x" if one else "-"
-        predicted = "-"
-        if one is not None and one.costs:
-            predicted = f"{CostModel(**one.costs[0]['model']).speedup(problems, evals, r.workers, r.split):.2f}x"
-        lines.append(f"| {r.workers} | {r.split} | {r.seconds:.1f} | {sum(r.trials.values())} ({len(r.trials)}) | "
-                     f"{'yes' if r.trials == r.expected and not r.incomplete else 'NO'} | {r.duplicates} | "
-                     f"{speedup} | {predicted} |")
+        alone, contended = (f"{p:.2f}x" if p is not None else "-" for p in predictions(runs, r, problems, evals))
+        busy = (f"{100 * r.busy_s / r.window_s:.0f}% of {r.window_s:.1f} s ({100 * r.busy_s / r.loops_s:.0f}% of "
+                f"the loops' {r.loops_s:.1f} s)" if r.window_s > 0 and r.loops_s > 0 else "-")
+        lines.append(f"| {r.workers} | {r.storage} | {r.split} | {r.seconds:.1f} | {sum(r.trials.values())} "
+                     f"({len(r.trials)}) | {'yes' if r.trials == r.expected and not r.incomplete else 'NO'} | "
+                     f"{r.duplicates} | {r.builds} ({r.kernels}) | {busy} | {speedup} | {alone} | {contended} |")
     return lines
 
 
@@ -174,10 +237,13 @@ def cost_lines(runs: list[Run]) -> list[str]:
     for r in runs:
         for i, c in enumerate(r.costs):
             m = c["model"]
-            out.append(f"{r.split} x{r.workers} worker {i}: start-up {m['startup_s']:.2f} s, per problem "
+            n = max(c["evals"], 1)
+            out.append(f"{r.storage} {r.split} x{r.workers} worker {i}: start-up {m['startup_s']:.2f} s, per problem "
                        f"{m['per_problem_s']:.3f} s ({len(c['problems_s'])} taken up), per evaluation "
-                       f"{m['per_eval_s'] * 1e3:.2f} ms ({m['serial_eval_s'] * 1e3:.2f} writing to the storage; "
-                       f"{c['evals']} evaluations), wall {c['wall_s']:.1f} s")
+                       f"{m['per_eval_s'] * 1e3:.2f} ms ({c['store_s'] / n * 1e3:.2f} waiting for the storage, "
+                       f"{c['write_s'] / n * 1e3:.2f} written behind; {c['evals']} evaluations), measuring "
+                       f"{c['busy_s'] / n * 1e3:.2f} ms per evaluation ({100 * c['busy_share']:.0f}% of the "
+                       f"{c['window_s']:.1f} s from the first evaluation to the last), wall {c['wall_s']:.1f} s")
     return out
 
 
@@ -194,14 +260,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--problems", type=int, help="with --cpu: only the first N problems")
     ap.add_argument("--trials", type=int, help="with --cpu: this budget instead of the experiment's")
     ap.add_argument("--points", type=int, help="with --cpu: record excerpts of the landscapes, N points each")
+    ap.add_argument("--storage", default="sqlite", help="sqlite, journal, or both: sqlite,journal")
+    ap.add_argument("--warm", action="store_true", help="fill one kernel cache with an untimed run first; every "
+                                                        "timed run shares it")
+    ap.add_argument("--run", action="store_true", help="time `evotune run` (one process) instead of workers")
     ap.add_argument("--json", type=Path, help="write the runs here")
     args = ap.parse_args(argv)
     exp = load_experiment(args.experiment)
     counts = [int(n) for n in (args.workers if args.cpu and args.workers else args.gpus).split(",")]
     if len(counts) == 1 and counts[0] > 1:
         counts = [1, *counts]  # the speed-up needs the run with one
+    if args.run and (args.record or counts != [1]):
+        raise SystemExit("--run: one process of `evotune run` (--gpus 1), not with --record")
+    storages = args.storage.split(",")
+    if not set(storages) <= {"sqlite", "journal"}:
+        raise SystemExit(f"--storage: sqlite, journal or both, got {args.storage!r}")
     work = Path(tempfile.mkdtemp(prefix="evotune-scale-"))
-    runs = [run(args, exp, n, split, work) for split in args.split.split(",") for n in counts]
+    if args.warm:
+        run(args, exp, 1, "problems", work, storages[0], tag="warm-up")
+    runs = [run(args, exp, n, split, work, storage) for storage in storages for split in args.split.split(",")
+            for n in counts]
     problems = len(exp.problems[:args.problems]) if args.cpu else len(exp.problems)
     evals = (args.trials or exp.budget.trials) * sum(s.repeats for s in exp.strategies)
     mode = "CPU, replaying recorded landscapes" if args.cpu else "one GPU per worker"
@@ -210,9 +288,14 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(table(runs, problems, evals, "workers" if args.cpu else "GPUs")))
     print("\n".join(cost_lines(runs)))
     if args.json:
+        rows = []
+        for r in runs:
+            alone, contended = predictions(runs, r, problems, evals)
+            rows.append({**r.__dict__, "exact": r.exact, "speedup": next(
+                (o.seconds / r.seconds for o in runs if o.workers == 1 and o.split == r.split
+                 and o.storage == r.storage), None), "predicted": alone, "predicted_with_contention": contended})
         args.json.write_text(json.dumps({"experiment": str(exp.path), "cpu": args.cpu, "record": args.record,
-                                         "problems": problems, "evals": evals,
-                                         "runs": [{**r.__dict__, "exact": r.exact} for r in runs]}, indent=1))
+                                         "problems": problems, "evals": evals, "runs": rows}, indent=1))
     return 0 if all(r.exact for r in runs) else 1
 
 

@@ -249,9 +249,7 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
                 if summary:
                     console.print(f"  compiled-kernel cache for {target.problem.key}: {summary}")
                 if costs is not None:
-                    mine = results[done:]
-                    costs.problem(time.perf_counter() - began, sum(r.new_trials for r in mine),
-                                  sum(r.loop_s for r in mine), sum(r.store_s for r in mine))
+                    costs.took(time.perf_counter() - began, results[done:])
         finally:
             schedule.release()
     return results

@@ -2,9 +2,10 @@
 
 Each (problem, strategy, seed) of an experiment is one Optuna study in one
 storage (a sqlite file by default; any Optuna storage URL works). A trial is
-written whole, once its evaluation has finished, with ``study.add_trial``:
-there is never a RUNNING trial to leave behind, and a finished trial is never
-lost to an interruption.
+written whole, once its evaluation has finished, in one transaction
+(:meth:`StudyStore.write`; the tuner writes from a thread behind its loop, see
+:mod:`evotune.trial_writer`): there is never a RUNNING trial to leave behind,
+and a stored trial is never lost to an interruption.
 
 Trial user attributes (see docs/ARCHITECTURE.md):
 ``key`` (canonical point text), ``status``, ``samples_ms``, ``compile_s``,
@@ -157,10 +158,11 @@ def schema_lock(url: str) -> Iterator[None]:
 
 def engine_kwargs(url: str) -> dict[str, Any]:
     """SQLAlchemy engine options: several workers on one sqlite file wait for its lock instead of failing."""
-    kwargs: dict[str, Any] = {"pool_pre_ping": True}
-    if url.startswith("sqlite:"):
-        kwargs["connect_args"] = {"timeout": 120}
-    return kwargs
+    if url.startswith("sqlite:"):  # a file: no connection to go stale, nothing to ping before each use
+        from evotune.trial_writer import WalConnection
+
+        return {"connect_args": {"timeout": 120, "factory": WalConnection}}  # WAL, synchronous = NORMAL
+    return {"pool_pre_ping": True}
 
 
 @dataclass
@@ -230,13 +232,17 @@ class StudyStore:
 
     def record(self, point: Point, result: EvalResult, clock_s: float, extra: Mapping[str, Any] | None = None,
                *, started: _dt.datetime | None = None, wall_s: float | None = None) -> int:
-        """Write one finished evaluation as one trial (COMPLETE when OK, else FAIL with its reason); its number.
+        """Write one finished evaluation as one trial (see :meth:`trial`); its number."""
+        return self.write(self.trial(point, result, clock_s, extra, started=started, wall_s=wall_s))
+
+    def trial(self, point: Point, result: EvalResult, clock_s: float, extra: Mapping[str, Any] | None = None,
+              *, started: _dt.datetime | None = None, wall_s: float | None = None) -> optuna.trial.FrozenTrial:
+        """The trial of one finished evaluation: COMPLETE when OK, else FAIL with its reason.
 
         ``started`` is when the evaluation began and ``wall_s`` how long it took: they become the
         trial's start and completion times. Without them (a point copied from elsewhere, not
         evaluated here) the trial starts and completes now and has no ``wall_s``.
         """
-        # Few attributes on purpose: each costs a row (and ~1 ms) in an RDB storage.
         # The value is the trial's own; problem, strategy and seed are the study's.
         attrs = {
             "key": self.space.key(point), "status": result.status.value, "samples_ms": list(result.samples_ms),
@@ -254,9 +260,24 @@ class StudyStore:
         if started is not None:  # create_trial stamps both with "now": the evaluation's own times instead
             trial.datetime_start = started
             trial.datetime_complete = started + _dt.timedelta(seconds=wall_s or 0.0)
-        # Study.add_trial does not say which number the trial got; the storage's own call does
-        trial_id = self.storage.create_new_trial(self.study_id, template_trial=trial)
-        return self.storage.get_trial_number_from_id(trial_id)
+        return trial
+
+    def write(self, trial: optuna.trial.FrozenTrial) -> int:
+        """Store the finished ``trial``; its number."""
+        return self.write_all([trial])[0]
+
+    def write_all(self, trials: list[optuna.trial.FrozenTrial]) -> list[int]:
+        """Store the finished ``trials``, in order; their numbers. An RDB storage gets them in one transaction of
+        a few statements (:func:`evotune.trial_writer.insert_trials`), any other storage through Optuna."""
+        if not trials:
+            return []
+        if isinstance(self.storage, optuna.storages.RDBStorage):
+            from evotune.trial_writer import insert_trials
+
+            return insert_trials(self.storage, self.study_id, trials)
+        # Study.add_trial does not say which number a trial got; the storage's own call does
+        return [self.storage.get_trial_number_from_id(self.storage.create_new_trial(self.study_id, template_trial=t))
+                for t in trials]
 
 
 def _jsonable(v: Any) -> Any:

@@ -1,9 +1,12 @@
 """The tuning loop for one study: ask -> check -> evaluate -> record -> tell.
 
 Data moves one way: the strategy proposes, the evaluator measures, the study
-records, and only then does the strategy hear the result. Resuming is the
-same loop started on a study that already holds trials: they are told to the
-strategy first, counted against the budget, and never measured again.
+records, and the strategy hears the result. The trial is written from a
+thread behind the loop (:class:`evotune.trial_writer.TrialWriter`), so the
+next point is proposed and measured meanwhile; its claim stays held until it
+is stored, so no other worker measures it and the budget counts it. Resuming
+is the same loop started on a study that already holds trials: they are told
+to the strategy first, counted against the budget, and never measured again.
 
 The tuning clock: in replay, the recorded cost (compile and benchmark time)
 of the points evaluated; on a measuring oracle (gpu, cpu), the run's wall time
@@ -36,6 +39,7 @@ from evotune.experiment import Budget
 from evotune.space import Context, Point, SearchSpace
 from evotune.strategies.base import Strategy
 from evotune.study import Record, StudyStore
+from evotune.trial_writer import TrialWriter
 
 OnTrial = Callable[[int, float | None], None]  # (trials so far, best so far)
 FIT_WINDOW = 8  # the latest evaluations whose median wall time predicts the next one's (the deadline's fit rule)
@@ -54,13 +58,18 @@ class TuneResult:
     failures: dict[str, int] = field(default_factory=dict)
     skipped: int = 0  # proposals the oracle could not answer (absent from a landscape): cost nothing
     loop_s: float = 0.0  # wall seconds of the loop after resuming: asking, claiming, evaluating, storing
-    store_s: float = 0.0  # of which writing the claims and the trials (on sqlite: under the database's one lock)
+    store_s: float = 0.0  # of which waiting for the storage: claiming, and waiting for the trial writer
+    write_s: float = 0.0  # the trial writer's time storing trials and marking their claims done, behind the loop
+    busy_s: float = 0.0  # the measuring process's time on this study's points (evaluate's own where it says)
+    first_eval: float | None = None  # epoch seconds: when the first evaluation began
+    last_eval: float | None = None  # and when the last one ended
 
 
 def tune(space: SearchSpace, ctx: Context, evaluator: Evaluator, strategy: Strategy, store: StudyStore,
          budget: Budget, on_trial: OnTrial | None = None, claims: Claims | None = None,
          sync_s: float = 2.0, clock: Callable[[], float] | None = None) -> TuneResult:
-    """Run one study to its budget. Every finished evaluation is in ``store`` before the strategy hears of it.
+    """Run one study to its budget. Every finished evaluation is in ``store`` when this returns; its claim is
+    held until it is stored.
 
     With ``claims``, several workers (processes or hosts) can run this loop on the
     same study: each claims a point before measuring it, reads the others' trials
@@ -91,23 +100,35 @@ class _Run:
         self.base, self.began = 0.0, 0.0  # the study's clock at resume, and when this run began on self.clock
         self.walls: list[float] = []  # this run's evaluation wall times: what the next one is predicted to take
         self.deadline = budget.seconds is not None and not self.simulated
+        self.mine: set[str] = set()  # keys of the trials this run measured (stored, or queued to be)
+        self.writer: TrialWriter | None = None
 
     def run(self) -> TuneResult:
         self.resume()
         began = time.perf_counter()
         self.base, self.began = self.state.clock, self.clock()
+        self.writer = TrialWriter(self.store, self.claims)
         if self.deadline:
             self.evaluator.bound(self.time_left)
         try:
             stopped = self.loop()
+        except BaseException:
+            try:
+                self.writer.close()  # what was measured is stored, also when the loop was interrupted
+            except Exception:  # the loop's own error is the one to raise; unstored points' claims lapse
+                pass
+            raise
         finally:
             if self.deadline:
                 self.evaluator.bound(None)
         if stopped == "seconds" and self.deadline:
             self.evaluator.abandon()  # the compiles started for points that will not be asked for
+        self.writer.close()
+        self.report()
         s = self.state
         return TuneResult(self.store.study.study_name, s.trials, s.new, s.best_point, s.best_ms, s.clock,
-                          stopped, s.failures, s.skipped, time.perf_counter() - began, s.store_s)
+                          stopped, s.failures, s.skipped, time.perf_counter() - began,
+                          s.store_s + self.writer.waited_s, self.writer.busy_s, s.busy_s, s.first_eval, s.last_eval)
 
     def loop(self) -> str:
         """Take, claim, measure and record points until the budget says stop; why it stopped."""
@@ -151,8 +172,16 @@ class _Run:
         self.report()
 
     def sync(self) -> set[str]:
-        """Tell the strategy the trials other workers stored since the last look; the keys of all stored trials."""
-        fresh = [r for r in self.store.history() if r.number not in self.state.numbers]
+        """Tell the strategy the trials other workers stored since the last look; the keys of all stored trials
+        (this run's queued ones included)."""
+        fresh = []
+        for r in self.store.history():
+            if r.number in self.state.numbers:
+                continue
+            if r.key in self.mine:  # this run's own, stored by its writer: known already
+                self.state.numbers.add(r.number)
+                continue
+            fresh.append(r)
         self.strategy.tell([(r.point, r.value) for r in fresh])
         for r in fresh:
             self.state.add(r.number, r.key, r.point, r.value, r.clock_s)
@@ -221,12 +250,15 @@ class _Run:
         except BaseException:
             self.claims.release(self.space.key(point))
             raise
-        elapsed = self.clock() - started
+        elapsed, s = self.clock() - started, self.state
         self.walls.append(elapsed)
+        s.busy_s += float(result.extra.get("worker_s", elapsed))
+        s.first_eval = began.timestamp() if s.first_eval is None else s.first_eval
+        s.last_eval = began.timestamp() + elapsed
         return result, began, elapsed
 
     def record(self, point: Point, result: EvalResult, began: _dt.datetime, elapsed: float) -> None:
-        """Store the trial, mark its claim done, then tell the strategy: the study hears first."""
+        """Queue the trial to be stored (its claim is marked done once it is), count it, tell the strategy."""
         key, s = self.space.key(point), self.state
         if result.status is Status.INFEASIBLE:
             s.skipped += 1
@@ -234,20 +266,20 @@ class _Run:
             self.strategy.tell([(point, None)])
             return
         clock = s.clock + result.cost_s if self.simulated else self.now()
-        writing = time.perf_counter()
-        number = self.store.record(point, result, clock, started=began, wall_s=elapsed)
-        self.claims.finish(key)
-        s.store_s += time.perf_counter() - writing
+        assert self.writer is not None
+        self.mine.add(key)
+        self.writer.put(key, self.store.trial(point, result, clock, started=began, wall_s=elapsed))
         self.strategy.tell([(point, result.value)])
-        s.add(number, key, point, result.value, clock)
+        s.add(None, key, point, result.value, clock)
         s.new += 1
         if result.status.failed:
             s.failures[result.status.value] = s.failures.get(result.status.value, 0) + 1
         self.report()
 
     def report(self) -> None:
+        """Tell ``on_trial`` (from this thread) the trials stored so far: queued ones are not, until they are."""
         if self.on_trial:
-            self.on_trial(self.state.trials, self.state.best_ms)
+            self.on_trial(self.state.trials - (self.writer.pending if self.writer else 0), self.state.best_ms)
 
 
 @dataclass
@@ -264,11 +296,15 @@ class _State:
     new: int = 0
     skipped: int = 0
     store_s: float = 0.0
+    busy_s: float = 0.0
+    first_eval: float | None = None
+    last_eval: float | None = None
     synced: float = field(default_factory=time.monotonic)
     failures: dict[str, int] = field(default_factory=dict)
 
-    def add(self, number: int, key: str, point: Point, value: float | None, clock: float) -> None:
-        self.numbers.add(number)
+    def add(self, number: int | None, key: str, point: Point, value: float | None, clock: float) -> None:
+        if number is not None:  # None: this run's own, not stored yet
+            self.numbers.add(number)
         self.done.add(key)
         self.trials += 1
         self.clock = max(self.clock, clock)

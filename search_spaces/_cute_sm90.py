@@ -199,14 +199,26 @@ def _compiled(point: Point, problem: Problem, a: Any, b: Any, c: Any) -> tuple[A
     key = _cache_key(point, problem)
     if key in _LOADED:
         return _LOADED[key], True
+    from evotune.evaluation.kernel_cache import KernelCache
+
+    stale = False
     try:
         loaded = _load(key)
     except Exception:  # an unreadable or stale file (a moved runtime library, say): compile again, overwrite it
-        loaded = None
+        loaded, stale = None, True
     if loaded is not None:
         _LOADED[key] = loaded
         return loaded, True
-    _LOADED[key] = _compile(point, problem, key, a, b, c)
+    built: list[Any] = []
+    # compiled once per kernel cache: a process that needs it while another compiles it waits, then loads it
+    present = (lambda: False) if stale else (lambda: _cached(key, ".o") is not None)
+    if KernelCache().build_once(key, lambda: built.append(_compile(point, problem, key, a, b, c)), present):
+        loaded = _load(key)
+        if loaded is not None:
+            _LOADED[key] = loaded
+            return loaded, True
+        built.append(_compile(point, problem, key, a, b, c))
+    _LOADED[key] = built[-1]
     return _LOADED[key], False
 
 
@@ -214,13 +226,18 @@ def precompile(point: Point, problem: Problem) -> bool:
     """Compile into the on-disk cache without launching anything; True when it was there already.
 
     The operands are torch meta tensors: a compile process allocates nothing on the GPU."""
-    from search_spaces._cute_aot import fake_operands
+    from evotune.evaluation.kernel_cache import KernelCache
 
     key = _cache_key(point, problem)
     if _cached(key, ".o") is not None:  # before importing torch and CuTe DSL: most calls end here
         return True
-    _compile(point, problem, key, *fake_operands(problem)[:3], launch=False)
-    return False
+
+    def build() -> None:
+        from search_spaces._cute_aot import fake_operands
+
+        _compile(point, problem, key, *fake_operands(problem)[:3], launch=False)
+
+    return KernelCache().build_once(key, build, lambda: _cached(key, ".o") is not None)
 
 
 def build(point: Point, problem: Problem) -> Any:

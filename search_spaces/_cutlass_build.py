@@ -126,11 +126,11 @@ def cached(key: str) -> bool:
 
 
 def precompile(key: str, source: Callable[[], str], what: str) -> bool:
-    """Compile into the on-disk cache without loading; True when it was there already."""
-    if cached(key):
-        return True
-    compile_library(key, source(), what)
-    return False
+    """Compile into the on-disk cache without loading; True when it was there already (or another process
+    compiled it while this one waited: a kernel is compiled once per cache)."""
+    from evotune.evaluation.kernel_cache import KernelCache
+
+    return KernelCache().build_once(key, lambda: compile_library(key, source(), what), lambda: cached(key))
 
 
 def library(key: str, source: Callable[[], str], what: str, setup: Callable[[Any], None]) -> tuple[Any, bool]:
@@ -138,9 +138,7 @@ def library(key: str, source: Callable[[], str], what: str, setup: Callable[[Any
     ``setup(lib)`` declares the C functions' argument types, once per load."""
     if key in _LOADED:
         return _LOADED[key], True
-    hit = cached(key)
-    if not hit:
-        compile_library(key, source(), what)
+    hit = precompile(key, source, what)
     lib = ctypes.CDLL(str(library_path(key)))
     setup(lib)
     _LOADED[key] = lib

@@ -120,12 +120,13 @@ def precompile(point: Point, problem: Problem) -> bool:
     from evotune.evaluation.kernel_cache import KernelCache
 
     cache, key = KernelCache(), _key(point, problem)
-    if cache.has(key):
-        return True
-    started = time.perf_counter()
-    _launcher(point, problem)[1](*make_inputs(problem, seed=0, fill=False))
-    cache.add(key, f"triton {problem.key} {point}", time.perf_counter() - started)
-    return False
+
+    def build() -> None:
+        started = time.perf_counter()
+        _launcher(point, problem)[1](*make_inputs(problem, seed=0, fill=False))
+        cache.add(key, f"triton {problem.key} {point}", time.perf_counter() - started)
+
+    return cache.build_once(key, build)  # once per cache: another process needing it meanwhile waits
 
 
 def build(point: Point, problem: Problem) -> Any:
@@ -136,13 +137,20 @@ def build(point: Point, problem: Problem) -> Any:
     # Triton keeps binaries in its own cache (TRITON_CACHE_DIR, set by the GPU worker inside
     # evotune's kernel cache); the index only records what was built, to count hits.
     cache, key = KernelCache(), _key(point, problem)
-    hit = cache.has(key)
-    started = time.perf_counter()
     launch, _ = _launcher(point, problem)
     a, b, c = make_inputs(problem, seed=0)
-    launch(a, b, c)  # the first launch compiles, or loads the binary from Triton's cache
-    torch.cuda.synchronize()
-    if not hit:
+
+    def first_launch() -> None:  # compiles, or loads the binary from Triton's cache
+        launch(a, b, c)
+        torch.cuda.synchronize()
+
+    def build() -> None:
+        started = time.perf_counter()
+        first_launch()
         cache.add(key, f"triton {problem.key} {point}", time.perf_counter() - started)
+
+    hit = cache.build_once(key, build)  # once per cache: another process needing it meanwhile waits
+    if hit:
+        first_launch()
     launch.cache_hit = hit  # type: ignore[attr-defined]
     return launch

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from evotune.cost_model import CostModel, WorkerCosts
+from evotune.cost_model import CostModel, WorkerCosts, measuring_share
 
 
 def test_one_worker_pays_everything_once_whatever_the_split():
@@ -68,3 +68,49 @@ def test_a_worker_measures_its_costs_so_that_they_add_up_to_its_wall_time():
     assert m.startup_s + 3 * m.per_problem_s + 30 * m.per_eval_s == pytest.approx(costs.wall_s)
     assert costs.to_dict()["model"]["per_problem_s"] == pytest.approx(1.0)
     assert "per problem 1.000 s (median of 3)" in costs.describe()
+
+
+def test_contention_learned_from_two_workers_predicts_more():
+    one = CostModel(startup_s=6.0, per_problem_s=4.0, per_eval_s=0.05)
+    learned = one.learn(2, per_eval_s=0.085)  # two workers each measured 85 ms where one measured 50
+    assert learned.contention == pytest.approx(0.7)
+    assert learned.per_eval_at(1) == pytest.approx(0.05) and learned.per_eval_at(4) == pytest.approx(0.155)
+    assert learned.wall_s(20, 100, 1) == one.wall_s(20, 100, 1)  # one worker alone: nothing changes
+    assert learned.wall_s(20, 100, 2) == pytest.approx(6.0 + 10 * (4.0 + 100 * 0.085))
+    assert learned.speedup(20, 100, 2) < one.speedup(20, 100, 2)
+    assert one.learn(2, per_eval_s=0.04).contention == 0.0  # faster beside another: noise, not help
+    with pytest.raises(ValueError, match="2 workers"):
+        one.learn(1, 0.05)
+
+
+def test_the_measuring_share_of_a_run_comes_from_its_trials():
+    import datetime as dt
+    from types import SimpleNamespace
+
+    t0 = dt.datetime(2026, 1, 1)
+
+    def trial(start_s, took_s, worker_s=None):
+        attrs = {} if worker_s is None else {"worker_s": worker_s}
+        return SimpleNamespace(datetime_start=t0 + dt.timedelta(seconds=start_s),
+                               datetime_complete=t0 + dt.timedelta(seconds=start_s + took_s), user_attrs=attrs)
+
+    busy, window = measuring_share([trial(0.0, 0.03, 0.025), trial(0.04, 0.03, 0.02), trial(0.08, 0.02)])
+    assert window == pytest.approx(0.10) and busy == pytest.approx(0.065)
+    assert measuring_share([]) == (0.0, 0.0)
+
+
+def test_a_worker_adds_up_its_studies_storage_and_measuring_time():
+    from types import SimpleNamespace
+
+    def result(first, last, **kw):
+        return SimpleNamespace(new_trials=10, loop_s=1.0, store_s=0.02, write_s=0.03, busy_s=0.8, first_eval=first,
+                               last_eval=last, **kw)
+
+    costs = WorkerCosts(started=0.0)
+    costs.took(1.5, [result(100.0, 101.0), result(101.0, 102.0)])
+    costs.took(1.2, [result(103.0, 104.0), result(None, None)])
+    costs.wall_s = 4.0
+    assert costs.evals == 40 and costs.store_s == pytest.approx(0.08) and costs.write_s == pytest.approx(0.12)
+    assert costs.window_s == pytest.approx(4.0) and costs.busy_share == pytest.approx(3.2 / 4.0)
+    assert costs.model().serial_eval_s == pytest.approx(0.2 / 40)  # claims and trials: under the storage's lock
+    assert "80% of the 4.00 s from the first evaluation to the last" in costs.describe()

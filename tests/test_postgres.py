@@ -10,10 +10,12 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 from test_workers import check_shared_study
 
 pytest.importorskip("psycopg2")
@@ -68,3 +70,50 @@ def test_record_on_postgresql_gets_a_database_of_its_own(tmp_path, postgres_url)
     (name,) = study_names(postgres_url.removesuffix("/postgres") + "/postgres_record")
     assert name.endswith("/record")
     assert main(["record", str(exp), "--out", str(tmp_path / "out"), "--seconds", "5"]) == 0  # it exists now
+
+
+def test_two_hosts_with_kernel_caches_of_their_own_share_one_study(tmp_path, postgres_url):
+    """Two workers, as on two hosts (each its own kernel cache), on one PostgreSQL study of the CPU oracle:
+    the budget is exact, no point is measured twice, and each host compiled what it measured, once."""
+    import optuna
+
+    from evotune.evaluation.kernel_cache import KernelCache
+    from evotune.study import make_storage, study_names
+
+    budget, workers = 24, 2
+    exp = tmp_path / "hosts.toml"
+    exp.write_text(f"""
+name = "hosts"
+space = "{ROOT / 'tests' / 'spaces' / 'cached_matmul.py'}"
+[oracle]
+kind = "cpu"
+timeout_s = 60
+[[problem]]
+m = 32
+n = 32
+k = 32
+dtype = "fp32"
+[strategy]
+name = "random"
+[budget]
+trials = {budget}
+[storage]
+url = "{postgres_url}"
+""")
+    base = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    procs = [subprocess.Popen([sys.executable, "-m", "evotune", "worker", str(exp), "--no-progress"], cwd=tmp_path,
+                              env={**base, "EVOTUNE_KERNEL_CACHE": str(tmp_path / f"host{i}")},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(workers)]
+    outs = [p.communicate(timeout=1800) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outs]
+    storage = make_storage(postgres_url)
+    (name,) = study_names(storage)
+    trials = optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+    keys = [t.user_attrs["key"] for t in trials]
+    assert len(trials) == budget and len(set(keys)) == budget  # exact, none measured twice
+    measured = [int(line.split(" measured by this worker")[0].rsplit(" ", 1)[1])
+                for _, err in outs for line in err.splitlines() if "measured by this worker" in line]
+    assert sum(measured) == budget and all(m > 0 for m in measured), measured  # both hosts took part
+    built = [[b["key"] for b in KernelCache(tmp_path / f"host{i}").builds()] for i in range(workers)]
+    assert all(len(b) == len(set(b)) for b in built)  # each host compiled each of its kernels once
+    assert [len(b) for b in built] == measured  # and compiled exactly what it measured, in its own cache

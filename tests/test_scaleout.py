@@ -30,8 +30,9 @@ def test_tuning_with_one_and_two_workers_is_exact_and_tabled(tmp_path, capsys):
     one = doc["runs"][0]["costs"][0]
     assert len(one["problems_s"]) == 3 and one["model"]["per_eval_s"] > 0  # the lone worker took up each once
     printed = capsys.readouterr().out
-    assert "| workers | split | wall time (s) | trials (studies) | exact | duplicates | speed-up |" in printed
-    assert "| 2 | problems |" in printed and "per problem" in printed
+    assert ("| workers | storage | split | wall time (s) | trials (studies) | exact | duplicates | kernels compiled "
+            "(different) | measuring | speed-up |") in printed
+    assert "| 2 | sqlite | problems |" in printed and "per problem" in printed
 
 
 def test_recording_is_split_across_workers_and_complete(tmp_path, capsys):
@@ -44,3 +45,30 @@ def test_recording_is_split_across_workers_and_complete(tmp_path, capsys):
     for run in runs:
         assert run["exact"] and run["incomplete"] == [] and list(run["trials"].values()) == [25] * 4
     assert "recording every feasible point" in capsys.readouterr().out
+
+
+def test_both_storages_and_the_contention_learned_from_two_workers(tmp_path, capsys):
+    out = tmp_path / "runs.json"
+    code = scaleout().main([str(ROOT / "experiments" / "scaleout_int8.toml"), "--cpu", "--workers", "1,2",
+                            "--problems", "2", "--trials", "10", "--storage", "sqlite,journal", "--json", str(out)])
+    assert code == 0
+    runs = json.loads(out.read_text())["runs"]
+    assert [(r["storage"], r["workers"]) for r in runs] == [("sqlite", 1), ("sqlite", 2), ("journal", 1),
+                                                           ("journal", 2)]
+    for r in runs:
+        assert r["exact"] and r["duplicates"] == 0 and r["builds"] == 0  # replay compiles nothing
+        assert r["window_s"] > 0 and r["busy_s"] > 0
+        # predicted from the lone worker's costs, and from those with the two workers' contention
+        assert r["predicted"] > 0 and r["predicted_with_contention"] > 0
+    assert "| 2 | journal | problems |" in capsys.readouterr().out
+
+
+def test_a_timed_run_after_a_warm_up_reports_how_busy_the_measuring_process_was(tmp_path, capsys):
+    out = tmp_path / "runs.json"
+    code = scaleout().main([str(ROOT / "experiments" / "gpu_busy_int8.toml"), "--cpu", "--run", "--warm",
+                            "--gpus", "1", "--problems", "2", "--trials", "8", "--json", str(out)])
+    assert code == 0
+    (run,) = json.loads(out.read_text())["runs"]
+    assert run["exact"] and run["workers"] == 1 and run["costs"] == []  # `evotune run`: no worker costs
+    assert 0 < run["busy_s"] < run["loops_s"] <= run["window_s"]
+    assert "% of " in capsys.readouterr().out

@@ -36,6 +36,7 @@ class RdbClaims(Claims):
             sa.Column("key", sa.Text), sa.Column("owner", sa.String(256)), sa.Column("expires", sa.Float),
             sa.Column("state", sa.String(8)))  # NULL in rows written before it existed: HELD
         self.locks = sa.Table("evotune_claim_locks", meta, sa.Column("study", sa.String(512), primary_key=True))
+        self.sql = _Statements(sa, self.table, self.locks)
         for attempt in range(5):
             try:
                 with schema_lock(url):
@@ -56,9 +57,8 @@ class RdbClaims(Claims):
 
     @contextmanager
     def _transaction(self) -> Iterator[_Transaction]:
-        sa = self.sa
         with self.engine.begin() as conn:
-            conn.execute(sa.select(self.locks.c.study).where(self.locks.c.study == self.study).with_for_update())
+            conn.execute(self.sql.lock, {"b_study": self.study})
             yield _RdbTransaction(self, conn)
 
 
@@ -97,42 +97,53 @@ def _begin_immediate(engine: Any) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+class _Statements:
+    """The claims' statements on one table, built once (SQLAlchemy compiles each once and reuses it): a claim
+    runs several of them for every point measured."""
+
+    def __init__(self, sa: Any, t: Any, locks: Any):
+        mine = t.c.study == sa.bindparam("b_study")
+        one = sa.and_(mine, t.c.key_hash == sa.bindparam("h"))
+        self.lock = sa.select(locks.c.study).where(locks.c.study == sa.bindparam("b_study")).with_for_update()
+        self.get = sa.select(t.c.owner, t.c.expires, t.c.state).where(one)
+        self.held = sa.select(t.c.key, t.c.owner, t.c.expires).where(mine, sa.or_(t.c.state.is_(None),
+                                                                                  t.c.state == HELD))
+        self.done_count = sa.select(sa.func.count()).select_from(t).where(mine, t.c.state == DONE)
+        self.done_keys = sa.select(t.c.key).where(mine, t.c.state == DONE)
+        self.update = sa.update(t).where(one).values(owner=sa.bindparam("o"), expires=sa.bindparam("e"),
+                                                     state=sa.bindparam("s"))
+        self.insert = sa.insert(t)
+        self.drop = sa.delete(t).where(one)
+
+
 class _RdbTransaction(_Transaction):
     def __init__(self, claims: RdbClaims, conn: Any):
-        self.claims, self.conn, self.t, self.sa = claims, conn, claims.table, claims.sa
+        self.claims, self.conn, self.sql = claims, conn, claims.sql
+        self.study = {"b_study": claims.study}
 
-    def _mine(self) -> Any:
-        return self.t.c.study == self.claims.study
-
-    def _one(self, key: str) -> Any:
-        return self.sa.and_(self._mine(), self.t.c.key_hash == hashlib.sha256(key.encode()).hexdigest())
+    def _one(self, key: str) -> dict[str, str]:
+        return {**self.study, "h": hashlib.sha256(key.encode()).hexdigest()}
 
     def get(self, key: str) -> Row | None:
-        t = self.t
-        r = self.conn.execute(self.sa.select(t.c.owner, t.c.expires, t.c.state).where(self._one(key))).first()
+        r = self.conn.execute(self.sql.get, self._one(key)).first()
         return None if r is None else Row(r.owner, float(r.expires), r.state or HELD)
 
     def held(self) -> dict[str, Row]:
-        t = self.t
-        rows = self.conn.execute(self.sa.select(t.c.key, t.c.owner, t.c.expires).where(
-            self._mine(), self.sa.or_(t.c.state.is_(None), t.c.state == HELD))).all()
+        rows = self.conn.execute(self.sql.held, self.study).all()
         return {r.key: Row(r.owner, float(r.expires), HELD) for r in rows}
 
     def done_count(self) -> int:
-        sa, t = self.sa, self.t
-        return int(self.conn.execute(sa.select(sa.func.count()).select_from(t).where(
-            self._mine(), t.c.state == DONE)).scalar_one())
+        return int(self.conn.execute(self.sql.done_count, self.study).scalar_one())
 
     def done_keys(self) -> set[str]:
-        t = self.t
-        return set(self.conn.execute(self.sa.select(t.c.key).where(self._mine(), t.c.state == DONE)).scalars())
+        return set(self.conn.execute(self.sql.done_keys, self.study).scalars())
 
     def put(self, key: str, state: str, expires: float) -> None:
-        sa, t, owner = self.sa, self.t, self.claims.owner
-        done = self.conn.execute(sa.update(t).where(self._one(key)).values(owner=owner, expires=expires, state=state))
+        owner, one = self.claims.owner, self._one(key)
+        done = self.conn.execute(self.sql.update, {**one, "o": owner, "e": expires, "s": state})
         if done.rowcount == 0:  # no row yet; the lock keeps every other worker of the study out meanwhile
-            self.conn.execute(sa.insert(t).values(study=self.claims.study, key_hash=hashlib.sha256(key.encode())
-                                                  .hexdigest(), key=key, owner=owner, expires=expires, state=state))
+            self.conn.execute(self.sql.insert, {"study": self.claims.study, "key_hash": one["h"], "key": key,
+                                                "owner": owner, "expires": expires, "state": state})
 
     def drop(self, key: str) -> None:
-        self.conn.execute(self.sa.delete(self.t).where(self._one(key)))
+        self.conn.execute(self.sql.drop, self._one(key))

@@ -13,7 +13,8 @@ context (an illegal address), or hangs, fails only its own trial:
 
 Compiling overlaps timing: when the space can ``precompile`` (fill its
 on-disk kernel cache without launching), a pool of compile processes, sized
-by CPU cores and memory (a CuTe DSL compile takes about 1 GB), builds the
+by CPU cores and memory (a CuTe DSL compile takes about 1 GB) and sharing the
+host with the other workers on it (:func:`default_workers`), builds the
 points the tuner will ask for next while the GPU worker times the current one;
 the GPU worker then loads them from the cache. A compile process that dies
 fails only the point it was compiling.
@@ -166,10 +167,12 @@ class GpuEvaluator(Evaluator):
         # The GPU worker builds the point whatever happened in the pool: a kernel cache hit when the
         # pool compiled it; otherwise it compiles itself, so an error is reported as the GPU sees it.
         left = self._left()
+        called = time.perf_counter()
         reply = self._worker.call(("eval", point, problem.to_dict(), self._seed), timeout_s=left)
         if left is not None and reply.get("status") == "timeout":
             raise DeadlinePassed(f"{self.space.key(point)} was still being evaluated at the run's deadline")
         extra = reply.setdefault("extra", {})
+        extra["worker_s"] = time.perf_counter() - called  # the GPU worker's time on the point: build, verify, time
         if pool_error:
             extra["pool_error"] = pool_error
         elif pool_hit is not None:  # prefetched: the pool found it in the cache, or compiled it there
@@ -225,12 +228,39 @@ def start_processes(spaces: Iterable[SearchSpace]) -> BaseContext:
 
 
 def default_workers() -> int:
-    """Compile processes for this machine: cores less two (the tuner and the GPU worker), about 1.5 GB each."""
+    """Compile processes for this worker: its share of the host's cores less two (its tuner and its GPU worker),
+    and of the free memory at about 1.5 GB each. The host's cores are shared by the workers on it
+    (:func:`workers_on_host`), so that N workers on one host start N pools that fit it together; a worker
+    already confined to some of the cores (``taskset``, a container's CPU set) takes those."""
     try:
         mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES") / 2**30
     except (ValueError, OSError):
         mem_gb = 8.0
-    return max(0, min((os.cpu_count() or 2) - 2, int(mem_gb / 1.5)))
+    host = os.cpu_count() or 2
+    mine = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else host
+    sharing = workers_on_host() if mine >= host else 1
+    return max(0, min(mine // sharing - 2, int(mem_gb / sharing / 1.5)))
+
+
+def workers_on_host() -> int:
+    """How many workers this host runs beside this one, this one included: one per GPU it sees of the host's
+    GPUs (``CUDA_VISIBLE_DEVICES=0`` on a host of two GPUs: two), as ``evotune worker`` is run."""
+    gpus = host_gpus()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if not gpus or visible is None:
+        return 1
+    seen = len([d for d in visible.split(",") if d.strip()])
+    return max(1, gpus // max(1, min(seen, gpus)))
+
+
+def host_gpus() -> int:
+    """NVIDIA GPUs on this host, counted from the driver's files (the tuner process never starts CUDA)."""
+    from pathlib import Path
+
+    found = list(Path("/proc/driver/nvidia/gpus").glob("*"))
+    if not found:
+        found = [p for p in Path("/dev").glob("nvidia*") if p.name.removeprefix("nvidia").isdigit()]
+    return len(found)
 
 
 def _pool_init() -> None:

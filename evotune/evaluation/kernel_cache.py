@@ -3,6 +3,8 @@
 Layout (``$EVOTUNE_KERNEL_CACHE``, default ``~/.cache/evotune/kernels``)::
 
     index.json          {key: {"what": ..., "compile_s": ..., "created": ...}}  (plain JSON)
+    builds.log          one line per kernel compiled here: {"key", "pid", "seconds"} (JSON lines)
+    locks/<key>.lock    held (flock) by the process compiling ``key``
     cute/<key>.o        CuTe DSL kernels exported as object files (no pickle anywhere)
     cute/<key>.so       the same linked into a shared library, where a C compiler is at hand (loads
                         through tvm-ffi alone)
@@ -14,11 +16,18 @@ baked in at compile time. ``index.json`` records what was built so that a
 second run can count its hits; writers take a file lock, so several workers
 can share the cache.
 
+A kernel is compiled once per cache, whichever process needs it first:
+:meth:`KernelCache.build_once` claims the key (an exclusive ``flock`` on its
+lock file) before compiling, and another process that needs the same kernel
+meanwhile waits for that lock, then finds the kernel built. The kernel
+releases a dead compiler's lock, so a killed compile holds nobody up; the next
+process compiles the kernel itself.
+
 Example::
 
     cache = KernelCache()
     key = cache.key("triton", triton.__version__, device, problem.dtype, problem.layout, point)
-    if cache.has(key): ...
+    hit = cache.build_once(key, lambda: compile_into_the_cache(key))
 """
 
 from __future__ import annotations
@@ -28,6 +37,8 @@ import fcntl
 import hashlib
 import json
 import os
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -85,6 +96,53 @@ class KernelCache:
 
     def has(self, key: str) -> bool:
         return key in self._read()
+
+    @contextmanager
+    def claimed(self, key: str) -> Iterator[None]:
+        """Hold ``key``'s build lock for the block: other processes building ``key`` wait for it meanwhile."""
+        folder = self.root / "locks"
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / f"{key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def build_once(self, key: str, build: Callable[[], None], present: Callable[[], bool] | None = None) -> bool:
+        """Compile ``key`` with ``build`` unless it is in the cache; True when it was (a hit, also when another
+        process built it while this one waited). ``present`` says whether it is (default: :meth:`has`); a
+        space whose files must exist too passes its own check. ``build`` fills the cache and calls :meth:`add`.
+        """
+        present = present or (lambda: self.has(key))
+        if present():
+            return True
+        with self.claimed(key):
+            if present():  # built by another process while this one waited for the lock
+                return True
+            started = time.perf_counter()
+            build()
+            self._log_build(key, time.perf_counter() - started)
+        return False
+
+    def builds(self) -> list[dict[str, Any]]:
+        """Every compile :meth:`build_once` made in this cache, oldest first."""
+        try:
+            lines = (self.root / "builds.log").read_text().splitlines()
+        except OSError:
+            return []
+        out = []
+        for line in lines:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue  # a line cut short by a killed process
+        return out
+
+    def _log_build(self, key: str, seconds: float) -> None:
+        line = json.dumps({"key": key, "pid": os.getpid(), "seconds": round(seconds, 3)}) + "\n"
+        with self._locked(), open(self.root / "builds.log", "a") as f:
+            f.write(line)
 
     def add(self, key: str, what: str, compile_s: float) -> None:
         with self._locked():

@@ -1,0 +1,41 @@
+"""A numpy matmul space whose builds go through the on-disk kernel cache, as a GPU space's do.
+
+A test fixture: ``build`` "compiles" a point into the kernel cache (a small file named by its key, written
+through :meth:`evotune.evaluation.kernel_cache.KernelCache.build_once`, so each cache compiles each point
+once and counts it in its ``builds.log``), then loads it from there and returns ``fn(a, b) -> c``.
+``tests/test_postgres.py`` runs two workers of it, each with a kernel cache of its own, on one study.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from evotune.evaluation.kernel_cache import KernelCache
+from evotune.problem import Problem
+from evotune.space import Point, SearchSpace, ordinal
+
+
+def build(point: Point, problem: Problem) -> Any:
+    cache = KernelCache()
+    key = cache.key("cached_matmul", problem.key, sorted(point.items()))
+    path = cache.path("numpy", key, ".json")
+
+    def compile_it() -> None:
+        path.write_text(json.dumps(point))
+        cache.add(key, f"cached_matmul {problem.key} {point}", 0.0)
+
+    cache.build_once(key, compile_it, lambda: cache.has(key) and path.is_file())
+    repeats = int(json.loads(path.read_text())["repeats"])
+
+    def fn(a: Any, b: Any) -> Any:
+        c = a @ b
+        for _ in range(repeats - 1):
+            c = a @ b
+        return c
+
+    return fn
+
+
+SPACE = SearchSpace("cached_matmul", [ordinal("repeats", (1, 2, 3, 4, 5, 6)), ordinal("split", (1, 2, 4, 8)),
+                                      ordinal("unroll", (1, 2))], build=build)

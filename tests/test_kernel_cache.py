@@ -1,0 +1,81 @@
+"""The on-disk kernel cache: a kernel is compiled once per cache, whichever process needs it first."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from pathlib import Path
+
+from evotune.evaluation.kernel_cache import KernelCache
+
+KEY = "k" * 24
+TIMEOUT = 600  # seconds any step may wait for another process; only a broken test waits that long
+
+
+def _build_into(cache: KernelCache, key: str) -> None:
+    (cache.root / f"{key}.bin").write_text(f"built by {os.getpid()}")
+    cache.add(key, "a kernel", 0.0)
+
+
+def _first(root: str, holding, go) -> None:
+    """Claims the key and compiles it, but only once the second process is waiting for it."""
+    cache = KernelCache(Path(root))
+
+    def build() -> None:
+        holding.set()
+        assert go.wait(TIMEOUT)
+        _build_into(cache, KEY)
+
+    assert cache.build_once(KEY, build) is False
+
+
+def _second(root: str, checked, result) -> None:
+    """Needs the same kernel while the first process compiles it."""
+    cache = KernelCache(Path(root))
+    looks = []
+
+    def present() -> bool:
+        looks.append(1)
+        if len(looks) == 1:
+            checked.set()  # it has looked, found nothing, and goes for the key now
+        return cache.has(KEY)
+
+    result.put(cache.build_once(KEY, lambda: _build_into(cache, KEY), present))
+
+
+def test_two_processes_needing_one_kernel_compile_it_once(tmp_path):
+    ctx = mp.get_context("fork")
+    holding, checked, go, result = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Queue()
+    first = ctx.Process(target=_first, args=(str(tmp_path), holding, go))
+    first.start()
+    assert holding.wait(TIMEOUT)  # the first process is compiling
+    second = ctx.Process(target=_second, args=(str(tmp_path), checked, result))
+    second.start()
+    assert checked.wait(TIMEOUT)  # the second found no kernel and wants it too
+    go.set()  # the first finishes its compile
+    first.join(TIMEOUT)
+    second.join(TIMEOUT)
+    assert first.exitcode == 0 and second.exitcode == 0
+    assert result.get(timeout=TIMEOUT) is True  # the second took the first one's kernel: a hit
+    cache = KernelCache(tmp_path)
+    builds = cache.builds()
+    assert [b["key"] for b in builds] == [KEY] and builds[0]["pid"] == first.pid
+    assert (tmp_path / f"{KEY}.bin").read_text() == f"built by {first.pid}"
+
+
+def test_a_compile_that_died_holds_nobody_up(tmp_path):
+    """The lock of a process killed while compiling goes with it: the next process compiles the kernel."""
+    ctx = mp.get_context("fork")
+
+    def die_compiling() -> None:
+        cache = KernelCache(tmp_path)
+        cache.build_once(KEY, lambda: os._exit(9))
+
+    proc = ctx.Process(target=die_compiling)
+    proc.start()
+    proc.join(TIMEOUT)
+    assert proc.exitcode == 9
+    cache = KernelCache(tmp_path)
+    assert cache.build_once(KEY, lambda: _build_into(cache, KEY)) is False
+    assert cache.build_once(KEY, lambda: _build_into(cache, KEY)) is True
+    assert [b["pid"] for b in cache.builds()] == [os.getpid()]
