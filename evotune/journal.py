@@ -166,6 +166,10 @@ class KillSafeJournal(JournalFileBackend):
             return  # nobody ever wrote through the lock
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            with open(self._file_path, "rb") as f:  # under the lock: a writer that just finished ends in a newline
+                f.seek(max(0, f.seek(0, os.SEEK_END) - 1))
+                if f.read(1) in (b"", b"\n"):
+                    return
         except BlockingIOError:
             return
         finally:
