@@ -188,12 +188,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _remember(rows: list, storage: str, console: Console) -> None:
-    """Measured (not replayed) results go into the tuning-result cache that evotune.lookup() reads."""
+    """The results go into the tuning-result cache that evotune.lookup() reads, each with its oracle (gpu, cpu,
+    replay), which lookup() selects by."""
     from evotune.lookup import remember
 
-    measured = [b for b in rows if b.oracle == "gpu"]
-    if measured:
-        console.print(f"tuning-result cache: {remember(measured, storage)}")
+    if rows:
+        console.print(f"tuning-result cache: {remember(rows, storage)}")
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

@@ -34,6 +34,7 @@ DTYPES: dict[str, dict[str, Any]] = {
     "fp32": {"bytes": 4, "acc": "fp32", "out": "fp32", "out_bytes": 4},
 }
 LAYOUTS = ("tn", "nn", "nt", "tt")
+DEFAULT_DTYPE = "bf16"
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ class Problem:
     m: int = 0
     n: int = 0
     k: int = 0
-    dtype: str = "bf16"
+    dtype: str = DEFAULT_DTYPE
     layout: str = "tn"
     label: str = ""  # for recorded non-GEMM kernels: the problem size, e.g. "20000000"
     extra: tuple[tuple[str, Any], ...] = field(default=())
@@ -117,14 +118,15 @@ class Problem:
         """The problem as JSON holds it (study attributes, landscapes, ``best`` exports).
 
         A workload's problem is written as its workload says (a GEMM: every field). A recorded
-        kernel (a Kernel Tuner file's) is known by its kernel name and problem size only: it is
-        written as ``kind``, ``label`` and ``extra``, with no GEMM shape, dtype or layout that
-        would describe it as something it is not.
+        kernel (a Kernel Tuner file's) is known by its kernel name, problem size and data type: it
+        is written as ``kind``, ``label``, ``dtype`` (left out at the default, which it reads back
+        as) and ``extra``, with no GEMM shape or layout that would describe it as something it is not.
         """
         w = self.workload
         if w is not None:
             return w.to_dict(self)
-        return {"kind": self.kind, "label": self.label, "extra": dict(self.extra)}
+        dtype = {} if self.dtype == DEFAULT_DTYPE else {"dtype": self.dtype}
+        return {"kind": self.kind, "label": self.label, **dtype, "extra": dict(self.extra)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Problem:

@@ -168,7 +168,7 @@ class _Run:
         self.strategy.warm_start([(r.point, r.value) for r in history])
         for r in history:
             self.state.add(r.number, r.key, r.point, r.value, r.clock_s)
-        self.claims.begin(self.state.done)
+        self.claims.begin(self.state.done, self.sync)
         self.report()
 
     def sync(self) -> set[str]:

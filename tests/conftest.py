@@ -1,4 +1,4 @@
-"""Shared fixtures: the landscapes shipped with the repository, and GPU test skipping."""
+"""Shared fixtures: the landscapes shipped with the repository, GPU test skipping, a tuning-result cache per test."""
 
 from __future__ import annotations
 
@@ -83,3 +83,10 @@ def gemm_landscape():
     from evotune.evaluation.landscape import load_landscape
 
     return load_landscape(GEMM)
+
+
+@pytest.fixture(autouse=True)
+def _own_tuning_cache(tmp_path_factory, monkeypatch):
+    """Every test writes and reads a tuning-result cache of its own (runs of every oracle write one), never
+    the user's ~/.cache/evotune/tuned.json; subprocesses inherit it."""
+    monkeypatch.setenv("EVOTUNE_TUNED", str(tmp_path_factory.mktemp("cache") / "tuned.json"))

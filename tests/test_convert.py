@@ -131,3 +131,19 @@ def test_bad_input_ends_with_one_line_exit_2_and_creates_nothing(args, needle, t
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("evotune: error: ") and needle in err[0], err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("precision", "dtype"), [([32], "fp32"), ([16], "fp16"), (None, "fp32")])
+def test_a_kernel_tuner_cache_is_read_with_its_data_type(tmp_path, precision, dtype):
+    """A cache names no data type: CLBlast's PRECISION parameter tells it; the hub's other kernels are fp32."""
+    raw = json.loads(gzip.decompress(KT_EXCERPT.read_bytes()))
+    if precision is not None:
+        raw["tune_params"]["PRECISION"] = precision
+        raw["tune_params_keys"].append("PRECISION")
+        for row in raw["cache"].values():
+            row["PRECISION"] = precision[0]
+    (tmp_path / "kt.json").write_text(json.dumps(raw))
+    assert load_landscape(tmp_path / "kt.json").problem.dtype == dtype
+    assert convert_cli(str(tmp_path / "kt.json"), "--out", str(tmp_path / "conv")) == 0
+    converted = load_landscape(tmp_path / "conv" / "kt.json.gz")
+    assert converted.problem.dtype == dtype and converted.problem.kind == "cn_pnpoly"

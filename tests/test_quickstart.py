@@ -56,6 +56,19 @@ def test_quickstart_runs_resumes_and_writes_its_outputs(tmp_path):
     assert study_sizes(tmp_path) == first
 
 
+def test_the_quickstart_landscape_is_labelled_fp32():
+    """CLBlast's Xgemm as the benchmark hub recorded it (PRECISION = 32): its problem says fp32, in the file, in
+    the studies' attributes and in the exports, which write it as the problem does."""
+    from evotune.evaluation.landscape import load_landscape
+    from evotune.problem import Problem
+
+    ls = load_landscape(load_experiment(QUICKSTART).landscapes[0])
+    assert [p.choices for p in ls.params if p.name == "PRECISION"] == [(32,)]
+    assert (ls.problem.kind, ls.problem.label, ls.problem.dtype) == ("Xgemm", "4096x4096", "fp32")
+    assert ls.problem.to_dict() == {"kind": "Xgemm", "label": "4096x4096", "dtype": "fp32", "extra": {}}
+    assert Problem.from_dict(ls.problem.to_dict()) == ls.problem and ls.problem.key == "Xgemm_4096x4096"
+
+
 def test_quickstart_ga_beats_random_at_the_median():
     """The quickstart's point: on this landscape the GA finds better kernels than random search."""
     from statistics import median

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import optuna
 import pytest
-from conftest import replay_experiment
+from conftest import ROOT, replay_experiment
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
@@ -62,10 +64,10 @@ def test_a_piece_on_a_fresh_machine_resumes_from_the_landscape_file(tmp_path, pn
         assert t.user_attrs["status"] == part.entries[tuple(t.params[n] for n in part.names)].status.value
 
 
-def best_row(m, n, k, time_ms, study="s"):
+def best_row(m, n, k, time_ms, study="s", oracle="gpu", space="triton_matmul", config=None):
     p = Problem.gemm(m, n, k, "bf16")
-    return Best("exp", p.key, p.to_dict(), "triton_matmul", {"BLOCK_M": 64}, time_ms, study, 0, "ga", 0, 10,
-                "NVIDIA H200", "gpu")
+    return Best("exp", p.key, p.to_dict(), space, config or {"BLOCK_M": 64}, time_ms, study, 0, "ga", 0, 10,
+                "NVIDIA H200", oracle)
 
 
 def test_lookup_exact_then_nearest_bucket(tmp_path):
@@ -88,6 +90,84 @@ def test_remember_keeps_the_fastest_per_problem(tmp_path):
     assert lookup(Problem.gemm(1024, 1024, 1024, "bf16"), path=db).time_ms == 0.5
     remember([best_row(1024, 1024, 1024, 0.4, study="b")], "s", db)
     assert lookup(Problem.gemm(1024, 1024, 1024, "bf16"), path=db).time_ms == 0.4
+
+
+def test_lookup_answers_from_one_oracle_and_gpu_by_default(tmp_path):
+    db = tmp_path / "tuned.json"
+    problem = Problem.gemm(2048, 2048, 2048, "bf16")
+    # one problem and one device name, timed three ways: a replayed landscape's time is no measurement
+    remember([best_row(2048, 2048, 2048, 0.3, study="g"), best_row(2048, 2048, 2048, 0.1, "r", "replay"),
+              best_row(2048, 2048, 2048, 9.0, study="c", oracle="cpu")], "s", db)
+    assert [(e["oracle"], e["time_ms"]) for e in json.loads(db.read_text())] == [
+        ("gpu", 0.3), ("replay", 0.1), ("cpu", 9.0)]
+    hit = lookup(problem, path=db)
+    assert (hit.oracle, hit.time_ms, hit.hardware) == ("gpu", 0.3, "NVIDIA H200")
+    assert (lookup(problem, path=db, oracle="replay").time_ms, lookup(problem, path=db, oracle="cpu").time_ms) == (
+        0.1, 9.0)
+    with pytest.raises(LookupError, match="timed by oracle 'replay'"):
+        lookup(Problem.gemm(2048, 2048, 2048, "int8"), path=db, oracle="replay")
+    with pytest.raises(ValueError, match="oracle: expected one of gpu, cpu, replay"):
+        lookup(problem, path=db, oracle="landscape")
+    old = [{k: v for k, v in e.items() if k != "oracle"} for e in json.loads(db.read_text()) if e["oracle"] == "gpu"]
+    db.write_text(json.dumps(old))  # a cache written before entries named their oracle held GPU results only
+    assert lookup(problem, path=db).time_ms == 0.3
+    with pytest.raises(LookupError):
+        lookup(problem, path=db, oracle="replay")
+
+
+def test_lookup_returns_the_config_as_the_kernel_takes_it(tmp_path):
+    db = tmp_path / "tuned.json"
+    stored = {"tile_m": 128, "tile_n": 256, "cluster": "2x1", "swizzle": 1, "raster": "m", "stages": 4}
+    remember([best_row(4096, 4096, 4096, 0.2, space="cute_hopper_gemm", config=stored),
+              best_row(1024, 1024, 1024, 0.1, space="a_users_space", config={"cluster": "2x1"})], "s", db)
+    hit = lookup(Problem.gemm(4096, 4096, 4096, "bf16"), path=db)
+    assert hit.config == {**stored, "cluster": (2, 1)} and hit.source["config"] == stored  # the file keeps "2x1"
+    unknown = lookup(Problem.gemm(1024, 1024, 1024, "bf16"), path=db)
+    assert unknown.config == {"cluster": "2x1"}
+    assert "space 'a_users_space' cannot be loaded here (not a built-in or installed space)" in unknown.note
+
+
+def test_replay_and_cpu_runs_are_looked_up_like_gpu_runs(tmp_path, pnpoly, capsys, monkeypatch):
+    from evotune.report import collect_best
+
+    url = f"journal:{tmp_path / 'r.journal'}"
+    exp = replay_experiment(tmp_path / "r.toml", name="rep", url=url, trials=20,
+                            extra=f'[outputs]\nplots = "{tmp_path / "plots"}"\nbest = "{tmp_path / "b.json"}"\n')
+    assert main(["run", str(exp), "--no-progress", "--no-plots"]) == 0
+    (row,) = collect_best(url, "rep")
+    hit = lookup(pnpoly.problem, oracle="replay")  # the cache this test's runs write ($EVOTUNE_TUNED)
+    assert (hit.oracle, hit.space, hit.config, hit.time_ms) == ("replay", row.space, row.config, row.time_ms)
+    assert hit.exact and hit.hardware == row.hardware
+    with pytest.raises(LookupError):
+        lookup(pnpoly.problem)  # no GPU measured it
+
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "open").touch()  # tests/spaces/gated.py builds every point
+    cpu = tmp_path / "c.toml"
+    cpu.write_text(f"""name = "cpu"
+space = "{ROOT / "tests" / "spaces" / "gated.py"}"
+[oracle]
+kind = "cpu"
+[[problem]]
+m = 8
+n = 8
+k = 8
+dtype = "fp32"
+[strategy]
+name = "random"
+[budget]
+trials = 4
+[storage]
+url = "journal:{tmp_path / 'c.journal'}"
+[outputs]
+best = "{tmp_path / "c.json"}"
+""")
+    monkeypatch.setenv("EVOTUNE_TEST_GATE", str(gate))
+    assert main(["run", str(cpu), "--no-progress", "--no-plots"]) == 0
+    hit = lookup(Problem.gemm(8, 8, 8, "fp32"), oracle="cpu")
+    assert hit.oracle == "cpu" and hit.space == "gated" and set(hit.config) == {"x", "y"}
+    assert "tuning-result cache" in capsys.readouterr().err
 
 
 def test_record_rewrites_the_landscape_while_it_measures(tmp_path, pnpoly, monkeypatch):

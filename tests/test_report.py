@@ -27,15 +27,15 @@ def tflops_cell(rows: list[Best]) -> str:
 
 
 def test_a_recorded_kernel_is_not_exported_as_a_bf16_gemm(tmp_path):
-    """The quickstart's Xgemm landscape (Kernel Tuner) is a kernel name and a problem size, nothing more."""
+    """The quickstart's Xgemm landscape (Kernel Tuner) is a kernel name, a problem size and its fp32, nothing more."""
     problem = load_landscape(GEMM).problem
     assert problem.kind != "gemm"
-    assert problem.to_dict() == {"kind": problem.kind, "label": "4096x4096", "extra": {}}
+    assert problem.to_dict() == {"kind": problem.kind, "label": "4096x4096", "dtype": "fp32", "extra": {}}
     assert Problem.from_dict(problem.to_dict()) == problem
     assert Problem.from_dict(Problem.gemm(64, 128, 256, "int8").to_dict()) == Problem.gemm(64, 128, 256, "int8")
     row = Best("q", problem.key, problem.to_dict(), "landscape:x", {"MWG": 64}, 11.5, "s", 0, "ga", 0, 10)
     (exported,) = json.loads(export_best([row], tmp_path / "best.json").read_text())
-    assert exported["problem"] == {"kind": "Xgemm", "label": "4096x4096", "extra": {}}
+    assert exported["problem"] == {"kind": "Xgemm", "label": "4096x4096", "dtype": "fp32", "extra": {}}
     assert exported["problem_key"] == "Xgemm_4096x4096" and exported["tflops"] is None
 
 

@@ -139,15 +139,28 @@ class Claims(ABC):
             if row is not None and row.state == HELD and row.owner == self.owner:
                 tx.drop(key)
 
-    def begin(self, finished: AbstractSet[str]) -> None:
+    def begin(self, finished: AbstractSet[str], look: Callable[[], AbstractSet[str]] | None = None) -> None:
         """A run starts on the study: count every stored trial (a study resumed from before claims were
-        kept has trials without one) and drop what an interrupted run of this process left held."""
+        kept has trials without one), drop what an interrupted run of this process left held, and free
+        the keys marked done whose trial is not in the study (lost with a torn last journal line, say)
+        so that they are measured again and the study still ends at its budget.
+
+        ``look`` reads the study again under the lock before a done key is freed: another worker may
+        have stored it since ``finished`` was read (a key is marked done only once its trial is stored).
+        """
         with self._transaction() as tx:
             for key, row in tx.held().items():
                 if row.owner == self.owner and key not in finished:
                     tx.drop(key)
+            done = tx.done_keys()
+            lost = done - finished
+            if lost and look is not None:
+                finished = look()
+                lost = done - finished
+            for key in lost:
+                tx.drop(key)
             now = time.time()
-            for key in finished - tx.done_keys():
+            for key in finished - done:
                 tx.put(key, DONE, now)
 
     def room(self, budget: int) -> int:
@@ -217,7 +230,7 @@ class NoClaims(Claims):
     def room(self, budget: int) -> int:
         return budget
 
-    def begin(self, finished: AbstractSet[str]) -> None:
+    def begin(self, finished: AbstractSet[str], look: Callable[[], AbstractSet[str]] | None = None) -> None:
         pass
 
     def active(self) -> set[str]:

@@ -209,10 +209,23 @@ def _parse_kernel_tuner(data: dict[str, Any], path: Path) -> Landscape:
         entries[values] = res
     size = data.get("problem_size")
     label = "x".join(map(str, size)) if isinstance(size, list) else str(size if size is not None else "")
-    problem = Problem(kind=str(data.get("kernel_name", "kernel")), label=label)
+    problem = Problem(kind=str(data.get("kernel_name", "kernel")), label=label, dtype=_kernel_tuner_dtype(data))
     meta = {"device": data.get("device_name", "?"), "kernel": data.get("kernel_name"),
             "problem_size": size, "source": "kernel_tuner", "objective": data.get("objective", "time")}
     return Landscape(params, entries, problem, meta)
+
+
+KT_PRECISION = {16: "fp16", 32: "fp32", 64: "fp64"}  # CLBlast's PRECISION parameter: bits of the data type
+
+
+def _kernel_tuner_dtype(data: dict[str, Any]) -> str:
+    """A Kernel Tuner cache's data type. The file names none: a kernel that is tuned over its precision (CLBlast's
+    ``PRECISION``) says it by the one value it was recorded at; any other gets fp32, the float that the benchmark
+    hub's kernels are written for (the file cannot tell)."""
+    precision = data["tune_params"].get("PRECISION")
+    if isinstance(precision, list) and len(precision) == 1 and precision[0] in KT_PRECISION:
+        return KT_PRECISION[precision[0]]
+    return "fp32"
 
 
 def _from_evotune(data: dict[str, Any], path: Path) -> Landscape:
