@@ -86,6 +86,8 @@ def remember(rows: Iterable[Any], storage: str, path: Path | None = None) -> Pat
         entry = {"space": b.space, "hardware": b.hardware, "oracle": b.oracle, "problem_key": b.problem_key,
                  "problem": b.problem, "config": b.config, "time_ms": b.time_ms, "experiment": b.experiment,
                  "study": b.study, "storage": storage, "updated": today}
+        if getattr(b, "space_source", "") not in ("", b.space):  # a user's file: where compile_best finds it
+            entry["space_source"] = b.space_source
         old = entries.get(_entry_key(entry))
         if old is not None and old["time_ms"] <= b.time_ms and old.get("study") != b.study:
             continue
@@ -142,11 +144,16 @@ def _family(p: Problem) -> tuple[Any, ...]:
 
 
 def _tuned(e: dict[str, Any], p: Problem, exact: bool, note: str) -> Tuned:
-    config, unknown = kernel_config(e["space"], e["config"])
+    config, unknown = kernel_config(space_ref(e), e["config"])
     if unknown:
         note += f"; space {e['space']!r} cannot be loaded here ({unknown}): config as stored"
     return Tuned(e["space"], p, config, float(e["time_ms"]), e.get("hardware"), exact, note, e,
                  e.get("oracle", "gpu"))
+
+
+def space_ref(entry: dict[str, Any]) -> str:
+    """What loads an entry's space again: the file a user's space came from, else its name."""
+    return str(entry.get("space_source") or entry["space"])
 
 
 def kernel_config(space: str, stored: dict[str, Any]) -> tuple[dict[str, Any], str]:
@@ -173,7 +180,7 @@ def compile_best(problem: Problem, space: str | None = None, hardware: str | Non
     from evotune.plugins import load_space
 
     tuned = lookup(problem, space, hardware, path, oracle)
-    sp = load_space(tuned.space)
+    sp = load_space(space_ref(tuned.source))
     if sp.build is None:
         raise ValueError(f"space {tuned.space!r} has no build function")
     return sp.build(tuned.config, problem)

@@ -58,6 +58,7 @@ class Best:
     search_ms: float | None = None
     search_baselines: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    space_source: str = ""  # how the space is loaded again: a built-in's name or a user's file path
     # Where several spaces tuned the problem: each space's fastest time (confirmed where its
     # confirmation record has one), so a user sees by how much the winning space won.
     by_space: dict[str, float] = field(default_factory=dict)
@@ -96,6 +97,7 @@ def collect_best(storage: str | optuna.storages.BaseStorage, experiment: str | N
                     s.study_name, t.number, a.get("strategy", "?"), int(a.get("seed", 0)), trials,
                     a.get("hardware"), a.get("oracle", "replay"), a.get("optimum_ms"))
         best.sources = list(a.get("transfer_sources") or [])
+        best.space_source = str(a.get("space_source") or "")
         best.baselines = {k: float(v["time_ms"] if isinstance(v, dict) else v)
                           for k, v in (a.get("baselines") or {}).items()
                           if not isinstance(v, dict) or v.get("time_ms") is not None}

@@ -48,6 +48,8 @@ def study_names(exp: Experiment, target: Target) -> list[str]:
 def study_attrs(exp: Experiment, target: Target, strategy: str, seed: int) -> dict:
     attrs = {
         "experiment": exp.name, "space": target.space.name, "problem": target.problem.to_dict(),
+        # how the space is loaded again (a built-in's name, a user's file path): compile_best() needs it
+        "space_source": target.space.source or target.space.name,
         "problem_key": target.problem.key, "strategy": strategy, "seed": seed, "oracle": exp.oracle,
         "hardware": target.ctx.hardware.name if target.ctx.hardware else None,
         "feasible": len(target.space.feasible(target.ctx)), "space_size": target.space.size,

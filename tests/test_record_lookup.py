@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import optuna
 import pytest
 from conftest import ROOT, replay_experiment
@@ -12,7 +13,7 @@ from optuna.storages.journal import JournalFileBackend
 
 from evotune.cli import main
 from evotune.evaluation.landscape import load_landscape
-from evotune.lookup import lookup, remember
+from evotune.lookup import compile_best, lookup, remember
 from evotune.problem import Problem
 from evotune.report import Best
 
@@ -168,6 +169,12 @@ best = "{tmp_path / "c.json"}"
     hit = lookup(Problem.gemm(8, 8, 8, "fp32"), oracle="cpu")
     assert hit.oracle == "cpu" and hit.space == "gated" and set(hit.config) == {"x", "y"}
     assert "tuning-result cache" in capsys.readouterr().err
+    # a user's space is loaded again from its file, by name alone it could not be: the config decoded, the
+    # kernel built
+    assert "cannot be loaded" not in hit.note
+    fn = compile_best(Problem.gemm(8, 8, 8, "fp32"), space="gated", oracle="cpu")
+    a, b = np.arange(64.0).reshape(8, 8), np.eye(8)
+    assert np.array_equal(fn(a, b), a)
 
 
 def test_record_rewrites_the_landscape_while_it_measures(tmp_path, pnpoly, monkeypatch):
