@@ -68,3 +68,34 @@ def test_record_on_postgresql_gets_a_database_of_its_own(tmp_path, postgres_url)
     (name,) = study_names(postgres_url.removesuffix("/postgres") + "/postgres_record")
     assert name.endswith("/record")
     assert main(["record", str(exp), "--out", str(tmp_path / "out"), "--seconds", "5"]) == 0  # it exists now
+
+
+def test_a_postgresql_url_that_names_no_driver_takes_the_installed_one(tmp_path, monkeypatch, capsys, postgres_url):
+    """SQLAlchemy 2.1 reads postgresql:// as psycopg 3; the postgres extra installs psycopg2: either serves."""
+    from conftest import replay_experiment
+
+    from evotune.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    plain = postgres_url.replace("postgresql+psycopg2://", "postgresql://")
+    exp = replay_experiment(tmp_path / "pg.toml", name="pg", url=plain, trials=5)
+    assert main(["run", str(exp), "--no-progress", "--no-plots"]) == 0
+    for url in (plain, postgres_url):
+        capsys.readouterr()
+        assert main(["best", "--storage", url, "--name", "pg"]) == 0, capsys.readouterr().err
+        assert "Best configurations: pg" in capsys.readouterr().out
+
+
+def test_best_on_an_empty_postgresql_database_creates_no_tables(capsys, postgres_url):
+    import sqlalchemy
+
+    from evotune.cli import main
+
+    assert main(["best", "--storage", postgres_url]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "holds no Optuna studies" in line
+    engine = sqlalchemy.create_engine(postgres_url)
+    try:
+        assert sqlalchemy.inspect(engine).get_table_names() == []
+    finally:
+        engine.dispose()
