@@ -118,7 +118,8 @@ def _parser() -> argparse.ArgumentParser:
     cmp.add_argument("--landscape", action="append", default=[], metavar="PATH",
                      help="Kernel Tuner cache file or evotune landscape (.json or .json.gz); repeatable")
     cmp.add_argument("--strategy", action="append", default=[], metavar="NAME",
-                     help="an evotune strategy, or kt:NAME for Kernel Tuner's (needs evotune[bench]); repeatable")
+                     help="an evotune strategy, or kt:NAME for Kernel Tuner's (needs pip install '.[bench]'); "
+                          "repeatable")
     cmp.add_argument("--budget", action="append", default=[], metavar="N",
                      help="evaluations per run; repeatable (every budget is read off one run per seed)")
     cmp.add_argument("--repeats", default="5", metavar="R", help="runs per strategy, seeds S..S+R-1 (default 5)")
@@ -320,11 +321,15 @@ def cmd_spaces(args: argparse.Namespace) -> int:
         hardware = hw.get_hardware(args.hardware)
     except (hw.UnknownHardware, RuntimeError):
         raise UsageError(f"--hardware: unknown {args.hardware!r}; accepted: auto, {', '.join(hw.names())}") from None
+    sizes = args.problem.lower().split("x")
+    if len(sizes) != 3 or not all(s.strip().isdigit() and int(s) > 0 for s in sizes):
+        raise UsageError(f"--problem: expected MxNxK, three positive integers (e.g. 4096x4096x4096), "
+                         f"got {args.problem!r}")
+    m, n, k = (int(s) for s in sizes)
     try:
-        m, n, k = (int(x) for x in args.problem.lower().split("x"))
         problem = Problem.gemm(m, n, k, args.dtype, args.layout)
     except ValueError as exc:
-        raise UsageError(f"--problem/--dtype/--layout: {exc} (expected e.g. 4096x4096x4096, bf16, tn)") from None
+        raise UsageError(f"--dtype/--layout: {exc} (expected e.g. bf16, tn)") from None
     table = Table(title=f"Search spaces on {hardware.name} for {problem.describe()}")
     columns = ["space", "size", "feasible", "pruned most by (count x first reason)", "parameters"]
     for col in columns + (["checked against the compiler"] if args.verbose else []):

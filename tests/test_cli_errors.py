@@ -1,5 +1,5 @@
 """The reading commands (``best``, ``plot``, ``dashboard``) and ``run`` on storages that are missing, of an
-unknown kind or not sound: one line naming the URL or the file, exit
+unknown kind or not sound, and ``spaces`` on a bad ``--problem``: one line naming the URL or the file, exit
 code 2, and nothing created or changed. Also how a PostgreSQL URL gets an installed driver."""
 
 from __future__ import annotations
@@ -138,6 +138,12 @@ def test_best_reads_a_sound_storage_without_writing_to_it(tmp_path, monkeypatch,
     assert main(["best", "--storage", "sqlite:///q.db"]) == 0
     assert "Best configurations" in capsys.readouterr().out
     assert files(tmp_path) == before  # not even the lock file that creating tables takes
+
+
+def test_spaces_names_a_problem_that_is_not_m_x_n_x_k(capsys):
+    code = main(["spaces", "--problem", "4096x4096"])
+    line = one_line(capsys, code, "--problem: ", "'4096x4096'", "MxNxK")
+    assert "unpack" not in line
 
 
 # -- a PostgreSQL URL takes an installed driver (no server needed) ------------------------------------------

@@ -202,3 +202,15 @@ def test_best_in_an_80_column_terminal(tmp_path, monkeypatch, capsys):
     assert sum("landscape:gemm_RTX_2080_Ti" in line for line in lines) == 1
     assert "│ 10 " in "\n".join(lines)  # both seeds' trials: the total the column is labelled with
 
+
+def test_the_kernel_tuner_hint_is_the_readme_s(tmp_path, monkeypatch, capsys):
+    """Kernel Tuner's strategies where it is not installed: the install command README gives (not on PyPI)."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "kernel_tuner", None)  # as if not installed
+    args = ["compare", "--landscape", str(PNPOLY), "--budget", "5", "--strategy", "kt:random_sample",
+            "--out", str(tmp_path)]
+    assert main(args) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "kt:random_sample is unavailable here: needs kernel_tuner: pip install '.[bench]'" in line
+    assert "with `pip install '.[bench]'`" in (GEMM.parents[3] / "README.md").read_text()
