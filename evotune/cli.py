@@ -19,6 +19,7 @@ from rich.table import Table
 
 from evotune.experiment import Experiment, ExperimentError, load_experiment
 from evotune.schedule import SPLITS
+from evotune.storage_url import StorageError
 
 EXIT_USAGE = 2
 
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return args.func(args) or 0
-    except (ExperimentError, UsageError) as exc:
+    except (ExperimentError, UsageError, StorageError) as exc:
         print(f"evotune: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
@@ -119,7 +120,8 @@ def _parser() -> argparse.ArgumentParser:
     cmp.add_argument("--landscape", action="append", default=[], metavar="PATH",
                      help="Kernel Tuner cache file or evotune landscape (.json or .json.gz); repeatable")
     cmp.add_argument("--strategy", action="append", default=[], metavar="NAME",
-                     help="an evotune strategy, or kt:NAME for Kernel Tuner's (needs evotune[bench]); repeatable")
+                     help="an evotune strategy, or kt:NAME for Kernel Tuner's (needs pip install '.[bench]'); "
+                          "repeatable")
     cmp.add_argument("--budget", action="append", default=[], metavar="N",
                      help="evaluations per run; repeatable (every budget is read off one run per seed)")
     cmp.add_argument("--repeats", default="5", metavar="R", help="runs per strategy, seeds S..S+R-1 (default 5)")
@@ -157,9 +159,16 @@ def _source(args: argparse.Namespace) -> tuple[str, str | None, Experiment | Non
     raise UsageError("give an experiment file or --storage URL")
 
 
-def _check_storage(url: str, where: str) -> None:
-    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
-        raise UsageError(f"{where}: no study database at {url.removeprefix('sqlite:///')} (run the experiment first)")
+def _open_source(args: argparse.Namespace) -> tuple[Any, str, str | None, Experiment | None]:
+    """(the storage, opened to read, its URL, the experiment name, the experiment) of a reading command: the
+    storage must exist, and nothing is created to open it."""
+    from evotune.study import open_existing
+
+    url, name, exp = _source(args)
+    try:
+        return open_existing(url), url, name, exp
+    except StorageError as exc:
+        raise UsageError(f"{args.experiment}: storage.url: {exc}" if exp else f"--storage: {exc}") from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -265,12 +274,11 @@ def _compile_only(args: argparse.Namespace, exp: Experiment) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     from evotune.plots import plot_experiment
 
-    storage, name, exp = _source(args)
-    _check_storage(storage, args.experiment or "--storage")
+    storage, url, name, exp = _open_source(args)
     out = args.out or (exp.plots_dir if exp else "plots")
     paths = plot_experiment(storage, name, out)
     if not paths:
-        raise UsageError(f"{args.experiment or storage}: no finished trials to plot")
+        raise UsageError(f"{args.experiment or url}: no finished trials to plot")
     for path in paths:
         print(path)
     return 0
@@ -279,29 +287,29 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def cmd_best(args: argparse.Namespace) -> int:
     from evotune.report import best_table, collect_best, export_best
 
-    storage, name, exp = _source(args)
-    _check_storage(storage, args.experiment or "--storage")
+    storage, url, name, exp = _open_source(args)
     rows = collect_best(storage, name)
     if not rows:
-        raise UsageError(f"{args.experiment or storage}: no finished trials yet")
-    _console().print(best_table(rows, f"Best configurations: {name or storage}"))
+        raise UsageError(f"{args.experiment or url}: no finished trials yet")
+    _console().print(best_table(rows, f"Best configurations: {name or url}"))
     target = args.json or (exp.best_path if exp else None)
     if target:
         print(f"exported: {export_best(rows, target)}")
-    _remember(rows, storage, _console(stderr=True))
+    _remember(rows, url, _console(stderr=True))
     return 0
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
-    from evotune.dashboard import serve
+    from evotune.dashboard import DashboardMissing, require_dashboard, serve
+    from evotune.storage_url import shown
 
-    storage, _, _ = _source(args)
-    _check_storage(storage, args.experiment or "--storage")
-    print(f"optuna-dashboard for {storage} on http://{args.host}:{args.port}/ (Ctrl-C to stop)", flush=True)
     try:
-        serve(storage, args.host, args.port)
-    except RuntimeError as exc:
+        require_dashboard()  # before anything is opened or a URL is printed that would not answer
+    except DashboardMissing as exc:
         raise UsageError(str(exc)) from None
+    storage, url, _, _ = _open_source(args)
+    print(f"optuna-dashboard for {shown(url)} on http://{args.host}:{args.port}/ (Ctrl-C to stop)", flush=True)
+    serve(storage, args.host, args.port)
     return 0
 
 
@@ -315,11 +323,15 @@ def cmd_spaces(args: argparse.Namespace) -> int:
         hardware = hw.get_hardware(args.hardware)
     except (hw.UnknownHardware, RuntimeError):
         raise UsageError(f"--hardware: unknown {args.hardware!r}; accepted: auto, {', '.join(hw.names())}") from None
+    sizes = args.problem.lower().split("x")
+    if len(sizes) != 3 or not all(s.strip().isdigit() and int(s) > 0 for s in sizes):
+        raise UsageError(f"--problem: expected MxNxK, three positive integers (e.g. 4096x4096x4096), "
+                         f"got {args.problem!r}")
+    m, n, k = (int(s) for s in sizes)
     try:
-        m, n, k = (int(x) for x in args.problem.lower().split("x"))
         problem = Problem.gemm(m, n, k, args.dtype, args.layout)
     except ValueError as exc:
-        raise UsageError(f"--problem/--dtype/--layout: {exc} (expected e.g. 4096x4096x4096, bf16, tn)") from None
+        raise UsageError(f"--dtype/--layout: {exc} (expected e.g. bf16, tn)") from None
     table = Table(title=f"Search spaces on {hardware.name} for {problem.describe()}")
     columns = ["space", "size", "feasible", "pruned most by (count x first reason)", "parameters"]
     for col in columns + (["checked against the compiler"] if args.verbose else []):

@@ -18,20 +18,35 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import optuna
+
 TABLE_PAGE = re.compile(r"^(/dashboard/studies/\d+)/trialTable/?$")
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
-def app(storage_url: str) -> WsgiApp:
-    """The dashboard as a WSGI application. Needs the ``dashboard`` extra."""
-    try:
-        from optuna_dashboard import wsgi
-    except ImportError as exc:
-        raise RuntimeError("the dashboard needs optuna-dashboard: pip install 'evotune[dashboard]'") from exc
-    from evotune.study import make_storage
+class DashboardMissing(RuntimeError):
+    """optuna-dashboard is not installed."""
 
-    return redirect_table_page(wsgi(make_storage(storage_url)))
+
+def require_dashboard() -> None:
+    """DashboardMissing, saying how to install it, unless optuna-dashboard can be imported."""
+    try:
+        import optuna_dashboard  # noqa: F401
+    except ImportError:
+        raise DashboardMissing("the dashboard needs optuna-dashboard: pip install '.[dashboard]' in the evotune "
+                               "clone") from None
+
+
+def app(storage: str | optuna.storages.BaseStorage) -> WsgiApp:
+    """The dashboard as a WSGI application over ``storage`` (a URL: an existing storage, opened without creating
+    anything). Needs the ``dashboard`` extra."""
+    require_dashboard()
+    from optuna_dashboard import wsgi
+
+    from evotune.study import open_existing
+
+    return redirect_table_page(wsgi(open_existing(storage) if isinstance(storage, str) else storage))
 
 
 def redirect_table_page(inner: WsgiApp) -> WsgiApp:
@@ -47,9 +62,9 @@ def redirect_table_page(inner: WsgiApp) -> WsgiApp:
     return wrapped
 
 
-def serve(storage_url: str, host: str = "127.0.0.1", port: int = 8080) -> None:
+def serve(storage: str | optuna.storages.BaseStorage, host: str = "127.0.0.1", port: int = 8080) -> None:
     """Serve the dashboard until interrupted. Needs the ``dashboard`` extra."""
-    application = app(storage_url)
+    application = app(storage)
     from bottle import run  # optuna-dashboard's own server, a dependency of it
 
     run(application, host=host, port=port)

@@ -232,7 +232,12 @@ class _Parser:
         if not (url.startswith(("sqlite:///", "postgresql", "mysql", "journal:"))):
             raise self.fail(f"storage.{key}", f"unsupported URL {url!r}; accepted: sqlite:///PATH, "
                                               "postgresql://..., mysql://..., journal:PATH")
-        return url
+        from evotune.storage_url import StorageError, with_driver  # sqlalchemy: only once the rest is checked
+
+        try:
+            return with_driver(url)  # postgresql:// takes whichever PostgreSQL driver is installed
+        except StorageError as exc:
+            raise self.fail(f"storage.{key}", str(exc)) from None
 
     def oracle_options(self, oracle_t: dict[str, Any], oracle: str) -> OracleOptions:
         given = {k: v for k, v in oracle_t.items() if k not in ("kind", "landscapes")}

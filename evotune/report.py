@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from rich.console import Group
+from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.table import Table
 from rich.text import Text
 
@@ -199,21 +199,27 @@ def _add_throughput(best: Best, copy_gbps: float | None) -> None:
     best.tflops, best.pct_peak, best.pct_hbm_roofline = throughput(problem, best.time_ms, peak, copy_gbps)
 
 
+OPTIONAL = ("space", "confirmed", "vs optimum", "vs baseline", "TFLOP/s (% peak)", "% HBM roofline")
+TRIALS = "all trials"  # a problem's finished trials: every strategy and seed together
+
+
 def best_table(rows: list[Best], title: str = "Best configurations") -> Group:
-    """A table of the best per problem, then each best configuration on a line of its own."""
-    table = Table(title=title)
-    for col in ("problem", "space", "best (ms)", "confirmed", "vs optimum", "vs baseline", "TFLOP/s (% peak)",
-                "% HBM roofline", "trials", "found by"):
-        table.add_column(col, overflow="fold")
+    """A table of the best per problem, then each best configuration on a line of its own.
+
+    A column no row has a value for is left out (replay knows no baseline, throughput or confirmation), and
+    a space shared by every row is named once in the title, so that the table fits an 80-column terminal.
+    """
+    spaces = sorted({b.space for b in rows})
+    if len(spaces) == 1:
+        title = f"{title}, space {spaces[0]}"
+    cells = [{"problem": b.problem_key, "space": b.space if len(spaces) > 1 else "-", "best (ms)": f"{b.time_ms:.4g}",
+              "confirmed": _confirmed_text(b), "vs optimum": _optimum_text(b), "vs baseline": _baseline_text(b),
+              "TFLOP/s (% peak)": _throughput_text(b), "% HBM roofline": _roofline_text(b),
+              TRIALS: str(b.trials), "found by": f"{b.strategy} s{b.seed}"} for b in rows]
+    columns = [c for c in cells[0] if c not in OPTIONAL or any(row[c] != "-" for row in cells)] if cells else []
+    table = FittedTable(title, f"{TRIALS}: every strategy and seed of the problem together", columns, cells)
     configs = []
     for b in rows:
-        frac = f"{100 * b.fraction_of_optimum:.1f}%" if b.fraction_of_optimum else "-"
-        base = ", ".join(f"{v / b.time_ms:.2f}x {k}" for k, v in b.baselines.items()) or "-"
-        tput = "-" if b.tflops is None else _tflops_text(b.tflops) + (
-            f" ({b.pct_peak:.0f}%)" if b.pct_peak is not None else "")
-        roof = f"{b.pct_hbm_roofline:.0f}%" if b.pct_hbm_roofline else "-"
-        table.add_row(b.problem_key, b.space, f"{b.time_ms:.4g}", _confirmed_text(b), frac, base, tput, roof,
-                      str(b.trials), f"{b.strategy} s{b.seed}")
         configs.append(Text.assemble((b.problem_key, "bold"), ": ", " ".join(f"{k}={v}" for k, v in b.config.items())))
         if len(b.by_space) > 1:
             configs.append(Text("  each space's best: " + ", ".join(
@@ -222,6 +228,69 @@ def best_table(rows: list[Best], title: str = "Best configurations") -> Group:
         if b.sources:
             configs.append(Text(f"  transferred from {sources_text(b.sources)}"))
     return Group(table, *configs)
+
+
+@dataclass
+class FittedTable:
+    """A table laid out for the width it is printed in: where it does not fit, the other columns' headers and
+    cells wrap first, and a problem key only as far as it must (a space name never: it is one of few, and short
+    where there are several)."""
+
+    title: str
+    caption: str
+    columns: list[str]
+    cells: list[dict[str, str]]
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.table(options.max_width)
+
+    def table(self, width: int) -> Table:
+        table = Table(title=self.title, caption=self.caption)
+        for col, col_width in zip(self.columns, self.widths(width - (3 * len(self.columns) + 1)), strict=True):
+            table.add_column(col, overflow="fold", no_wrap=col == "space", width=col_width)
+        for row in self.cells:
+            table.add_row(*(row[c] for c in self.columns))
+        return table
+
+    def widths(self, room: int) -> list[int | None]:
+        """Each column's width in ``room`` characters (borders and padding excluded); None: Rich's choice (all
+        fits, or nothing can)."""
+        texts = {c: [c, *(row[c] for row in self.cells)] for c in self.columns}
+        longest = {c: max(len(t) for t in ts) for c, ts in texts.items()}
+        if sum(longest.values()) <= room:
+            return [None] * len(self.columns)
+        # the longest word: narrower, and a column's cells break inside words
+        least = {c: max(len(w) for t in ts for w in t.split()) for c, ts in texts.items() if c != "problem"}
+        least["problem"] = min(longest["problem"], 12)
+        spare = room - sum(least.values())
+        if spare < 0:
+            return [None] * len(self.columns)
+        fitted = dict(least)
+        # the problem key first, then the columns that need least to be whole (more of them are)
+        others = sorted((c for c in self.columns if c != "problem"), key=lambda c: longest[c] - least[c])
+        for col in ("problem", *others):
+            more = min(spare, longest[col] - fitted[col])
+            fitted[col] += more
+            spare -= more
+        return [fitted[c] for c in self.columns]
+
+
+def _optimum_text(b: Best) -> str:
+    return f"{100 * b.fraction_of_optimum:.1f}%" if b.fraction_of_optimum else "-"
+
+
+def _baseline_text(b: Best) -> str:
+    return ", ".join(f"{v / b.time_ms:.2f}x {k}" for k, v in b.baselines.items()) or "-"
+
+
+def _throughput_text(b: Best) -> str:
+    if b.tflops is None:
+        return "-"
+    return _tflops_text(b.tflops) + (f" ({b.pct_peak:.0f}%)" if b.pct_peak is not None else "")
+
+
+def _roofline_text(b: Best) -> str:
+    return f"{b.pct_hbm_roofline:.0f}%" if b.pct_hbm_roofline else "-"
 
 
 def sources_text(sources: list[dict[str, Any]], limit: int = 3) -> str:

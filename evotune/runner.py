@@ -139,8 +139,8 @@ def check_needs(exp: Experiment, resolved: list[Target]) -> None:
 def _gpu_evaluator_class(exp: Experiment) -> type[Evaluator]:
     # The GPU worker imports torch in its own process; without it every point would fail there, one by one.
     if importlib.util.find_spec("torch") is None:
-        raise ExperimentError(exp.path, "oracle.kind", "'gpu' needs the gpu extra and a CUDA GPU "
-                                                       "(torch is not installed: pip install 'evotune[gpu]')")
+        raise ExperimentError(exp.path, "oracle.kind", "'gpu' needs the gpu extra and a CUDA GPU (torch is not "
+                                                       "installed: pip install '.[gpu]' in the evotune clone)")
     from evotune.evaluation.gpu import GpuEvaluator
 
     return GpuEvaluator

@@ -43,6 +43,15 @@ from optuna.trial import TrialState
 
 from evotune.evaluation.result import EvalResult, Status
 from evotune.space import Point, SearchSpace
+from evotune.storage_url import (
+    StorageError,
+    check_sqlite_file,
+    first_line,
+    missing_tables,
+    shown,
+    sqlite_file,
+    with_driver,
+)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -89,7 +98,7 @@ def create_database(url: str) -> None:
         return
     import sqlalchemy
 
-    parsed = sqlalchemy.engine.make_url(url)
+    parsed = sqlalchemy.engine.make_url(with_driver(url))
     name = parsed.database
     if not name:
         return
@@ -112,17 +121,21 @@ def create_database(url: str) -> None:
 
 
 def make_storage(url: str) -> optuna.storages.BaseStorage:
-    """An Optuna storage for ``url``: RDB URLs (sqlite, postgresql, ...) or ``journal:PATH``."""
+    """An Optuna storage for ``url``: RDB URLs (sqlite, postgresql, ...) or ``journal:PATH``, created when missing.
+
+    :class:`~evotune.storage_url.StorageError` (one line) for an unknown URL, a server URL whose driver is not
+    installed, or an existing file that is not a sound storage (checked before anything is written to it).
+    """
+    url = with_driver(url)
     if url.startswith("journal:"):
-        from optuna.storages.journal import JournalStorage
-
-        from evotune.journal import KillSafeJournal
-
         path = Path(url.removeprefix("journal:"))
         path.parent.mkdir(parents=True, exist_ok=True)
-        return JournalStorage(KillSafeJournal(path))
-    if url.startswith("sqlite:///"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        return _journal(path)
+    db = sqlite_file(url)
+    if db is not None:
+        db.parent.mkdir(parents=True, exist_ok=True)
+        if db.exists():
+            check_sqlite_file(db)
     # heartbeat-free RDB storage; a trial is added whole, so none can be left RUNNING
     import sqlalchemy
 
@@ -138,6 +151,54 @@ def make_storage(url: str) -> optuna.storages.BaseStorage:
             if attempt == 5:
                 raise
             time.sleep(0.5 * attempt)
+        except sqlalchemy.exc.OperationalError as exc:  # a server that is not there or refuses: what it said
+            raise StorageError(first_line(exc)) from None
+
+
+def open_existing(url: str) -> optuna.storages.BaseStorage:
+    """The storage at ``url`` for commands that only read (``best``, ``plot``, ``dashboard``): it must exist
+    and hold Optuna's tables, and nothing is created or written to open it (no file, no table, no lock file).
+
+    :class:`~evotune.storage_url.StorageError` (one line naming the file or URL) otherwise.
+    """
+    url = with_driver(url)
+    if url.startswith("journal:"):
+        path = Path(url.removeprefix("journal:"))
+        if not path.is_file():
+            raise StorageError(f"no journal file {path} (run the experiment first)")
+        return _journal(path)
+    db = sqlite_file(url)
+    if db is not None:
+        if not db.exists():
+            raise StorageError(f"no study database at {db} (run the experiment first)")
+        check_sqlite_file(db)
+    import sqlalchemy
+
+    where = db or shown(url)
+    try:
+        engine = sqlalchemy.create_engine(url, **engine_kwargs(url))
+        try:
+            missing = missing_tables(sqlalchemy.inspect(engine).get_table_names())
+        finally:
+            engine.dispose()
+        if missing:
+            raise StorageError(f"{where} holds no Optuna studies (no table {missing[0]!r}), so it is not an evotune "
+                               "storage")
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs(url), skip_table_creation=True)
+    except (sqlalchemy.exc.SQLAlchemyError, RuntimeError) as exc:  # a server that refuses; another Optuna schema
+        raise StorageError(f"cannot open {where}: {first_line(exc)}") from None
+
+
+def _journal(path: Path) -> optuna.storages.BaseStorage:
+    from optuna.storages.journal import JournalStorage
+
+    from evotune.journal import KillSafeJournal
+
+    try:  # the journal is read whole here: a line that is not one of Optuna's operations fails now
+        return JournalStorage(KillSafeJournal(path))
+    except (ValueError, KeyError, TypeError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise StorageError(f"{path} is not a readable Optuna journal, so not an evotune storage "
+                           f"({first_line(exc)})") from None
 
 
 @contextmanager

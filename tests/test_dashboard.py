@@ -204,3 +204,24 @@ def test_dashboard_refuses_a_missing_storage_url(tmp_path, capsys):
     assert len(lines) == 1
     assert lines[0].startswith("evotune: error: --storage: ") and str(db) in lines[0]
     assert not db.exists()
+
+
+def test_dashboard_without_optuna_dashboard_says_how_to_install_it_before_anything_else(tmp_path, monkeypatch,
+                                                                                         capsys):
+    """No address is printed that would not answer, and the hint is the README's (the package is not on PyPI)."""
+    import bottle
+
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "dash.db"
+    exp = write_experiment(tmp_path, db)
+    assert cli.main(["run", str(exp), "--no-progress", "--no-plots"]) == 0
+    capsys.readouterr()
+    monkeypatch.setitem(sys.modules, "optuna_dashboard", None)  # as if not installed
+    monkeypatch.setattr(bottle, "run", lambda *a, **k: pytest.fail("the dashboard started serving"))
+    assert cli.main(["dashboard", str(exp), "--port", str(free_port())]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.splitlines()
+    assert line.startswith("evotune: error: the dashboard needs optuna-dashboard: pip install '.[dashboard]'")
+    readme = (ROOT / "README.md").read_text()
+    assert "pip install '.[dashboard]'" in readme

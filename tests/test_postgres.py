@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -100,10 +101,22 @@ trials = {budget}
 [storage]
 url = "{postgres_url}"
 """)
+    # Each host may build half the budget before its builds wait for the test: neither can finish the study
+    # alone, however fast it starts, and the first to stop (the study full) lets the other finish.
+    gates = [tmp_path / f"gate{i}" for i in range(workers)]
+    for gate in gates:
+        gate.mkdir()
+        for n in range(budget // workers):
+            (gate / f"{n:04d}").touch()
     base = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     procs = [subprocess.Popen([sys.executable, "-m", "evotune", "worker", str(exp), "--no-progress"], cwd=tmp_path,
-                              env={**base, "EVOTUNE_KERNEL_CACHE": str(tmp_path / f"host{i}")},
+                              env={**base, "EVOTUNE_KERNEL_CACHE": str(tmp_path / f"host{i}"),
+                                   "EVOTUNE_TEST_GATE": str(gates[i])},
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(workers)]
+    while all(p.poll() is None for p in procs):
+        time.sleep(0.01)
+    for gate in gates:
+        (gate / "open").touch()
     outs = [p.communicate(timeout=1800) for p in procs]
     assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outs]
     storage = make_storage(postgres_url)
@@ -117,3 +130,34 @@ url = "{postgres_url}"
     built = [[b["key"] for b in KernelCache(tmp_path / f"host{i}").builds()] for i in range(workers)]
     assert all(len(b) == len(set(b)) for b in built)  # each host compiled each of its kernels once
     assert [len(b) for b in built] == measured  # and compiled exactly what it measured, in its own cache
+
+
+def test_a_postgresql_url_that_names_no_driver_takes_the_installed_one(tmp_path, monkeypatch, capsys, postgres_url):
+    """SQLAlchemy 2.1 reads postgresql:// as psycopg 3; the postgres extra installs psycopg2: either serves."""
+    from conftest import replay_experiment
+
+    from evotune.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    plain = postgres_url.replace("postgresql+psycopg2://", "postgresql://")
+    exp = replay_experiment(tmp_path / "pg.toml", name="pg", url=plain, trials=5)
+    assert main(["run", str(exp), "--no-progress", "--no-plots"]) == 0
+    for url in (plain, postgres_url):
+        capsys.readouterr()
+        assert main(["best", "--storage", url, "--name", "pg"]) == 0, capsys.readouterr().err
+        assert "Best configurations: pg" in capsys.readouterr().out
+
+
+def test_best_on_an_empty_postgresql_database_creates_no_tables(capsys, postgres_url):
+    import sqlalchemy
+
+    from evotune.cli import main
+
+    assert main(["best", "--storage", postgres_url]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "holds no Optuna studies" in line
+    engine = sqlalchemy.create_engine(postgres_url)
+    try:
+        assert sqlalchemy.inspect(engine).get_table_names() == []
+    finally:
+        engine.dispose()

@@ -21,9 +21,16 @@ def table_text(rows: list[Best]) -> str:
     return console.export_text()
 
 
-def tflops_cell(rows: list[Best]) -> str:
-    line = next(x for x in table_text(rows).splitlines() if rows[0].problem_key in x and "│" in x)
-    return line.split("│")[7].strip()  # after problem, space, best, confirmed, vs optimum and vs baseline
+def cell(rows: list[Best], column: str) -> str | None:
+    """The first row's text in ``column``; None where the table has no such column."""
+    lines = table_text(rows).splitlines()
+    header = [c.strip() for c in next(x for x in lines if "┃" in x).split("┃")]
+    row = next(x for x in lines if rows[0].problem_key in x and "│" in x)
+    return row.split("│")[header.index(column)].strip() if column in header else None
+
+
+def tflops_cell(rows: list[Best]) -> str | None:
+    return cell(rows, "TFLOP/s (% peak)")
 
 
 def test_a_recorded_kernel_is_not_exported_as_a_bf16_gemm(tmp_path):
@@ -43,7 +50,10 @@ def test_throughput_is_unknown_without_a_flop_count_and_never_shown_as_zero():
     kernel = load_landscape(PNPOLY).problem
     assert kernel.flops is None and throughput(kernel, 0.02, 989.4, 3000.0) == (None, None, None)
     row = Best("e", kernel.key, kernel.to_dict(), "s", {}, 0.02, "s", 0, "random", 0, 10)
-    assert tflops_cell([row]) == "-"
+    assert tflops_cell([row]) is None  # no row has one: the column is left out
+    gemm = Problem.gemm(64, 64, 64, "fp32")
+    other = Best("e", gemm.key, gemm.to_dict(), "s", {}, 0.05, "s", 0, "random", 0, 10, tflops=0.0105)
+    assert tflops_cell([row, other]) == "-"
     # a small GEMM on the CPU: a real, small throughput, printed with its digits rather than as 0
     small = Problem.gemm(64, 64, 64, "fp32")
     tflops, _, _ = throughput(small, 0.05, None, None)
@@ -120,3 +130,87 @@ def test_a_space_best_is_its_confirmed_time_where_it_was_confirmed(tmp_path):
     _study(storage, "cute_hopper_gemm", [0.052])
     (best,) = collect_best(url, "x")
     assert best.by_space == {"cute_hopper_gemm": pytest.approx(0.052), "cutlass_sm90_gemm": pytest.approx(0.050)}
+
+
+# -- the table in an 80-column terminal ----------------------------------------------------------------------
+def narrow(rows: list[Best], title: str = "Best configurations: q") -> list[str]:
+    console = Console(width=80, record=True)
+    console.print(best_table(rows, title))
+    lines = console.export_text().splitlines()
+    assert all(len(line) <= 80 for line in lines), "\n".join(lines)
+    return lines
+
+
+def replay_row(space: str = "landscape:gemm_RTX_2080_Ti") -> Best:
+    problem = load_landscape(GEMM).problem
+    return Best("quickstart", problem.key, problem.to_dict(), space, {"MWG": 128}, 11.48, "s", 3, "default", 0,
+                1800, optimum_ms=11.48)
+
+
+def header(lines: list[str]) -> str:
+    return " ".join(line for line in lines if "┃" in line)
+
+
+def test_a_replay_table_leaves_out_empty_columns_and_names_its_one_space_once():
+    lines = narrow([replay_row()])
+    head = header(lines)
+    for gone in ("confirmed", "baseline", "TFLOP/s", "HBM", "space "):
+        assert gone not in head, head
+    assert sum("landscape:gemm_RTX_2080_Ti" in line for line in lines) == 1  # whole, on one line: the title's
+    assert "all trials" in head and "all trials: every strategy and seed of the problem together" in "\n".join(lines)
+    (row,) = [line for line in lines if "Xgemm_4096x4096 " in line and "│" in line]
+    assert [c.strip() for c in row.split("│")[1:-1]] == ["Xgemm_4096x4096", "11.48", "100.0%", "1800", "default s0"]
+
+
+def test_a_cpu_oracle_table_keeps_the_throughput_and_drops_the_rest():
+    small = Problem.gemm(64, 64, 64, "fp32")
+    tflops, _, _ = throughput(small, 0.05, None, None)
+    rows = [Best("faults_cpu", small.key, small.to_dict(), "faults", {"tile": 8}, 0.05, "s", 0, "exhaustive", 0, 100,
+                 oracle="cpu", tflops=tflops)]
+    lines = narrow(rows, "Best configurations: faults_cpu")
+    head = header(lines)
+    assert "TFLOP/s" in head
+    for gone in ("confirmed", "optimum", "baseline", "HBM"):
+        assert gone not in head, head
+    (row,) = [line for line in lines if small.key in line and "│" in line]
+    assert "0.0105" in row and "exhaustive s0" in row
+
+
+def test_several_spaces_get_a_column_whose_names_never_wrap():
+    rows = [replay_row("cute_hopper_gemm"), replay_row("cutlass_sm90_gemm")]
+    rows[1].problem_key = "gemm_bf16_tn_4096x4096x4096"
+    lines = narrow(rows)
+    assert "space" in header(lines)
+    assert any("cute_hopper_gemm" in line for line in lines) and any("cutlass_sm90_gemm" in line for line in lines)
+
+
+def test_best_in_an_80_column_terminal(tmp_path, monkeypatch, capsys):
+    """``best`` in a terminal 80 columns wide (Rich takes a terminal's width): the table fits it."""
+    from conftest import replay_experiment
+
+    from evotune import cli
+
+    monkeypatch.chdir(tmp_path)
+    exp = replay_experiment(tmp_path / "q.toml", name="q", url="journal:q.journal", trials=5, repeats=2,
+                            landscapes=(GEMM,))
+    assert main(["run", str(exp), "--no-progress", "--no-plots"]) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(cli, "_console", lambda stderr=False: Console(width=80, stderr=stderr))
+    assert main(["best", str(exp)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert all(len(line) <= 80 for line in lines), "\n".join(lines)
+    assert sum("landscape:gemm_RTX_2080_Ti" in line for line in lines) == 1
+    assert "│ 10 " in "\n".join(lines)  # both seeds' trials: the total the column is labelled with
+
+
+def test_the_kernel_tuner_hint_is_the_readme_s(tmp_path, monkeypatch, capsys):
+    """Kernel Tuner's strategies where it is not installed: the install command README gives (not on PyPI)."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "kernel_tuner", None)  # as if not installed
+    args = ["compare", "--landscape", str(PNPOLY), "--budget", "5", "--strategy", "kt:random_sample",
+            "--out", str(tmp_path)]
+    assert main(args) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "kt:random_sample is unavailable here: needs kernel_tuner: pip install '.[bench]'" in line
+    assert "with `pip install '.[bench]'`" in (GEMM.parents[3] / "README.md").read_text()

@@ -42,7 +42,7 @@ budget. No evotune strategy reads its budget. Of Kernel Tuner's,
 ``simulated_annealing`` (its cooling schedule) and ``dual_annealing`` (scipy's
 ``maxfun``) do: they get one run per budget instead.
 
-Kernel Tuner (``kt:NAME``, needs ``pip install 'evotune[bench]'``) runs in its
+Kernel Tuner (``kt:NAME``, needs ``pip install '.[bench]'``) runs in its
 simulation mode (``kernel_tuner.tune_cache``) on a temporary, uncompressed
 Kernel Tuner copy of the same landscape; the configurations it evaluated, in
 order and without repeats, are mapped back to the landscape's times so the

@@ -1,6 +1,6 @@
 """Kernel Tuner's strategies (``kt:NAME``) in its simulation mode, on the same landscapes as evotune's.
 
-Kernel Tuner (``pip install 'evotune[bench]'``) runs ``kernel_tuner.tune_cache``
+Kernel Tuner (``pip install '.[bench]'``) runs ``kernel_tuner.tune_cache``
 on a temporary, uncompressed Kernel Tuner copy of each landscape; the
 configurations it evaluated, in order and without repeats, are mapped back to
 the landscape's times so that the same metrics apply.

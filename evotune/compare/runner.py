@@ -103,7 +103,7 @@ def available() -> tuple[list[str], dict[str, str]]:
             ok.append(name)
     kt = [KT_PREFIX + n for n in KT_STRATEGIES]
     if importlib.util.find_spec("kernel_tuner") is None:
-        missing.update({n: "needs kernel_tuner: pip install 'evotune[bench]'" for n in kt})
+        missing.update({n: "needs kernel_tuner: pip install '.[bench]' in the evotune clone" for n in kt})
     else:
         ok.extend(kt)
     return ok, missing
