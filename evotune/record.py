@@ -90,6 +90,7 @@ from evotune.strategies.base import Strategy
 from evotune.strategies.exhaustive import Listed
 from evotune.study import StudyStore
 from evotune.target import Target, group_name, study_attrs, study_name, study_names
+from evotune.trial_writer import checkpoint
 from evotune.tuner import tune
 
 # where the landscape files go without --out: never the shipped ones under experiments/landscapes, which only an
@@ -192,6 +193,7 @@ def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, con
                 spent += used
         finally:
             schedule.release()
+            checkpoint(storage)
     return written
 
 

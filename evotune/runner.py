@@ -45,6 +45,7 @@ from evotune.strategies import STRATEGIES, Source, make_strategy
 from evotune.study import StudyStore, create_database, make_storage
 from evotune.target import Target, group_name, study_attrs, study_name, study_names
 from evotune.transfer import from_cache, from_landscape, from_studies
+from evotune.trial_writer import checkpoint
 from evotune.tuner import TuneResult, finished, tune
 
 
@@ -252,6 +253,7 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
                     costs.took(time.perf_counter() - began, results[done:])
         finally:
             schedule.release()
+            checkpoint(storage)
     return results
 
 
@@ -308,6 +310,8 @@ def open_storage(exp: Experiment, record: bool = False) -> optuna.storages.BaseS
         if record:
             create_database(url)
         return make_storage(url)
+    except ExperimentError:  # a journal's broken record: it names the file and the line already
+        raise
     except Exception as exc:  # any storage driver error: the URL is what the user can fix
         raise ExperimentError(exp.path, where, f"cannot open {url!r}: {exc}") from None
 

@@ -98,6 +98,23 @@ def sqlite_file(url: str) -> Path | None:
     return None if path in ("", ":memory:") else Path(path)
 
 
+def read_connection(path: Path) -> sqlite3.Connection:
+    """A connection that reads the existing sqlite file ``path`` and writes nothing to it (sets no pragma).
+
+    A file in WAL mode whose log is not beside it is opened as SQLite must open it to read it: an empty log and
+    its index are made beside the file while the connection is open, and removed when it closes, and the file is
+    not written (its log holds nothing to copy into it). Any other file is opened read-only: a file in
+    rollback-journal mode, or in WAL mode with its log beside it (a writer at work, or one that was killed),
+    whose commits are read from the log and never copied into the file.
+    """
+    with open(path, "rb") as f:
+        header = f.read(20)
+    wal_mode = len(header) == 20 and header[18] == 2  # the file format version to read: 2 is WAL
+    if wal_mode and not path.with_name(f"{path.name}-wal").exists():
+        return sqlite3.connect(path, timeout=120, check_same_thread=False)
+    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=120, check_same_thread=False)
+
+
 def check_sqlite_file(path: Path) -> None:
     """StorageError unless ``path`` (an existing file) is a sound SQLite database; nothing is written to it.
 
@@ -107,8 +124,8 @@ def check_sqlite_file(path: Path) -> None:
     if path.is_dir():
         raise StorageError(f"{path} is a folder, not an SQLite database")
     try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=120)
-    except sqlite3.Error as exc:
+        conn = read_connection(path)
+    except (sqlite3.Error, OSError) as exc:
         raise StorageError(f"{path}: cannot open it as an SQLite database ({exc})") from None
     try:
         found = str(conn.execute("PRAGMA quick_check(1)").fetchone()[0])

@@ -28,6 +28,7 @@ Example::
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import time
 import warnings
@@ -48,6 +49,7 @@ from evotune.storage_url import (
     check_sqlite_file,
     first_line,
     missing_tables,
+    read_connection,
     shown,
     sqlite_file,
     with_driver,
@@ -176,7 +178,8 @@ def open_existing(url: str) -> optuna.storages.BaseStorage:
 
     where = db or shown(url)
     try:
-        engine = sqlalchemy.create_engine(url, **engine_kwargs(url))
+        reading = reading_engine_kwargs(url, db)
+        engine = sqlalchemy.create_engine(url, **reading)
         try:
             missing = missing_tables(sqlalchemy.inspect(engine).get_table_names())
         finally:
@@ -184,7 +187,7 @@ def open_existing(url: str) -> optuna.storages.BaseStorage:
         if missing:
             raise StorageError(f"{where} holds no Optuna studies (no table {missing[0]!r}), so it is not an evotune "
                                "storage")
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs(url), skip_table_creation=True)
+        return optuna.storages.RDBStorage(url, engine_kwargs=reading, skip_table_creation=True)
     except (sqlalchemy.exc.SQLAlchemyError, RuntimeError) as exc:  # a server that refuses; another Optuna schema
         raise StorageError(f"cannot open {where}: {first_line(exc)}") from None
 
@@ -192,10 +195,12 @@ def open_existing(url: str) -> optuna.storages.BaseStorage:
 def _journal(path: Path) -> optuna.storages.BaseStorage:
     from optuna.storages.journal import JournalStorage
 
-    from evotune.journal import KillSafeJournal
+    from evotune.journal import JournalError, KillSafeJournal
 
-    try:  # the journal is read whole here: a line that is not one of Optuna's operations fails now
+    try:  # the journal is read whole here: a file none of whose lines is a record, or a broken record, fails now
         return JournalStorage(KillSafeJournal(path))
+    except JournalError:  # a broken record: it names the file and the line itself
+        raise
     except (ValueError, KeyError, TypeError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise StorageError(f"{path} is not a readable Optuna journal, so not an evotune storage "
                            f"({first_line(exc)})") from None
@@ -224,6 +229,17 @@ def engine_kwargs(url: str) -> dict[str, Any]:
 
         return {"connect_args": {"timeout": 120, "factory": WalConnection}}  # WAL, synchronous = NORMAL
     return {"pool_pre_ping": True}
+
+
+def reading_engine_kwargs(url: str, db: Path | None) -> dict[str, Any]:
+    """SQLAlchemy engine options for a storage that is only read: an sqlite file ``db`` is read through
+    :func:`~evotune.storage_url.read_connection` (no pragma, no write, the latest commits seen), and each connection
+    is closed as soon as it is given back, so none is left open (nor the log SQLite keeps beside it meanwhile)."""
+    if db is None:
+        return engine_kwargs(url)
+    import sqlalchemy
+
+    return {"creator": functools.partial(read_connection, db), "poolclass": sqlalchemy.pool.NullPool}
 
 
 @dataclass

@@ -62,6 +62,15 @@ class WalConnection(sqlite3.Connection):
         self.execute("PRAGMA synchronous=NORMAL")
 
 
+def checkpoint(storage: optuna.storages.BaseStorage) -> None:
+    """Copy the commits in an sqlite storage's log into the database file, as closing the file's last connection
+    does, so that the file alone holds every trial once a run is over (a copy of it is whole). Passive: it waits
+    for no other reader or writer, and copies what they leave it."""
+    if isinstance(storage, optuna.storages.RDBStorage) and storage.engine.dialect.name == "sqlite":
+        with storage.engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+
+
 def insert_trials(storage: optuna.storages.RDBStorage, study_id: int, trials: list[FrozenTrial]) -> list[int]:
     """Write the finished ``trials`` into study ``study_id`` of ``storage`` in one transaction; their numbers.
 

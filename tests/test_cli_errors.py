@@ -206,3 +206,23 @@ def test_open_existing_refuses_what_optuna_would_write_to(tmp_path):
     assert db.read_bytes() == before
     optuna.storages.RDBStorage(f"sqlite:///{db}")  # the tables Optuna makes when it may write
     assert open_existing(f"sqlite:///{db}") is not None
+
+
+def test_open_existing_reads_what_a_killed_writer_left_in_the_log_and_writes_nothing(tmp_path):
+    """A writer killed with its commits still in the WAL log: a reading open sees them and copies none of them
+    into the database file (closing the last connection of a writing open would)."""
+    import subprocess
+
+    from evotune.study import open_existing
+
+    db = tmp_path / "q.db"
+    writer = ("import os, optuna; from evotune.study import make_storage\n"
+              f"study = optuna.create_study(storage=make_storage('sqlite:///{db}'), study_name='s')\n"
+              "study.add_trial(optuna.trial.create_trial(value=1.5))\n"
+              "os._exit(0)  # killed: no connection closed, the commits stay in the log\n")
+    subprocess.run([sys.executable, "-c", writer], check=True)
+    logged = {p: (tmp_path / p).read_bytes() for p in ("q.db", "q.db-wal")}
+    storage = open_existing(f"sqlite:///{db}")
+    assert [t.value for t in optuna.load_study(study_name="s", storage=storage).trials] == [1.5]
+    storage.engine.dispose()
+    assert {p: (tmp_path / p).read_bytes() for p in ("q.db", "q.db-wal")} == logged
