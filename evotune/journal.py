@@ -16,7 +16,8 @@ go wrong when a writer is killed (SIGKILL, OOM killer, a lost node):
 
 Reading is stricter than Optuna's about what else a journal may hold. A line that
 is no journal record at all (no ``"op_code"`` in it: text pasted in, an empty line)
-is skipped, with one warning that names the file and how many lines were skipped.
+is skipped, with one warning that names the file and how many lines were skipped;
+a file with lines none of which is a record is no journal (:class:`NotAJournal`).
 A line that was a record but is broken (a torn line with another glued onto it, an
 edited line) cannot be skipped: the operations after it refer to the trials it
 made, so reading stops with a :class:`JournalError` that names the file and the
@@ -52,6 +53,10 @@ class JournalError(ExperimentError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (self.path, self.field, self.message)
+
+
+class NotAJournal(ValueError):
+    """A file with lines, none of which is a journal record: no journal of evotune's or Optuna's."""
 
 
 class JournalWarning(UserWarning):
@@ -134,6 +139,8 @@ class KillSafeJournal(JournalFileBackend):
                 self._starts[number] = (offset, line_no)
                 if number > log_number_from:
                     yield log
+        if known == number == 0 and skipped:
+            raise NotAJournal(f"none of its {skipped} line(s) is a journal record")
         self._skipped += skipped
         if skipped and self._skipped > _WARNED.get((self._file_path, "skipped"), 0):
             _WARNED[(self._file_path, "skipped")] = self._skipped
