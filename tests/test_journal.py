@@ -157,3 +157,15 @@ def test_a_broken_record_in_the_middle_names_the_file_and_the_line(tmp_path, cap
     code, _, err = run(exp, capsys)
     assert code == 2 and err.count("\n") == 1 and f"{path}: line 6: a broken journal record" in err
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before  # nothing written
+
+
+def test_a_file_whose_lines_are_no_records_is_no_journal_and_is_left_alone(tmp_path, capsys):
+    """A run on a file of text, none of it a record, is refused in one line: no empty journal is appended to it."""
+    path = tmp_path / "notes.journal"
+    path.write_bytes(b"some notes\nnot a journal\n")
+    exp = replay_experiment(tmp_path / "exp.toml", name="notes", url=f"journal:{path}", trials=4)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    code, _, err = run(exp, capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{path} is not a readable Optuna journal" in err and "none of its 2 line(s) is a journal record" in err
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
