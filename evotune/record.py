@@ -193,7 +193,7 @@ def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, con
                 spent += used
         finally:
             schedule.release()
-            checkpoint(storage)
+    checkpoint(storage)  # not on the way out of an error: it is the error that is raised
     return written
 
 

@@ -253,7 +253,7 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
                     costs.took(time.perf_counter() - began, results[done:])
         finally:
             schedule.release()
-            checkpoint(storage)
+    checkpoint(storage)  # not on the way out of an error: it is the error that is raised
     return results
 
 
