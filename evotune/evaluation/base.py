@@ -70,6 +70,16 @@ class Evaluator(ABC):
         or that have no baselines."""
         return None
 
+    def baselines(self, problem: Problem) -> dict[str, dict[str, Any]]:
+        """The library kernels (cuBLAS...) timed on ``problem`` by this oracle: label -> its timing, or
+        ``{"error": why}``; {} for oracles that time none."""
+        return {}
+
+    def device_info(self) -> dict[str, Any]:
+        """The device the measuring process runs on (its clocks, versions, copy bandwidth); {} for oracles that
+        measure on none."""
+        return {}
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release workers and devices; a no-op for oracles that hold none."""
 
