@@ -237,7 +237,7 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
             for g, turns in itertools.groupby(schedule.turns(unfinished, resume_finished), key=lambda turn: turn.group):
                 target, began, done = resolved[g], time.perf_counter(), len(results)
                 evaluator = evaluators.get(target)
-                before = dict(getattr(evaluator, "cache_stats", None) or {})
+                before = dict(evaluator.cache_stats)
                 measure_baselines(exp, target, evaluators, storage, exp.storage, groups[g][1][0])
                 sources: dict[str, list[Source]] = {}  # the other problems' studies stay as they are meanwhile
                 for turn in turns:
@@ -284,7 +284,7 @@ class Evaluators:
         if key not in self._open:
             if self.exp.oracle == "replay":
                 self.close()
-            shared = next((getattr(ev, "shared_worker", None) for ev in self._open.values()), None)
+            shared = next((ev.shared_worker for ev in self._open.values()), None)
             self._open[key] = make_evaluator(self.exp, target, shared)
         return self._open[key]
 
@@ -333,7 +333,7 @@ def measure_baselines(exp: Experiment, target: Target, evaluators: Evaluators, s
 
 def cache_summary(evaluator: Evaluator, before: dict[str, int] | None = None) -> str:
     """The compiled-kernel cache's counts so far, or since ``before`` ("" for evaluators without one)."""
-    stats = getattr(evaluator, "cache_stats", None)
+    stats = evaluator.cache_stats
     if not stats:
         return ""
     before = before or {}

@@ -48,6 +48,7 @@ MEMORY_LIMIT_MB = 2048  # address space the worker may add to what it holds once
 
 class CpuEvaluator(Evaluator):
     kind = "cpu"
+    shared_worker: SpaceWorker
 
     def __init__(self, space: SearchSpace, ctx: Context, options: OracleOptions | None = None,
                  repeats: int = 5, memory_limit_mb: int = MEMORY_LIMIT_MB, startup_timeout_s: float = 120.0,

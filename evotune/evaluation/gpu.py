@@ -59,6 +59,7 @@ from evotune.space import Context, Point, SearchSpace
 class GpuEvaluator(Evaluator):
     kind = "gpu"
     confirms = True
+    shared_worker: SpaceWorker
 
     def __init__(self, space: SearchSpace, ctx: Context, options: OracleOptions | None = None,
                  worker: SpaceWorker | None = None):
