@@ -153,7 +153,8 @@ class _Parser:
 
     def positive_int(self, data: dict[str, Any], key: str, fieldname: str, default: int | None = None,
                      minimum: int = 1) -> int | None:
-        """``data[key]``, an integer >= ``minimum``, else ``default`` (None only where that is: TOML has no null)."""
+        """``data[key]``, an integer >= ``minimum``, else ``default``: an int whenever the default is one
+        (TOML has no null)."""
         value = data.get(key, default)
         if value is None:
             return None

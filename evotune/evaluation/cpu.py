@@ -136,7 +136,7 @@ def _evaluate(space: SearchSpace, kernels: dict, point: Point, problem: Problem,
     if fn is None:
         started = time.perf_counter()
         try:
-            assert space.build is not None  # CPUEvaluator refuses a space without one
+            assert space.build is not None  # CpuEvaluator refuses a space without one
             fn = space.build(point, problem)
         except Exception as exc:
             return _failure("compile_error", "compile", exc, time.perf_counter() - started)

@@ -285,7 +285,7 @@ def _precompile(space_source: str, point: Point, problem: dict[str, Any]) -> tup
         if space_source not in _POOL_SPACES:  # once per compile process: a .py space runs its module
             _POOL_SPACES[space_source] = load_space(space_source)
         precompile = _POOL_SPACES[space_source].precompile
-        assert precompile is not None  # the pool exists only for a space that can precompile (GPUEvaluator)
+        assert precompile is not None  # the pool exists only for a space that can precompile (GpuEvaluator.__init__)
         hit = bool(precompile(point, Problem.from_dict(problem)))
     except Exception as exc:
         return time.perf_counter() - started, f"{type(exc).__name__}: {exc}"[:2000], False

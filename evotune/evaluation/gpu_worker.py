@@ -222,7 +222,7 @@ class _Worker:
             return kernel
         started = time.perf_counter()
         try:
-            assert self.space.build is not None  # GPUEvaluator refuses a space without one
+            assert self.space.build is not None  # GpuEvaluator refuses a space without one
             kernel = self.space.build(point, problem)
         except Exception as exc:
             return self._failure("compile_error", exc, time.perf_counter() - started)
