@@ -108,7 +108,8 @@ def _band(curves: list[np.ndarray], missing: float | None = None) -> tuple[np.nd
             return tuple(np.nanpercentile(m, q, axis=0) for q in (25, 50, 75))
         m[np.isnan(m)] = missing
         out = [np.percentile(m, q, axis=0) for q in (25, 50, 75)]
-    return tuple(np.where(np.isfinite(b), b, np.nan) for b in out)  # type: ignore[return-value]
+    p25, p50, p75 = (np.where(np.isfinite(b), b, np.nan) for b in out)
+    return p25, p50, p75
 
 
 def plot_convergence(runs: ProblemRuns, path: str | Path) -> Path:
