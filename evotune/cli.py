@@ -12,7 +12,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from rich.console import Console
 from rich.table import Table
@@ -248,6 +248,10 @@ def cmd_record(args: argparse.Namespace) -> int:
     return 0
 
 
+@overload
+def _count(value: str, flag: str, low: int) -> int: ...
+@overload
+def _count(value: str | None, flag: str, low: int) -> int | None: ...
 def _count(value: str | None, flag: str, low: int) -> int | None:
     if value is None:
         return None
@@ -341,6 +345,7 @@ def cmd_spaces(args: argparse.Namespace) -> int:
         # a space of another workload (a convolution) is pruned for its own default problem, and says so
         own = space.workload != problem.kind and space.default_problem is not None
         ctx = Context(hardware, space.default_problem if own else problem)
+        assert ctx.problem is not None  # own only for a space with a default problem
         fs = space.feasible(ctx)
         pruned = "; ".join(f"{c} x {fs.reasons[r]}" for r, c in fs.pruned.most_common(2)) or "-"
         params = ", ".join(

@@ -136,6 +136,7 @@ class _Handler:
         _, point = message
         started = time.perf_counter()
         try:
+            assert self.space.compile_only is not None  # plan() refuses a space without one
             res = self.space.compile_only(point, self.problem, self.hardware)
         except Exception as exc:  # the compiler's verdict on this point, not a fault of the sweep
             return {"status": "error", "message": first_error_line(f"{type(exc).__name__}: {exc}"),
@@ -156,7 +157,7 @@ def _compiled_from(reply: dict[str, Any]) -> Compiled:
 
 
 def _meta(p: Plan, opts: CompileOptions) -> dict[str, Any]:
-    versions = {}
+    versions: dict[str, str | None] = {}  # None: not installed
     for dist in VERSIONS:
         try:
             versions[dist] = importlib.metadata.version(dist)

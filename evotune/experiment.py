@@ -21,7 +21,7 @@ import math
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from evotune import hardware as hw
 from evotune.evaluation.options import ConfirmOptions, OracleOptions, TimingOptions
@@ -143,8 +143,18 @@ class _Parser:
             raise self.fail(fieldname, f"must be a non-empty string, got {value!r}")
         return value
 
+    @overload
+    def positive_int(self, data: dict[str, Any], key: str, fieldname: str, default: int,
+                     minimum: int = 1) -> int: ...
+
+    @overload
+    def positive_int(self, data: dict[str, Any], key: str, fieldname: str, default: None = None,
+                     minimum: int = 1) -> int | None: ...
+
     def positive_int(self, data: dict[str, Any], key: str, fieldname: str, default: int | None = None,
                      minimum: int = 1) -> int | None:
+        """``data[key]``, an integer >= ``minimum``, else ``default``: an int whenever the default is one
+        (TOML has no null)."""
         value = data.get(key, default)
         if value is None:
             return None

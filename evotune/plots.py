@@ -105,10 +105,11 @@ def _band(curves: list[np.ndarray], missing: float | None = None) -> tuple[np.nd
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-nan columns; inf - inf while interpolating
         if missing is None:
-            return tuple(np.nanpercentile(m, q, axis=0) for q in (25, 50, 75))  # type: ignore[return-value]
+            return tuple(np.nanpercentile(m, q, axis=0) for q in (25, 50, 75))
         m[np.isnan(m)] = missing
         out = [np.percentile(m, q, axis=0) for q in (25, 50, 75)]
-    return tuple(np.where(np.isfinite(b), b, np.nan) for b in out)  # type: ignore[return-value]
+    p25, p50, p75 = (np.where(np.isfinite(b), b, np.nan) for b in out)
+    return p25, p50, p75
 
 
 def plot_convergence(runs: ProblemRuns, path: str | Path) -> Path:
@@ -181,7 +182,7 @@ def plot_param_effects(runs: ProblemRuns, path: str | Path, max_params: int = 16
     trials = list(seen.values())
     if not trials:
         return None
-    best = min(t.value for t in trials)
+    best = min(_value(t) for t in trials)
     names = [n for n in trials[0].params if len({str(t.params[n]) for t in trials}) > 1][:max_params]
     if not names:
         return None
@@ -190,7 +191,7 @@ def plot_param_effects(runs: ProblemRuns, path: str | Path, max_params: int = 16
     fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.8 * rows), squeeze=False, sharey=True)
     for ax, name in zip(axes.flat, names, strict=False):
         choices = sorted({t.params[name] for t in trials}, key=_sort_key)
-        data = [[best / t.value for t in trials if t.params[name] == c] for c in choices]
+        data = [[best / _value(t) for t in trials if t.params[name] == c] for c in choices]
         ax.boxplot(data, showfliers=False)
         ax.set_xticks(range(1, len(choices) + 1), [str(c) for c in choices], rotation=45 if len(choices) > 6 else 0,
                       fontsize=8)
@@ -204,6 +205,12 @@ def plot_param_effects(runs: ProblemRuns, path: str | Path, max_params: int = 16
     fig.suptitle(f"{runs.experiment}: {where}: effect of each parameter ({len(trials)} measured points)")
     fig.tight_layout()
     return _save(fig, path)
+
+
+def _value(t: optuna.trial.FrozenTrial) -> float:
+    """A complete trial's value (a study of one objective stores one with each complete trial)."""
+    assert t.value is not None
+    return t.value
 
 
 def _sort_key(v: object) -> tuple[int, object]:

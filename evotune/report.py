@@ -91,9 +91,10 @@ def collect_best(storage: str | optuna.storages.BaseStorage, experiment: str | N
         trials = sum(s.n_trials for s in summaries)
         if not done:
             continue
-        s = min(done, key=lambda s: s.best_trial.value)
+        s = min(done, key=_best_value)
         a, t = s.user_attrs, s.best_trial
-        best = Best(exp, key, a.get("problem", {}), a.get("space", "?"), dict(t.params), float(t.value),
+        assert t is not None  # done holds only summaries with a best trial
+        best = Best(exp, key, a.get("problem", {}), a.get("space", "?"), dict(t.params), _best_value(s),
                     s.study_name, t.number, a.get("strategy", "?"), int(a.get("seed", 0)), trials,
                     a.get("hardware"), a.get("oracle", "replay"), a.get("optimum_ms"))
         best.sources = list(a.get("transfer_sources") or [])
@@ -106,6 +107,13 @@ def collect_best(storage: str | optuna.storages.BaseStorage, experiment: str | N
         _add_throughput(best, (a.get("device_info") or {}).get("copy_gbps"))
         out.append(best)
     return out
+
+
+def _best_value(s: optuna.study.StudySummary) -> float:
+    """The value of ``s``'s best trial, for a summary that has one (a best trial is complete: it has a value)."""
+    t = s.best_trial
+    assert t is not None and t.value is not None
+    return float(t.value)
 
 
 def _newest_records(summaries: list[optuna.study.StudySummary]) -> dict[str, dict[str, Any]]:
@@ -130,7 +138,7 @@ def _space_bests(summaries: list[optuna.study.StudySummary]) -> dict[str, float]
     searched: dict[str, float] = {}
     for s in summaries:
         space = s.user_attrs.get("space", "?")
-        searched[space] = min(searched.get(space, math.inf), float(s.best_trial.value))
+        searched[space] = min(searched.get(space, math.inf), _best_value(s))
     for space, rec in _newest_records(summaries).items():
         confirmed = [item["median_ms"] for _, item in _confirmed_items(rec)]
         if confirmed:

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import optuna
 from rich.console import Console
@@ -48,12 +49,16 @@ from evotune.transfer import from_cache, from_landscape, from_studies
 from evotune.trial_writer import checkpoint
 from evotune.tuner import TuneResult, finished, tune
 
+if TYPE_CHECKING:  # imported where a run measures on a GPU
+    from evotune.evaluation.gpu import GpuEvaluator
+
 
 def _with_compiled(exp: Experiment, t: Target) -> Target:
     """``t`` with the compile-only file of its space, GPU, dtype and layout in its context, when there is one:
     the space's estimate (hardware seeding) then reads registers, shared memory and stages off the binaries."""
     from evotune.compiled import CompiledError, find_compiled, load_compiled
 
+    assert exp.compiled_dir is not None  # targets() calls this only for an experiment that names the folder
     hw_, p = t.ctx.hardware, t.problem
     path = None if hw_ is None or p.kind != "gemm" else find_compiled(exp.compiled_dir, t.space.name, hw_.name,
                                                                       p.dtype, p.layout)
@@ -137,7 +142,7 @@ def check_needs(exp: Experiment, resolved: list[Target]) -> None:
                                   f"lacks {' and '.join(missing)}")
 
 
-def _gpu_evaluator_class(exp: Experiment) -> type[Evaluator]:
+def _gpu_evaluator_class(exp: Experiment) -> type[GpuEvaluator]:
     # The GPU worker imports torch in its own process; without it every point would fail there, one by one.
     if importlib.util.find_spec("torch") is None:
         raise ExperimentError(exp.path, "oracle.kind", "'gpu' needs the gpu extra and a CUDA GPU (torch is not "
@@ -233,7 +238,7 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
             for g, turns in itertools.groupby(schedule.turns(unfinished, resume_finished), key=lambda turn: turn.group):
                 target, began, done = resolved[g], time.perf_counter(), len(results)
                 evaluator = evaluators.get(target)
-                before = dict(getattr(evaluator, "cache_stats", None) or {})
+                before = dict(evaluator.cache_stats)
                 measure_baselines(exp, target, evaluators, storage, exp.storage, groups[g][1][0])
                 sources: dict[str, list[Source]] = {}  # the other problems' studies stay as they are meanwhile
                 for turn in turns:
@@ -281,7 +286,7 @@ class Evaluators:
         if key not in self._open:
             if self.exp.oracle == "replay":
                 self.close()
-            shared = next((getattr(ev, "shared_worker", None) for ev in self._open.values()), None)
+            shared = next((ev.shared_worker for ev in self._open.values()), None)
             self._open[key] = make_evaluator(self.exp, target, shared)
         return self._open[key]
 
@@ -332,7 +337,7 @@ def measure_baselines(exp: Experiment, target: Target, evaluators: Evaluators, s
 
 def cache_summary(evaluator: Evaluator, before: dict[str, int] | None = None) -> str:
     """The compiled-kernel cache's counts so far, or since ``before`` ("" for evaluators without one)."""
-    stats = getattr(evaluator, "cache_stats", None)
+    stats = evaluator.cache_stats
     if not stats:
         return ""
     before = before or {}
@@ -358,7 +363,7 @@ def transfer_sources(exp: Experiment, target: Target, storage: optuna.storages.B
         target.landscape.meta.get("device") if target.landscape is not None else None)
     found = from_studies(storage, target.space, target.problem, device, experiment=exp.name)
     for named in exp.sources:
-        if named == "cache":
+        if isinstance(named, str):  # "cache", the one source that is no path (Experiment.sources)
             found += from_cache(read_tuned(), target.space, target.problem, device)
             continue
         try:
@@ -372,9 +377,9 @@ def transfer_sources(exp: Experiment, target: Target, storage: optuna.storages.B
     return found
 
 
-def _run_one(exp: Experiment, target: Target, evaluator: Evaluator, storage, strategy: str, seed: int,
-             options: dict, bar: Progress | None, draw_seed: int = 0, sources: list[Source] | None = None
-             ) -> TuneResult:
+def _run_one(exp: Experiment, target: Target, evaluator: Evaluator, storage: str | optuna.storages.BaseStorage,
+             strategy: str, seed: int, options: dict, bar: Progress | None, draw_seed: int = 0,
+             sources: list[Source] | None = None) -> TuneResult:
     name = study_name(exp, target, strategy, seed)
     sources = sources or []
     attrs = study_attrs(exp, target, strategy, seed)

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.distributions import CategoricalDistribution
+from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.trial import TrialState
 
 from evotune.evaluation.result import EvalResult, Status
@@ -266,7 +266,8 @@ class StudyStore:
         self.space = space
         self.storage = storage
         self.study_id = storage.get_study_id_from_name(study.study_name)
-        self.dists = {p.name: CategoricalDistribution(p.storage_choices()) for p in space.params}
+        self.dists: dict[str, BaseDistribution] = {p.name: CategoricalDistribution(p.storage_choices())
+                                                   for p in space.params}
 
     @classmethod
     def open(cls, storage: str | optuna.storages.BaseStorage, name: str, space: SearchSpace,

@@ -36,6 +36,7 @@ from evotune.claims import Claims, NoClaims
 from evotune.evaluation.base import DeadlinePassed, Evaluator
 from evotune.evaluation.result import EvalResult, Status
 from evotune.experiment import Budget
+from evotune.problem import Problem
 from evotune.space import Context, Point, SearchSpace
 from evotune.strategies.base import Strategy
 from evotune.study import Record, StudyStore
@@ -92,6 +93,8 @@ class _Run:
                  store: StudyStore, budget: Budget, on_trial: OnTrial | None, claims: Claims, sync_s: float,
                  clock: Callable[[], float]):
         self.space, self.ctx, self.evaluator, self.strategy = space, ctx, evaluator, strategy
+        assert ctx.problem is not None  # tune() checked it
+        self.problem: Problem = ctx.problem
         self.store, self.budget, self.on_trial, self.claims, self.sync_s = store, budget, on_trial, claims, sync_s
         self.state = _State()
         self.simulated = evaluator.kind == "replay"  # the clock adds recorded costs instead of wall time
@@ -214,11 +217,11 @@ class _Run:
             if wanted:
                 more = self.strategy.ask(wanted)
                 if more and self.evaluator.prefetch_depth > 1:
-                    self.evaluator.prefetch(more, self.ctx.problem)
+                    self.evaluator.prefetch(more, self.problem)
                 self.queue += more
             if not self.queue:
                 return None
-            ready = (i for i, p in enumerate(self.queue) if self.evaluator.ready(p, self.ctx.problem))
+            ready = (i for i, p in enumerate(self.queue) if self.evaluator.ready(p, self.problem))
             point = self.queue.pop(next(ready, 0))
             if self.space.key(point) in self.state.done or self.space.check(point, self.ctx) is not None:
                 # strategies never hand these out; if one ever did, it must cost nothing and teach nothing wrong
@@ -243,7 +246,7 @@ class _Run:
         it waited. An interrupted or dropped evaluation gives its claim back."""
         began, started = _dt.datetime.now(), self.clock()
         try:
-            result = self.evaluator.evaluate(point, self.ctx.problem)
+            result = self.evaluator.evaluate(point, self.problem)
         except DeadlinePassed:
             self.claims.release(self.space.key(point))
             return None

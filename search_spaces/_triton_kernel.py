@@ -152,5 +152,5 @@ def build(point: Point, problem: Problem) -> Any:
     hit = cache.build_once(key, build)  # once per cache: another process needing it meanwhile waits
     if hit:
         first_launch()
-    launch.cache_hit = hit  # type: ignore[attr-defined]
+    launch.cache_hit = hit
     return launch

@@ -108,7 +108,7 @@ class Claims(ABC):
             if row is not None and row.state != HELD:
                 return ""
             theirs = row is not None and row.owner != self.owner
-            if theirs and not self._expired(row.owner, row.expires, now):
+            if row is not None and theirs and not self._expired(row.owner, row.expires, now):
                 return ""
             if budget is not None:
                 used = self._used(tx, key, finished, look, now)

@@ -60,7 +60,7 @@ def expected_random_best(valid_times: Sequence[float], n_points: int, max_n: int
     return out
 
 
-def best_so_far(times: Sequence[float], n: int) -> np.ndarray:
+def best_so_far(times: Sequence[float] | np.ndarray, n: int) -> np.ndarray:
     """Best valid time after each of the first ``n`` evaluations (nan before the first valid one).
 
     ``times`` holds one entry per evaluation in order, nan for a failed point; a run

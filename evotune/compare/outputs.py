@@ -109,13 +109,16 @@ Definitions:
 
 def summary_table(rows: list[dict[str, Any]]) -> Any:
     """summary.csv as a compact rich table."""
+    from rich.console import JustifyMethod
     from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=escape("Strategy comparison (fraction of optimum: median [p25, p75] over repeats)"))
-    for col, justify in (("landscape", "left"), ("strategy", "left"), ("budget", "right"), ("fraction", "right"),
-                         ("evals to 95%", "right"), ("evals to 99%", "right"), ("score", "right")):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("landscape", "left"), ("strategy", "left"), ("budget", "right"), ("fraction", "right"),
+        ("evals to 95%", "right"), ("evals to 99%", "right"), ("score", "right"))
+    for col, justify in columns:
+        table.add_column(col, justify=justify)
     for r in rows:
         table.add_row(r["landscape"], r["strategy"], str(r["budget"]),
                       escape(f"{r['median_fraction']:.3f} [{r['p25_fraction']:.3f}, {r['p75_fraction']:.3f}]"),

@@ -109,7 +109,7 @@ def available() -> tuple[list[str], dict[str, str]]:
     return ok, missing
 
 
-def _positive_int(flag: str, text: str, low: int = 1) -> int:
+def _positive_int(flag: str, text: str | int, low: int = 1) -> int:
     try:
         value = int(str(text).strip())
     except ValueError:

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 from evotune.evaluation.result import EvalResult
 from evotune.problem import Problem
 from evotune.space import Point
+
+if TYPE_CHECKING:
+    from evotune.evaluation.space_worker import SpaceWorker
 
 
 class DeadlinePassed(Exception):
@@ -29,6 +33,10 @@ class Evaluator(ABC):
     confirms: bool = False
     #: the seconds left to the run being tuned, when it has a time budget (:meth:`bound`); None: no deadline
     time_left: Callable[[], float] | None = None
+    #: the measuring process, which the evaluators of a run's other spaces may share; None: the oracle has none
+    shared_worker: SpaceWorker | None = None
+    #: the compiled-kernel cache's counts (hit / miss / memory -> count); empty where nothing is compiled
+    cache_stats: Mapping[str, int] = MappingProxyType({})
 
     @abstractmethod
     def evaluate(self, point: Point, problem: Problem) -> EvalResult: ...
@@ -69,6 +77,16 @@ class Evaluator(ABC):
         ``seconds`` when given; its record, or None for oracles whose answers do not vary between runs (replay)
         or that have no baselines."""
         return None
+
+    def baselines(self, problem: Problem) -> dict[str, dict[str, Any]]:
+        """The library kernels (cuBLAS...) timed on ``problem`` by this oracle: label -> its timing, or
+        ``{"error": why}``; {} for oracles that time none."""
+        return {}
+
+    def device_info(self) -> dict[str, Any]:
+        """The device the measuring process runs on (its clocks, versions, copy bandwidth); {} for oracles that
+        measure on none."""
+        return {}
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release workers and devices; a no-op for oracles that hold none."""

@@ -48,6 +48,7 @@ MEMORY_LIMIT_MB = 2048  # address space the worker may add to what it holds once
 
 class CpuEvaluator(Evaluator):
     kind = "cpu"
+    shared_worker: SpaceWorker
 
     def __init__(self, space: SearchSpace, ctx: Context, options: OracleOptions | None = None,
                  repeats: int = 5, memory_limit_mb: int = MEMORY_LIMIT_MB, startup_timeout_s: float = 120.0,
@@ -135,6 +136,7 @@ def _evaluate(space: SearchSpace, kernels: dict, point: Point, problem: Problem,
     if fn is None:
         started = time.perf_counter()
         try:
+            assert space.build is not None  # CpuEvaluator refuses a space without one
             fn = space.build(point, problem)
         except Exception as exc:
             return _failure("compile_error", "compile", exc, time.perf_counter() - started)

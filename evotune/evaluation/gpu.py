@@ -43,14 +43,13 @@ import time
 from collections.abc import Iterable
 from concurrent.futures import wait
 from dataclasses import replace
-from multiprocessing.context import BaseContext
 from typing import Any
 
 from evotune.evaluation.base import DeadlinePassed, Evaluator
 from evotune.evaluation.gpu_worker import worker_main
 from evotune.evaluation.isolation import WorkerProcess
 from evotune.evaluation.options import OracleOptions
-from evotune.evaluation.processes import pool_initializer, start_method
+from evotune.evaluation.processes import StartContext, pool_initializer, start_method
 from evotune.evaluation.result import EvalResult
 from evotune.evaluation.space_worker import SpaceWorker
 from evotune.problem import Problem
@@ -60,6 +59,7 @@ from evotune.space import Context, Point, SearchSpace
 class GpuEvaluator(Evaluator):
     kind = "gpu"
     confirms = True
+    shared_worker: SpaceWorker
 
     def __init__(self, space: SearchSpace, ctx: Context, options: OracleOptions | None = None,
                  worker: SpaceWorker | None = None):
@@ -217,7 +217,7 @@ class GpuEvaluator(Evaluator):
         return reply["confirmation"]
 
 
-def start_processes(spaces: Iterable[SearchSpace]) -> BaseContext:
+def start_processes(spaces: Iterable[SearchSpace]) -> StartContext:
     """Start the server that GPU workers and compile processes fork from (unless it runs), importing torch, the
     worker's modules and ``spaces``' preload; how to start processes from it. A run calls this before opening
     its storage and studies, so the server's imports overlap them."""
@@ -284,7 +284,9 @@ def _precompile(space_source: str, point: Point, problem: dict[str, Any]) -> tup
     try:
         if space_source not in _POOL_SPACES:  # once per compile process: a .py space runs its module
             _POOL_SPACES[space_source] = load_space(space_source)
-        hit = bool(_POOL_SPACES[space_source].precompile(point, Problem.from_dict(problem)))
+        precompile = _POOL_SPACES[space_source].precompile
+        assert precompile is not None  # the pool exists only for a space that can precompile (GpuEvaluator.__init__)
+        hit = bool(precompile(point, Problem.from_dict(problem)))
     except Exception as exc:
         return time.perf_counter() - started, f"{type(exc).__name__}: {exc}"[:2000], False
     return time.perf_counter() - started, None, hit

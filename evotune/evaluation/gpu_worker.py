@@ -15,6 +15,7 @@ import os
 import time
 import traceback
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from evotune.evaluation.isolation import serve
@@ -132,7 +133,8 @@ class _Worker:
     def _failure(self, status: str, exc: Exception, seconds: float, compile_s: float = 0.0,
                  stage: str = "compile") -> dict[str, Any]:
         # compilers wrap the real error (Triton's CompilationError shows source, its cause says why)
-        causes, e = [], exc
+        causes: list[str] = []
+        e: BaseException | None = exc
         while e is not None and len(causes) < 4:
             causes.append(f"{type(e).__name__}: {e}".strip())
             e = e.__cause__ or e.__context__
@@ -181,7 +183,7 @@ class _Worker:
         for name, fn in fns.items():
             try:
                 args = call_args(fn, inputs)
-                launches[name], _ = self.oracle.prepare(lambda fn=fn, args=args: fn(*args))
+                launches[name], _ = self.oracle.prepare(_bound(fn, args))
             except Exception as exc:  # a baseline the library does not support for this shape
                 skipped[name] = f"{type(exc).__name__}: {exc}"[:500]
         names = list(launches)
@@ -220,6 +222,7 @@ class _Worker:
             return kernel
         started = time.perf_counter()
         try:
+            assert self.space.build is not None  # GpuEvaluator refuses a space without one
             kernel = self.space.build(point, problem)
         except Exception as exc:
             return self._failure("compile_error", exc, time.perf_counter() - started)
@@ -261,13 +264,18 @@ class _Worker:
                 args = call_args(fn, inputs)
                 fn(*args)
                 ok, err = (workload.verify(problem, inputs)[:2] if args[-1] is inputs[-1] else (None, None))
-                t = self.oracle.time(lambda fn=fn, args=args: fn(*args))
+                t = self.oracle.time(_bound(fn, args))
             except Exception as exc:  # a baseline the library does not support for this shape
                 out[name] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
                 continue
             out[name] = {"time_ms": t.median_ms, "samples_ms": t.samples_ms, "ci95_ms": list(t.ci95_ms),
                          "verified": ok, "error_value": err}
         return out
+
+
+def _bound(fn: Callable[..., Any], args: tuple[Any, ...]) -> Callable[[], Any]:
+    """``fn(*args)`` as a callable of no arguments for the oracle, bound to these values (not to a loop's variables)."""
+    return lambda: fn(*args)
 
 
 def _first_blas_call() -> None:

@@ -24,17 +24,16 @@ import multiprocessing as mp
 import os
 import time
 from collections.abc import Callable
-from multiprocessing.context import BaseContext
 from typing import Any
 
-from evotune.evaluation.processes import INHERITED_CUDA, with_environment
+from evotune.evaluation.processes import INHERITED_CUDA, StartContext, with_environment
 
 Reply = dict[str, Any]
 
 
 class WorkerProcess:
     def __init__(self, target: Callable[..., None], args: tuple, name: str, timeout_s: float,
-                 startup_timeout_s: float = 300.0, start: BaseContext | None = None):
+                 startup_timeout_s: float = 300.0, start: StartContext | None = None):
         self.target, self.args, self.name = target, args, name
         self.timeout_s, self.startup_timeout_s = float(timeout_s), float(startup_timeout_s)
         # a clean interpreter (spawn), or a fork of a server that never touched CUDA (evaluation.processes):
@@ -46,7 +45,7 @@ class WorkerProcess:
         self._ready = False
 
     @property
-    def start_context(self) -> BaseContext:
+    def start_context(self) -> StartContext:
         """How its processes are started now (``spawn`` once a forked one found CUDA initialised at its start)."""
         return self._mp
 

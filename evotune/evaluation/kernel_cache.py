@@ -68,7 +68,7 @@ class KernelCache:
         return folder / f"{key}{suffix}"
 
     @contextmanager
-    def _locked(self):
+    def _locked(self) -> Iterator[None]:
         with open(self.root / ".lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
@@ -109,10 +109,11 @@ class KernelCache:
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def build_once(self, key: str, build: Callable[[], None], present: Callable[[], bool] | None = None) -> bool:
+    def build_once(self, key: str, build: Callable[[], object], present: Callable[[], bool] | None = None) -> bool:
         """Compile ``key`` with ``build`` unless it is in the cache; True when it was (a hit, also when another
         process built it while this one waited). ``present`` says whether it is (default: :meth:`has`); a
-        space whose files must exist too passes its own check. ``build`` fills the cache and calls :meth:`add`.
+        space whose files must exist too passes its own check. ``build`` fills the cache and calls :meth:`add`
+        (what it returns is ignored).
         """
         present = present or (lambda: self.has(key))
         if present():

@@ -88,7 +88,8 @@ class Landscape:
 
     @property
     def ok_times(self) -> list[float]:
-        return [r.time_ms for r in self.entries.values() if r.status is Status.OK]
+        # an OK result always has a time (EvalResult refuses one without); the second test narrows the type
+        return [r.time_ms for r in self.entries.values() if r.status is Status.OK and r.time_ms is not None]
 
     @property
     def optimum_ms(self) -> float | None:

@@ -28,16 +28,18 @@ import multiprocessing as mp
 import os
 import threading
 from collections.abc import Callable, Iterable
-from multiprocessing.context import BaseContext
+from multiprocessing.context import ForkServerContext, SpawnContext
 from typing import Any
 
 INHERITED_CUDA = "started from a process that had initialised CUDA"  # how a child that must not go on says why
 PRELOAD_ENV = "EVOTUNE_PRELOAD"  # the server reads its list of modules here (evotune.evaluation._preload)
+# the contexts evotune starts processes with (both have Process, Pipe, Queue...; BaseContext declares none)
+StartContext = SpawnContext | ForkServerContext
 _lock = threading.Lock()
 _server_started = False
 
 
-def start_method(preload: Iterable[str] = ()) -> BaseContext:
+def start_method(preload: Iterable[str] = ()) -> StartContext:
     """The multiprocessing context to start processes with: the forkserver, importing ``preload`` when it
     starts (this call starts it unless it runs already), or ``spawn`` where there is no forkserver."""
     global _server_started

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from evotune.strategies.base import Strategy
 from evotune.strategies.seeding import ranked_by_estimate
 
@@ -9,7 +12,7 @@ from evotune.strategies.seeding import ranked_by_estimate
 class Exhaustive(Strategy):
     name = "exhaustive"
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         order = ranked_by_estimate(self) if self.seeding == "hardware" else []
         self._order = iter(order or range(len(self.feasible)))
@@ -32,7 +35,7 @@ class Listed(Strategy):
 
     name = "listed"
 
-    def __init__(self, *args, rows: list[int], **kwargs):
+    def __init__(self, *args: Any, rows: list[int], **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._order = iter(rows)
 
@@ -42,7 +45,7 @@ class Listed(Strategy):
                 return row
         return None
 
-    def _claim(self, row: int | None, code=None) -> int | None:
+    def _claim(self, row: int | None, code: Sequence[int] | None = None) -> int | None:
         if row is None:  # the list is done: no other point is handed out
             return None
         return super()._claim(row, code)
