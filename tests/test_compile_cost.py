@@ -42,6 +42,7 @@ def search(gemm, seed: int, budget: int, **options) -> tuple[int, float]:
         float(row_times[r]) for r in rows if np.isfinite(row_times[r]))
 
 
+@pytest.mark.slow  # 80 evaluations x 4 seeds x 2 settings
 def test_default_compiles_fewer_kernels_for_the_same_quality(gemm):
     plain = [search(gemm, seed, 80, compile_cost=0.0) for seed in range(4)]
     costed = [search(gemm, seed, 80) for seed in range(4)]  # the default compile_cost

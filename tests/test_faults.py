@@ -54,6 +54,7 @@ def test_the_space_has_every_fault_once_and_three_correct_sizes(space):
     assert fs.pruned == {"one-size-for-faults": 12}
 
 
+@pytest.mark.slow  # every fault of the space in its own process
 def test_a_run_over_the_whole_fault_space_completes(space, tmp_path):
     store = StudyStore.open(f"sqlite:///{tmp_path / 'faults.db'}", "faults/exhaustive", space)
     strategy = make_strategy("exhaustive", space, space.feasible(CTX), seed=0)

@@ -30,6 +30,8 @@ from optuna.trial import TrialState
 
 from evotune.study import make_storage, study_names
 
+pytestmark = pytest.mark.slow  # ten killed runs and their resumes
+
 KILLS = 10
 BUDGET = 120
 EXTRA = 3  # tokens a round gives beyond the trials it waits for: what the run is busy with when killed

@@ -19,6 +19,8 @@ import pytest
 from conftest import ROOT
 from test_workers import check_shared_study
 
+pytestmark = pytest.mark.slow  # a private PostgreSQL server per test
+
 pytest.importorskip("psycopg2")
 BIN = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
 

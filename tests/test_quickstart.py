@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from conftest import ROOT
 
 from evotune.experiment import load_experiment
@@ -36,6 +37,7 @@ def study_sizes(cwd):
     return out
 
 
+@pytest.mark.slow  # the README's quickstart, run twice
 def test_quickstart_runs_resumes_and_writes_its_outputs(tmp_path):
     proc, seconds = run(tmp_path)
     print(f"quickstart: {seconds:.1f} s on this machine")

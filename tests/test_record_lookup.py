@@ -18,6 +18,7 @@ from evotune.problem import Problem
 from evotune.report import Best
 
 
+@pytest.mark.slow  # a recording in several pieces
 def test_record_in_pieces_resumes_and_writes_a_replayable_landscape(tmp_path, pnpoly):
     exp = replay_experiment(tmp_path / "rec.toml", name="rec", url=f"journal:{tmp_path / 'rec.journal'}",
                             trials=10, strategy="random")
@@ -39,6 +40,7 @@ def test_record_in_pieces_resumes_and_writes_a_replayable_landscape(tmp_path, pn
     assert full.optimum_ms == pytest.approx(pnpoly.optimum_ms, rel=1e-5)
 
 
+@pytest.mark.slow  # a recording in several pieces
 def test_a_piece_on_a_fresh_machine_resumes_from_the_landscape_file(tmp_path, pnpoly):
     """Only the landscape file survives between pieces: its points are imported, not measured again."""
     out = tmp_path / "landscapes"
@@ -193,6 +195,7 @@ def test_record_rewrites_the_landscape_while_it_measures(tmp_path, pnpoly, monke
     assert load_landscape(path).meta["pieces"][-1]["new_points"] == writes[-1] == len(load_landscape(path))
 
 
+@pytest.mark.slow  # a recording in several pieces
 def test_a_piece_counts_what_the_file_gains_when_the_study_outran_it(tmp_path, pnpoly):
     """A device copies the repository's (older) file each call while its study persists: no piece is lost."""
     exp = replay_experiment(tmp_path / "rec.toml", name="rec", url=f"journal:{tmp_path / 'rec.journal'}", trials=10)

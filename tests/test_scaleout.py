@@ -6,7 +6,10 @@ import importlib.util
 import json
 import sys
 
+import pytest
 from conftest import ROOT
+
+pytestmark = pytest.mark.slow  # whole runs with one and two workers
 
 
 def scaleout():

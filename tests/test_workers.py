@@ -16,6 +16,8 @@ from conftest import ROOT, int8_landscapes, landscape_excerpt, replay_experiment
 from evotune.claims import FileClaims, RdbClaims
 from evotune.study import make_storage, study_names
 
+pytestmark = pytest.mark.slow  # several worker processes on one study
+
 BUDGET = 240
 WORKERS = 4
 
