@@ -38,8 +38,15 @@ The algorithm:
    and the last percent is usually one or two parameters away: the stalled local
    step comes after ``trusted_patience`` results without a better time, not
    ``patience``, and takes every proposal it applies to (``trusted_local``). Below
-   ``trust`` the search is plain ``default`` again, its start-up sample first.
-   Without sources nothing changes.
+   ``trust`` the prior is dropped.
+   **The floor**: a prior can mislead while ranking the told results well (its best point a local optimum of
+   the target, say), and then the trusted local step alone would keep proposing that optimum's neighbours.
+   So after the start-up a share ``floor`` of the proposals is plain ``default``'s own: an inner plain
+   ``default``, told only the results of its own proposals (points it asks for that were measured already
+   are told at once, for no evaluation), makes them. The prior is dropped for good once its correlation
+   falls below ``trust`` or once ``distrust`` results bring no better time; every proposal is then that
+   plain ``default``'s, so the search goes on as plain ``default`` would have from the start, a few
+   evaluations later. Without sources nothing changes.
 7. **Compile cost**: in a space whose launch arguments are free once a kernel is
    built (``SearchSpace.compiled_params``: a CUTLASS kernel's raster, swizzle and
    stream-K decomposition), the expected improvement of a point whose kernel is
@@ -51,7 +58,7 @@ Options (defaults): ``startup`` 10, ``pool`` 1000, ``top`` 5, ``cross`` 50,
 ``local`` 0.5, ``patience`` 30, ``relevance`` true, ``shared`` 40,
 ``stall_shared`` true, ``noise`` 1e-3, ``refit`` 10 (results between length-scale
 fits), ``transfer`` true, ``transfer_first`` 4, ``transfer_checks`` 3, ``trust`` 0.6,
-``trusted_patience`` 3, ``trusted_local`` 1.0, ``compile_cost`` 20.
+``trusted_patience`` 3, ``trusted_local`` 1.0, ``floor`` 0.2, ``distrust`` 8, ``compile_cost`` 20.
 The measurements behind each choice are in ``docs/STRATEGY_DESIGN.md``.
 
 Example::
@@ -99,7 +106,7 @@ class Default(GaussianProcess):
         # with a trusted prior, this share of proposals is plain default's own: those it makes on its own
         "floor": Option(0.2, float, 0.0, 1.0),
         # results without a better time after which a trusted prior is dropped for good
-        "distrust": Option(5, int, 1),
+        "distrust": Option(8, int, 1),
         # a new kernel's cost in evaluations, for spaces with launch arguments (0: every point costs the same)
         "compile_cost": Option(COMPILE_COST, float, 0.0),
     }
@@ -119,6 +126,7 @@ class Default(GaussianProcess):
         self._trusted = False  # whether the prior is in use (after the checks, until it is given up)
         self._given_up = False  # whether the prior was dropped for good: the search is plain default's own
         self._winners = 0  # transferred winners handed out
+        self._trusted_from = 0  # results told when the prior came into use
         self._plain: Default | None = None  # plain default, on its own: told only the results of its proposals
         self._plain_rows: set[int] = set()  # the rows it proposed
         if self.prior is not None:  # the GPs with the prior as their mean
@@ -154,9 +162,10 @@ class Default(GaussianProcess):
         return super()._propose()
 
     def _floor_turn(self) -> bool:
-        """Whether this proposal, with the prior in use, is one of the ``floor`` share that plain default makes."""
-        floor = float(self.options["floor"])
-        return floor > 0 and int(self._proposals * floor) > int((self._proposals - 1) * floor)
+        """Whether this proposal, with the prior in use, is one of the ``floor`` share that plain default makes
+        (counted from the end of the start-up: the first ``startup`` are the prior's, as its gains come early)."""
+        floor, q = float(self.options["floor"]), self._proposals - int(self.options["startup"])
+        return floor > 0 and q > 0 and int(q * floor) > int((q - 1) * floor)
 
     def _plain_row(self) -> int | None:
         """Plain default's next proposal, as it would make it on its own: a point it proposes that was measured
@@ -203,7 +212,9 @@ class Default(GaussianProcess):
             if row is not None:
                 return row
         agree = self.prior.agreement()
-        stalled = self._trusted and len(self.values) - self._improved_at >= int(o["distrust"])
+        if not self._trusted:
+            self._trusted_from = len(self.values)  # the checks' results do not count against the prior
+        stalled = self._trusted and len(self.values) - max(self._improved_at, self._trusted_from) >= int(o["distrust"])
         if stalled or (agree is not None and agree < float(o["trust"])):
             self._given_up, self._trusted = True, False
             return None
