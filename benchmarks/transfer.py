@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import statistics
 import sys
 import tempfile
@@ -37,6 +38,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -47,11 +50,18 @@ from evotune.compare.metrics import measure  # noqa: E402
 from evotune.compare.runner import run_evotune  # noqa: E402
 from evotune.evaluation.landscape import load_landscape  # noqa: E402
 from evotune.strategies import Source  # noqa: E402
-from evotune.transfer import from_landscape  # noqa: E402
+from evotune.transfer import device_distance, from_landscape, vendor  # noqa: E402
 
-FOLDERS = {"h100": ROOT / "experiments/landscapes/h100", "kerneltuner": ROOT / "experiments/landscapes/kerneltuner"}
-BUDGETS = {"h100": (10, 25, 50), "kerneltuner": (25, 50, 100, 200)}
+LANDSCAPES = ROOT / "experiments/landscapes"
+FOLDERS = {"h100": LANDSCAPES / "h100", "kerneltuner": LANDSCAPES / "kerneltuner",
+           "h100_cutlass": LANDSCAPES / "h100_cutlass", "h100_conv": LANDSCAPES / "h100_conv",
+           "adversarial": LANDSCAPES / "kerneltuner"}
+BUDGETS = {"h100": (10, 25, 50), "kerneltuner": (25, 50, 100, 200), "h100_cutlass": (10, 25, 50),
+           "h100_conv": (10, 25, 50, 100), "adversarial": (25, 50, 100, 200)}
 EVOTUNE = ("default+transfer", "default", "random", "tpe")
+#: the transfer property: at every budget from FLOOR_BUDGET on, default with sources reaches at least plain
+#: default's median fraction less FLOOR_SLACK, and at most FLOOR_EVALS times its median evaluations to 0.99
+FLOOR_BUDGET, FLOOR_SLACK, FLOOR_EVALS = 50, 0.01, 1.10
 
 
 def groups(family: str) -> dict[str, list[Path]]:
@@ -59,8 +69,8 @@ def groups(family: str) -> dict[str, list[Path]]:
     out: dict[str, list[Path]] = defaultdict(list)
     for path in sorted(FOLDERS[family].glob("*.json.gz")):
         ls = load_landscape(path)
-        out[ls.space_name if family == "h100" else ls.problem.kind].append(path)
-    return {k: v for k, v in out.items() if len(v) > 1}
+        out[ls.space_name if family.startswith("h100") else ls.problem.kind].append(path)
+    return {k: v for k, v in out.items() if len(v) > 1 or family == "adversarial"}
 
 
 def sources_for(target: Target, others: list[Target]) -> list[Source]:
@@ -68,13 +78,90 @@ def sources_for(target: Target, others: list[Target]) -> list[Source]:
     return [from_landscape(o.landscape, target.landscape.problem, device) for o in others]
 
 
-def run_target(target: Target, others: list[Target], strategies: list[str], budgets: list[int], seeds: list[int],
-               kt: KernelTunerSim | None) -> list[dict[str, Any]]:
+# -- adversarial sources: what a misleading related result can look like -------------------------------------
+def _source(target: Target, rows: np.ndarray, times: np.ndarray, name: str, device: str | None) -> Source:
+    """A source of the target's space holding ``times`` at the target's feasible ``rows`` (nan: failed)."""
+    _, fs, _ = target.replay()
+    results = tuple((fs.point(int(r)), None if math.isnan(t) else float(t)) for r, t in zip(rows, times, strict=True))
+    return Source(name, results, device_distance(device, target.landscape.meta.get("device")))
+
+
+def local_optimum_source(target: Target) -> Source:
+    """The target's own times, except that every point faster than one of its local optima (the fastest that
+    is at most 0.9 of the optimum and no slower than any one-parameter neighbour) is made slower than it: the
+    source's best point is that local optimum, and it ranks all the other points as the target does."""
+    _, fs, times = target.replay()
+    ok = np.flatnonzero(~np.isnan(times))
+    codes = fs.codes
+    local = None
+    for r in ok[np.argsort(times[ok], kind="stable")]:
+        if target.optimum / times[r] > 0.9:
+            continue
+        near = np.flatnonzero((codes != codes[r]).sum(1) == 1)
+        near = near[~np.isnan(times[near])]
+        if not len(near) or times[near].min() >= times[r]:
+            local = int(r)
+            break
+    if local is None:
+        raise ValueError(f"{target.name}: no local optimum below 0.9 of the optimum")
+    t_local = float(times[local])
+    out = times.copy()
+    faster = ~np.isnan(times) & (times < t_local)
+    out[faster] = t_local * t_local / times[faster] * 1.01  # faster in the target: slower than it here
+    return _source(target, np.arange(len(fs)), out, "adversarial:local-optimum", target.landscape.meta.get("device"))
+
+
+def reversed_source(target: Target) -> Source:
+    """The target's own times with their ranking reversed (the fastest point is the slowest), failures kept."""
+    _, fs, times = target.replay()
+    return _source(target, np.arange(len(fs)), 1.0 / times, "adversarial:reversed",
+                   target.landscape.meta.get("device"))
+
+
+def other_vendor_source(target: Target) -> Source:
+    """The target's times with every ordered parameter's choices shifted by half their number (cyclically),
+    as recorded on another vendor's GPU: the ranking of points is the target's, its good region elsewhere."""
+    space, fs, times = target.replay()
+    codes = fs.codes
+    sizes = np.array([len(p.choices) for p in space.params])
+    shift = np.array([k // 2 if p.ordered and k > 2 else 0 for p, k in zip(space.params, sizes, strict=True)])
+    rows, out = [], []
+    for r in range(len(fs)):  # the source's time at r is the target's at r's shifted twin, where that is feasible
+        twin = fs.row_of(tuple(int(v) for v in (codes[r] + shift) % sizes))
+        if twin is not None:
+            rows.append(r)
+            out.append(times[twin])
+    device = str(target.landscape.meta.get("device") or "")
+    other = "NVIDIA RTX A4000" if vendor(device) == "amd" else "AMD Radeon PRO W6600"
+    return _source(target, np.array(rows), np.array(out), "adversarial:other-vendor", other)
+
+
+ADVERSARIAL = {"local-optimum": local_optimum_source, "reversed": reversed_source,
+               "other-vendor": other_vendor_source}
+
+
+def cases(family: str, target: Target, others: list[Target]) -> dict[str, list[Source]]:
+    """The sources of each ``default+...`` strategy on ``target``: the other landscapes of its group
+    (``default+transfer``), or, for the adversarial family, each misleading source in turn."""
+    if family != "adversarial":
+        return {"default+transfer": sources_for(target, others)}
+    out = {}
+    for kind, make in ADVERSARIAL.items():
+        try:
+            out[f"default+{kind}"] = [make(target)]
+        except ValueError as exc:  # a landscape without a local optimum below 0.9 of the optimum
+            print(f"# {exc}", file=sys.stderr)
+    return out
+
+
+def run_target(target: Target, sources: dict[str, list[Source]], strategies: list[str], budgets: list[int],
+               seeds: list[int], kt: KernelTunerSim | None) -> list[dict[str, Any]]:
     """One row per (strategy, seed, budget) on ``target``."""
     rows = []
     top = max(budgets)
-    sources = sources_for(target, others)
     for strategy in strategies:
+        if strategy.startswith("default+") and strategy not in sources:
+            continue
         started = time.perf_counter()
         for seed in seeds:
             if strategy.startswith(KT_PREFIX):
@@ -86,9 +173,7 @@ def run_target(target: Target, others: list[Target], strategies: list[str], budg
                     one = kt.run(target.name, target.landscape, name, seed, max(kt_budgets))
                     made = dict.fromkeys(kt_budgets, one)
             else:
-                transfer = strategy == "default+transfer"
-                one = run_evotune(target, strategy.removesuffix("+transfer"), seed, top,
-                                  sources=sources if transfer else ())
+                one = run_evotune(target, strategy.split("+")[0], seed, top, sources=sources.get(strategy, ()))
                 made = dict.fromkeys(budgets, one)
             for b, run in made.items():
                 m = measure(run, target, b)
@@ -100,7 +185,8 @@ def run_target(target: Target, others: list[Target], strategies: list[str], budg
 
 
 def med(rows: list[dict[str, Any]], column: str) -> float:
-    return float(statistics.median(float(r[column]) for r in rows))
+    """The median of ``column`` over ``rows`` (nan for none: a case a landscape does not have)."""
+    return float(statistics.median(float(r[column]) for r in rows)) if rows else math.nan
 
 
 def report(rows: list[dict[str, Any]], family: str, budgets: list[int]) -> str:
@@ -131,6 +217,7 @@ def report(rows: list[dict[str, Any]], family: str, budgets: list[int]) -> str:
                      + (" 2B: " + " / ".join(f"{cells[2 * b]:.4f}" for b in budgets) if s.startswith(KT_PREFIX)
                         else ""))
     lines.append("")
+    lines += floor_check(by, names, [s for s in evo if s.startswith("default+")], budgets)
     if "default+transfer" in strategies and "default" in strategies:
         e99 = {n: (med(by[(n, "default+transfer", top)], "evals_to_99"), med(by[(n, "default", top)], "evals_to_99"))
                for n in names}
@@ -162,6 +249,42 @@ def report(rows: list[dict[str, Any]], family: str, budgets: list[int]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def floor_check(by: dict[tuple[str, str, int], list[dict[str, Any]]], names: list[str], transfer: list[str],
+                budgets: list[int]) -> list[str]:
+    """The transfer property, per landscape and ``default+...`` strategy, against plain ``default``."""
+    if not transfer or not any(by.get((n, "default", max(budgets))) for n in names):
+        return []
+    top = max(budgets)
+    floor = [b for b in budgets if b >= FLOOR_BUDGET]
+    lines = [f"The transfer property (median over seeds): at B >= {FLOOR_BUDGET}, the fraction with sources at "
+             f"least plain default's - {FLOOR_SLACK}; evaluations to 0.99 at most {FLOOR_EVALS:g}x plain default's:",
+             "", "| landscape | strategy | " + " | ".join(f"B={b}: with / without" for b in floor)
+             + " | to 0.99: with / without | holds |", "|---" * (4 + len(floor)) + "|"]
+    fails = []
+    for n in names:
+        for s in transfer:
+            if not by.get((n, s, top)):  # a case this landscape does not have (no local optimum below 0.9)
+                continue
+            fr = [(med(by[(n, s, b)], "fraction"), med(by[(n, "default", b)], "fraction")) for b in floor]
+            e = (med(by[(n, s, top)], "evals_to_99"), med(by[(n, "default", top)], "evals_to_99"))
+            ok = all(a >= b - FLOOR_SLACK for a, b in fr) and e[0] <= FLOOR_EVALS * e[1]
+            fails += [] if ok else [f"{n} {s}"]
+            lines.append(f"| {n} | {s} | " + " | ".join(f"{a:.3f} / {b:.3f}" for a, b in fr)
+                         + f" | {e[0]:g} / {e[1]:g} | {'yes' if ok else 'NO'} |")
+    lines += ["", f"Cases where the property fails: {len(fails)}" + (": " + ", ".join(fails) if fails else ""), ""]
+    return lines
+
+
+def one_target(job: tuple[str, Path, list[Path], list[str], list[int], list[int], bool]) -> list[dict[str, Any]]:
+    """The rows of one target landscape (its group's other files being its sources), in a process of its own."""
+    family, path, others, strategies, budgets, seeds, with_kt = job
+    top = 2 * max(budgets)
+    target, rest = Target.load(str(path), top), [Target.load(str(p), top) for p in others]
+    with tempfile.TemporaryDirectory(prefix="evotune-transfer-") as tmp:
+        kt = KernelTunerSim(Path(tmp)) if with_kt else None
+        return run_target(target, cases(family, target, rest), strategies, budgets, seeds, kt)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--family", choices=sorted(FOLDERS), required=True)
@@ -171,21 +294,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--strategy", action="append", help=f"default: {', '.join(EVOTUNE)}")
     ap.add_argument("--kt", action="store_true", help="also Kernel Tuner's strategies, at up to twice the budget")
     ap.add_argument("--only", action="append", help="only the landscapes whose name contains this")
+    ap.add_argument("--jobs", type=int, default=1, help="landscapes run side by side (processes)")
     args = ap.parse_args(argv)
     budgets = list(BUDGETS[args.family])
-    strategies = list(args.strategy or EVOTUNE) + ([KT_PREFIX + n for n in KT_STRATEGIES] if args.kt else [])
+    default = EVOTUNE if args.family != "adversarial" else ("default", *(f"default+{k}" for k in ADVERSARIAL))
+    strategies = list(args.strategy or default) + ([KT_PREFIX + n for n in KT_STRATEGIES] if args.kt else [])
     seeds = [args.seed + r for r in range(args.repeats)]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="evotune-transfer-") as tmp:
-        kt = KernelTunerSim(Path(tmp)) if args.kt else None
-        for paths in groups(args.family).values():
-            targets = [Target.load(str(p), 2 * max(budgets)) for p in paths]
-            for i, target in enumerate(targets):
-                if args.only and not any(o in target.name for o in args.only):
-                    continue
-                rows += run_target(target, targets[:i] + targets[i + 1:], strategies, budgets, seeds, kt)
+    jobs = []
+    for paths in groups(args.family).values():
+        for i, path in enumerate(paths):
+            if not args.only or any(o in path.name for o in args.only):
+                jobs.append((args.family, path, paths[:i] + paths[i + 1:], strategies, budgets, seeds, args.kt))
+    if args.jobs > 1:
+        import multiprocessing
+
+        with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
+            rows = [r for got in pool.map(one_target, jobs, chunksize=1) for r in got]
+    else:
+        rows = [r for job in jobs for r in one_target(job)]
     with (out / "runs.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()

@@ -75,7 +75,8 @@ class Experiment:
     description: str = ""
     oracle_options: OracleOptions = field(default_factory=OracleOptions)  # gpu and cpu oracles
     record_storage: str = ""  # where `evotune record` keeps its studies: never the tuning storage
-    sources: list[Path | str] = field(default_factory=list)  # landscapes, or "cache", for strategies that transfer
+    # landscapes, "shipped" (the shipped landscapes of the space) and "cache", for strategies that transfer
+    sources: list[Path | str] = field(default_factory=list)
     compiled_dir: Path | None = None  # compile-only files whose resource use the estimates (seeding) take
 
     @property
@@ -87,6 +88,8 @@ class Experiment:
 TIMING_OPTIONS = tuple(f.name for f in fields(TimingOptions))
 # [oracle] keys of the confirmation stage -> ConfirmOptions fields
 CONFIRM_OPTIONS = {"confirm_top": "top_k", "confirm_ci": "ci_target", "confirm_screen": "screen"}
+#: what an experiment without a ``sources`` key transfers from (``sources = []``: nothing but its own studies)
+DEFAULT_SOURCES = ("shipped", "cache")
 _TOP = {"name", "description", "space", "hardware", "oracle", "problem", "strategy", "budget", "storage", "outputs",
         "sources", "compiled"}
 
@@ -216,17 +219,22 @@ class _Parser:
                           compiled_dir)
 
     def sources(self) -> list[Path | str]:
-        """``sources``: recorded landscapes (paths) and "cache" (the tuning-result cache), beside the studies."""
-        value = self.raw.get("sources", [])
+        """``sources``: recorded landscapes (paths), "shipped" (the landscapes shipped with evotune for the space)
+        and "cache" (the tuning-result cache), beside the studies; without the key, "shipped" and "cache"."""
+        value = self.raw.get("sources", list(DEFAULT_SOURCES))
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise self.fail("sources", f"must be a list of landscape paths and \"cache\", got {value!r}")
+            raise self.fail("sources", f"must be a list of landscape paths, \"shipped\" and \"cache\", got {value!r}")
         out: list[Path | str] = []
         for v in value:
+            if v in DEFAULT_SOURCES:
+                out.append(v)
+                continue
             p = Path(v) if Path(v).is_absolute() else self.path.parent / v
-            if v != "cache" and not p.is_file():
+            if not p.is_file():
                 raise self.fail("sources", f"no such file {v!r} (paths are relative to the experiment file; "
-                                           "\"cache\" names the tuning-result cache)")
-            out.append("cache" if v == "cache" else p)
+                                           "\"shipped\" names the shipped landscapes, \"cache\" the tuning-result "
+                                           "cache)")
+            out.append(p)
         return out
 
     def derived_record_url(self, storage: str) -> str:

@@ -45,7 +45,7 @@ from evotune.space import Context
 from evotune.strategies import STRATEGIES, Source, make_strategy
 from evotune.study import StudyStore, create_database, make_storage
 from evotune.target import Target, group_name, study_attrs, study_name, study_names
-from evotune.transfer import from_cache, from_landscape, from_studies
+from evotune.transfer import from_cache, from_landscape, from_studies, shipped_landscapes
 from evotune.trial_writer import checkpoint
 from evotune.tuner import TuneResult, finished, tune
 
@@ -345,7 +345,7 @@ def cache_summary(evaluator: Evaluator, before: dict[str, int] | None = None) ->
     return f"{hit} hits, {miss} misses, {memory} in memory"
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=128)
 def _source_landscape(path: Path, mtime_ns: int, size: int) -> Landscape:
     """A landscape named as a source, read once per version of the file: every (problem, strategy, seed) of a
     run asks for the same ones."""
@@ -362,13 +362,20 @@ def transfer_sources(exp: Experiment, target: Target, storage: optuna.storages.B
     device = target.ctx.hardware.name if target.ctx.hardware else (
         target.landscape.meta.get("device") if target.landscape is not None else None)
     found = from_studies(storage, target.space, target.problem, device, experiment=exp.name)
-    for named in exp.sources:
-        if isinstance(named, str):  # "cache", the one source that is no path (Experiment.sources)
+    named: list[Path | str] = []
+    for n in exp.sources:
+        named += shipped_landscapes(target.space) if n == "shipped" else [n]
+    measured_on = {p.resolve() for p in exp.landscapes}  # a replay's own files: the answer, never a source
+    for n in dict.fromkeys(named):
+        if n == "cache":
             found += from_cache(read_tuned(), target.space, target.problem, device)
             continue
+        assert isinstance(n, Path)
+        if n.resolve() in measured_on:
+            continue
         try:
-            stat = named.stat()
-            ls = _source_landscape(named, stat.st_mtime_ns, stat.st_size)
+            stat = n.stat()
+            ls = _source_landscape(n, stat.st_mtime_ns, stat.st_size)
         except (LandscapeError, OSError) as exc:
             raise ExperimentError(exp.path, "sources", str(exc)) from None
         source = from_landscape(ls, target.problem, device)

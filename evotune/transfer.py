@@ -12,7 +12,10 @@ Where sources come from:
 * :func:`from_studies`: the finished studies of an experiment's storage of the same
   space for other problems (all trials of one problem's studies make one source);
 * :func:`from_cache`: the tuning-result cache's best configuration per problem
-  (a winner to try first, with no ranking to lend).
+  (a winner to try first, with no ranking to lend);
+* :func:`shipped_landscapes`: the landscapes shipped with evotune (``experiments/landscapes/``
+  beside the ``evotune`` package, in a checkout or an editable install) of a space: an
+  experiment's sources unless it says otherwise.
 
 Example::
 
@@ -22,14 +25,16 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import optuna
 
-from evotune.evaluation.landscape import Landscape
+from evotune.evaluation.landscape import Landscape, LandscapeError, load_landscape
 from evotune.evaluation.result import Status
 from evotune.problem import Problem
 from evotune.space import Point, SearchSpace
@@ -40,6 +45,29 @@ MIN_RESULTS = 10
 #: distance added for each non-numeric field that differs (dtype, layout, kind)
 MISMATCH = 3.0
 VENDORS = ("nvidia", "amd", "intel", "apple")
+#: the recorded landscapes shipped with evotune: the repository's, beside the package (not package data, so a
+#: non-editable ``pip install`` has none and transfers from its own studies and the cache only)
+SHIPPED = Path(__file__).resolve().parents[1] / "experiments" / "landscapes"
+
+
+def shipped_landscapes(space: SearchSpace, folder: Path = SHIPPED) -> list[Path]:
+    """The shipped landscape files of ``space``: those that name it and its parameters, in name order (the
+    generic ``landscape`` space of a replay holds every kernel's files: only the same kernel's match)."""
+    names = tuple(p.name for p in space.params)
+    return [p for p, s, n in _shipped_index(folder) if s == space.name and n == names]
+
+
+@functools.lru_cache(maxsize=4)
+def _shipped_index(folder: Path) -> tuple[tuple[Path, str, tuple[str, ...]], ...]:
+    """(file, its space, its parameters) for every landscape under ``folder``; other files are left out."""
+    out = []
+    for p in sorted(folder.glob("*/*.json.gz")) if folder.is_dir() else []:
+        try:
+            ls = load_landscape(p)
+        except (LandscapeError, OSError):
+            continue
+        out.append((p, ls.space_name, tuple(ls.names)))
+    return tuple(out)
 
 
 def _sizes(problem: Problem) -> dict[str, Any]:

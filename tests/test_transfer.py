@@ -189,7 +189,7 @@ plots = "{tmp_path / 'plots'}"
 
 
 def test_run_transfers_from_the_experiments_own_studies_and_says_so(tmp_path, capsys):
-    best = {b["problem_key"]: b for b in run_h100(tmp_path, "tx")}
+    best = {b["problem_key"]: b for b in run_h100(tmp_path, "tx", top="sources = []")}
     # the first problem had nothing to learn from; the second learnt from the first one's study
     assert best["gemm_int8_tn_64x4096x4096"]["sources"] == []
     assert [s["name"] for s in best["gemm_int8_tn_64x4096x11008"]["sources"]] == ["study:tx/gemm_int8_tn_64x4096x4096"]
@@ -199,7 +199,7 @@ def test_run_transfers_from_the_experiments_own_studies_and_says_so(tmp_path, ca
     runs = {r.problem_key: r for r in load_runs(f"journal:{tmp_path / 'tx.journal'}", "tx")}
     assert runs["gemm_int8_tn_64x4096x11008"].sources["default"][0]["name"] == "study:tx/gemm_int8_tn_64x4096x4096"
     assert runs["gemm_int8_tn_64x4096x4096"].sources == {}
-    off = {b["problem_key"]: b for b in run_h100(tmp_path, "off", "transfer = false")}
+    off = {b["problem_key"]: b for b in run_h100(tmp_path, "off", "transfer = false")}  # shipped ones neither
     assert off["gemm_int8_tn_64x4096x11008"]["sources"] == []
 
 
@@ -208,6 +208,29 @@ def test_an_experiment_names_landscapes_as_sources(tmp_path):
     (got,) = run_h100(tmp_path, "named", shapes=("64x4096x11008",), top=f"sources = [{str(source)!r}]")
     assert [s["name"] for s in got["sources"]] == ["landscape:cute_hopper_gemm_gemm_int8_tn_64x4096x4096"]
     assert got["fraction_of_optimum"] >= 0.98  # its winner, measured first
+
+
+def test_without_a_sources_key_the_shipped_landscapes_of_the_space_are_the_sources_but_never_the_target(tmp_path):
+    from evotune.transfer import shipped_landscapes
+
+    target = "cute_hopper_gemm_gemm_int8_tn_64x4096x11008"
+    (got,) = run_h100(tmp_path, "shipped", shapes=("64x4096x11008",))
+    names = {s["name"] for s in got["sources"]}
+    assert "landscape:cute_hopper_gemm_gemm_int8_tn_64x4096x4096" in names
+    assert f"landscape:{target}" not in names  # the file the run is measured on is never a source
+    # the space's shipped landscapes within reach, and no other space's (the Triton ones)
+    space = run_space("cute_hopper_gemm")
+    shipped = {f"landscape:{p.name.removesuffix('.json.gz')}" for p in shipped_landscapes(space)}
+    assert len(shipped) == 43 and names <= shipped and not any("triton" in n for n in names)
+    assert got["fraction_of_optimum"] >= 0.98
+    (off,) = run_h100(tmp_path, "none", shapes=("64x4096x11008",), top="sources = []")
+    assert off["sources"] == []
+
+
+def run_space(name: str):
+    from evotune.plugins import load_space
+
+    return load_space(name)
 
 
 def test_a_missing_source_is_refused_before_anything_runs(tmp_path):

@@ -38,8 +38,15 @@ The algorithm:
    and the last percent is usually one or two parameters away: the stalled local
    step comes after ``trusted_patience`` results without a better time, not
    ``patience``, and takes every proposal it applies to (``trusted_local``). Below
-   ``trust`` the search is plain ``default`` again, its start-up sample first.
-   Without sources nothing changes.
+   ``trust`` the prior is dropped.
+   **The floor**: a prior can mislead while ranking the told results well (its best point a local optimum of
+   the target, say), and then the trusted local step alone would keep proposing that optimum's neighbours.
+   So after the start-up a share ``floor`` of the proposals is plain ``default``'s own: an inner plain
+   ``default``, told only the results of its own proposals (points it asks for that were measured already
+   are told at once, for no evaluation), makes them. The prior is dropped for good once its correlation
+   falls below ``trust`` or once ``distrust`` results bring no better time; every proposal is then that
+   plain ``default``'s, so the search goes on as plain ``default`` would have from the start, a few
+   evaluations later. Without sources nothing changes.
 7. **Compile cost**: in a space whose launch arguments are free once a kernel is
    built (``SearchSpace.compiled_params``: a CUTLASS kernel's raster, swizzle and
    stream-K decomposition), the expected improvement of a point whose kernel is
@@ -51,7 +58,7 @@ Options (defaults): ``startup`` 10, ``pool`` 1000, ``top`` 5, ``cross`` 50,
 ``local`` 0.5, ``patience`` 30, ``relevance`` true, ``shared`` 40,
 ``stall_shared`` true, ``noise`` 1e-3, ``refit`` 10 (results between length-scale
 fits), ``transfer`` true, ``transfer_first`` 4, ``transfer_checks`` 3, ``trust`` 0.6,
-``trusted_patience`` 3, ``trusted_local`` 1.0, ``compile_cost`` 20.
+``trusted_patience`` 3, ``trusted_local`` 1.0, ``floor`` 0.2, ``distrust`` 8, ``compile_cost`` 20.
 The measurements behind each choice are in ``docs/STRATEGY_DESIGN.md``.
 
 Example::
@@ -96,6 +103,10 @@ class Default(GaussianProcess):
         # with a trusted prior the transferred winners are near the optimum: step to their neighbours sooner
         "trusted_patience": Option(3, int, 1),
         "trusted_local": Option(1.0, float, 0.0, 1.0),
+        # with a trusted prior, this share of proposals is plain default's own: those it makes on its own
+        "floor": Option(0.2, float, 0.0, 1.0),
+        # results without a better time after which a trusted prior is dropped for good
+        "distrust": Option(8, int, 1),
         # a new kernel's cost in evaluations, for spaces with launch arguments (0: every point costs the same)
         "compile_cost": Option(COMPILE_COST, float, 0.0),
     }
@@ -112,8 +123,15 @@ class Default(GaussianProcess):
         self.prior: Prior | None = None
         if self.sources and bool(o["transfer"]):
             self.prior = Prior(self, self.sources) or None
-        self._trusted = False  # whether the prior currently ranks the told results well enough to be used
+        self._trusted = False  # whether the prior is in use (after the checks, until it is given up)
+        self._given_up = False  # whether the prior was dropped for good: the search is plain default's own
         self._winners = 0  # transferred winners handed out
+        self._trusted_from = 0  # results told when the prior came into use
+        self._plain: Default | None = None  # plain default, on its own: told only the results of its proposals
+        self._plain_rows: set[int] = set()  # the rows it proposed
+        if self.prior is not None:  # the GPs with the prior as their mean
+            self._prior_relevant = Surrogate(self, float(o["noise"]), int(o["refit"]), relevance=bool(o["relevance"]))
+            self._prior_shared = Surrogate(self, float(o["noise"]), int(o["refit"]), relevance=False)
 
     def _propose(self) -> int | None:
         # Length-scales per feature fitted on a few dozen points can over-fit (gemm: 0.77 of the optimum at
@@ -122,27 +140,62 @@ class Default(GaussianProcess):
         # proposal is ranked by the GP with one shared length-scale instead.
         self._proposals += 1
         if self.prior is not None:
-            row = self._transferred()
-            if row is not None:
-                return row
+            if not self._given_up:
+                row = self._transferred()
+                if row is not None:
+                    return row
+            if self._given_up or self._floor_turn():
+                row = self._plain_row()
+                if row is not None or self._given_up:
+                    return row
         o = self.options
         uniform = len(self.values) < int(o["shared"]) or (bool(o["stall_shared"]) and self._stalled())
         use_shared = uniform and self._proposals % 2 == 0 and bool(o["relevance"])
-        self.model = self._shared if use_shared else self._relevant
         if self._trusted:  # the prior stands in for the start-up sample
+            self.model = self._prior_shared if use_shared else self._prior_relevant
             if not self.values:  # a batch asked before any result (a compile pool ahead): the prior alone ranks
                 assert self.prior is not None  # trusted only ever with a prior
                 best = self.prior.best_rows(1)
                 return int(best[0]) if len(best) else self.random_fresh()
             return self.model_row()
+        self.model = self._shared if use_shared else self._relevant
         return super()._propose()
 
-    def _transferred(self) -> int | None:
-        """A transferred winner or a check point while those last; else decide whether to trust the prior.
+    def _floor_turn(self) -> bool:
+        """Whether this proposal, with the prior in use, is one of the ``floor`` share that plain default makes
+        (counted from the end of the start-up: the first ``startup`` are the prior's, as its gains come early)."""
+        floor, q = float(self.options["floor"]), self._proposals - int(self.options["startup"])
+        return floor > 0 and q > 0 and int(q * floor) > int((q - 1) * floor)
 
-        The check points are spread out, so that the told results hold both the prior's favourites and
-        ordinary points: a prior that does not rank them (Spearman below ``trust``) is dropped, and the
-        search goes on as plain ``default`` (the rest of its start-up sample first).
+    def _plain_row(self) -> int | None:
+        """Plain default's next proposal, as it would make it on its own: a point it proposes that was measured
+        already (a check, a transferred pick) is told to it at once and costs no evaluation."""
+        if self._plain is None:
+            opts = {k: v for k, v in self.options.items() if k in self.schema and k != "transfer"}
+            self._plain = Default(self.space, self.feasible, seed=self.seed, ctx=self.ctx, budget=self.budget,
+                                  seeding=self.seeding, **opts)
+        while True:
+            points = self._plain.ask(1)
+            if not points:
+                return None
+            row = self.feasible.row(points[0])
+            assert row is not None
+            if row in self.values:
+                self._plain.tell([(points[0], self.values[row])])
+                continue
+            self._plain_rows.add(row)
+            if not self.taken[row]:  # else handed out by this search and not told yet: its result is forwarded
+                return row
+
+    def _transferred(self) -> int | None:
+        """A transferred winner or a check point while those last; else decide whether the prior stays in use.
+
+        The check points are the first of plain default's own start-up sample, spread out, so that the told
+        results hold both the prior's favourites and ordinary points. The prior is dropped for good, and the
+        search is plain ``default``'s own from then on (:meth:`_plain_row`), once it ranks the told results with
+        a Spearman correlation below ``trust``, or once ``distrust`` results have brought no better time: it
+        has then led to a local optimum, or to the optimum, and either way what remains is plain ``default``'s
+        global work.
         """
         assert self.prior is not None
         o = self.options
@@ -155,16 +208,19 @@ class Default(GaussianProcess):
             if row is not None:
                 return row
         elif self._proposals <= early + checks:
-            # the checks are the first points of plain default's own start-up sample, drawn as it would draw
-            # them: a search that drops the prior goes on with the rest of that sample
             row = self.startup_row(int(o["startup"]))
             if row is not None:
                 return row
         agree = self.prior.agreement()
-        self._trusted = agree is None or agree >= float(o["trust"])
-        mean = self.prior.mean if self._trusted else None
-        self._relevant.prior = self._shared.prior = mean
-        return self._winner() if self._trusted and self._winners < first else None
+        if not self._trusted:
+            self._trusted_from = len(self.values)  # the checks' results do not count against the prior
+        stalled = self._trusted and len(self.values) - max(self._improved_at, self._trusted_from) >= int(o["distrust"])
+        if stalled or (agree is not None and agree < float(o["trust"])):
+            self._given_up, self._trusted = True, False
+            return None
+        self._trusted = True
+        self._prior_relevant.prior = self._prior_shared.prior = self.prior.mean
+        return self._winner() if self._winners < first else None
 
     def _winner(self) -> int | None:
         """The next transferred winner (the sources' fastest points in turn), if any is fresh."""
@@ -203,6 +259,8 @@ class Default(GaussianProcess):
     def _observe(self, row: int, value: float | None) -> None:
         if value is not None and (self._best is None or value < self._best):
             self._best, self._improved_at = value, len(self.values)
+        if self._plain is not None and row in self._plain_rows:
+            self._plain.tell([(self.feasible.point(row), value)])
 
     def neighbours(self, top: int, distance: int = 1) -> np.ndarray:
         """Fresh rows that differ in 1 to ``distance`` parameters from one of the ``top`` fastest measured rows."""

@@ -1,0 +1,123 @@
+"""Transfer with a floor: with misleading sources, ``default`` still does plain ``default``'s global work.
+
+The misleading sources are benchmarks/transfer.py's adversarial ones, made from the target's own times: one
+whose best point is a local optimum of the target, one with the ranking reversed, one as recorded on another
+vendor's GPU with the good region elsewhere. The slow test checks the transfer property on them and on the
+leave-one-out of the shipped convolution landscapes, median over ten seeds (CPU replay).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import statistics
+
+import pytest
+from conftest import LANDSCAPES, ROOT
+
+from evotune.compare import Target
+from evotune.compare.metrics import measure
+from evotune.compare.runner import run_evotune
+from evotune.space import Context
+from evotune.strategies import make_strategy
+
+_spec = importlib.util.spec_from_file_location("transfer_benchmark", ROOT / "benchmarks" / "transfer.py")
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+
+def proposals(target: Target, seed: int, n: int, sources=()) -> tuple[list[int], object]:
+    space, fs, times = target.replay()
+    s = make_strategy("default", space, fs, seed=seed, ctx=Context(problem=target.landscape.problem),
+                      sources=sources)
+    rows = []
+    for _ in range(n):
+        (p,) = s.ask(1)
+        r = fs.row(p)
+        rows.append(r)
+        t = float(times[r])
+        s.tell([(p, None if math.isnan(t) else t)])
+    return rows, s
+
+
+@pytest.fixture(scope="module")
+def gemm() -> Target:
+    return Target.load(str(LANDSCAPES / "gemm_RTX_2080_Ti.json.gz"), 100)
+
+
+def test_a_prior_that_leads_to_a_local_optimum_is_given_up_and_plain_default_goes_on(gemm):
+    """The source's best is a local optimum of the target, and the source ranks every other point as the target
+    does: the prior is trusted, its winner measured first, and once it brings no better time it is dropped;
+    from then on every proposal is the next of plain default's own, which learnt only from its own proposals."""
+    n = 50
+    source = bench.local_optimum_source(gemm)
+    rows, s = proposals(gemm, 0, n, [source])
+    times = gemm.replay()[2]
+    assert gemm.optimum / times[rows[0]] < 0.9  # the source's winner: the local optimum
+    assert s._given_up
+    plain, _ = proposals(gemm, 0, n)
+    # every row plain default proposed in this run was measured, and its proposals after the prior was dropped
+    # are exactly plain default's (those it proposed that were measured before cost no evaluation)
+    own = [r for r in rows if r in s._plain_rows]
+    assert own == [r for r in plain if r in set(own)]
+    assert all(r in s._plain_rows for r in rows[-20:])  # dropped well before the end
+
+
+def test_a_rank_reversed_source_is_dropped_at_the_checks(gemm):
+    rows, s = proposals(gemm, 1, 12, [bench.reversed_source(gemm)])
+    assert s._given_up and not s._trusted
+    plain, _ = proposals(gemm, 1, 12)
+    # two winners (the slowest points), then plain default's own start-up sample, checks included
+    assert rows[2:] == [r for r in plain if r not in rows[:2]][:10]
+
+
+def test_with_trustworthy_sources_the_floor_share_is_plain_defaults(gemm):
+    other = Target.load(str(LANDSCAPES / "gemm_RTX_3060_laptop.json.gz"), 100)
+    source = bench.sources_for(gemm, [other])
+    rows, s = proposals(gemm, 0, 20, source)
+    assert gemm.optimum / min(float(gemm.replay()[2][r]) for r in rows[:2]) >= 0.99  # the winners transfer
+    assert s._plain_rows  # and a share of the proposals, after the start-up, is plain default's own
+
+
+#: a source whose best is a local optimum costs plain default's trajectory the prior's evaluations (the winners,
+#: then ``distrust`` results without a better time): 7-10 more to 0.99 than plain default, above the 10% bound
+LOCAL = pytest.mark.xfail(strict=True, reason="a local-optimum source costs 7-10 evaluations to 0.99 (RESULTS.md)")
+CASES = [pytest.param(LANDSCAPES / "convolution_A4000.json.gz", "local-optimum", marks=LOCAL),
+         (LANDSCAPES / "convolution_A4000.json.gz", "reversed"),
+         (LANDSCAPES / "convolution_A4000.json.gz", "other-vendor"),
+         pytest.param(LANDSCAPES / "gemm_RTX_2080_Ti.json.gz", "local-optimum", marks=LOCAL),
+         (LANDSCAPES / "gemm_RTX_2080_Ti.json.gz", "reversed"),
+         (LANDSCAPES / "gemm_RTX_2080_Ti.json.gz", "other-vendor")]
+
+
+def holds(target: Target, sources, budgets=(50, 100, 200), seeds=range(10)) -> tuple[bool, str]:
+    top = max(budgets)
+    plain = [run_evotune(target, "default", s, top) for s in seeds]
+    tx = [run_evotune(target, "default", s, top, sources=sources) for s in seeds]
+
+    def med(runs, b, key):
+        return statistics.median(measure(r, target, b)[key] for r in runs)
+
+    fr = [(med(tx, b, "fraction"), med(plain, b, "fraction")) for b in budgets]
+    e = (med(tx, top, "evals_to_99"), med(plain, top, "evals_to_99"))
+    ok = all(a >= b - bench.FLOOR_SLACK for a, b in fr) and e[0] <= bench.FLOOR_EVALS * e[1]
+    return ok, f"{target.name}: fractions {fr}, evaluations to 0.99 {e}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path,kind", CASES, ids=["conv-local", "conv-reversed", "conv-vendor", "gemm-local",
+                                                   "gemm-reversed", "gemm-vendor"])
+def test_the_transfer_property_holds_against_adversarial_sources(path, kind):
+    target = Target.load(str(path), 400)
+    ok, why = holds(target, [bench.ADVERSARIAL[kind](target)])
+    assert ok, why
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gpu", ["A4000", "A6000", "MI250X", "W6600"])
+def test_the_transfer_property_holds_leaving_one_convolution_gpu_out(gpu):
+    targets = {p.stem.removesuffix(".json"): Target.load(str(p), 400)
+               for p in sorted(LANDSCAPES.glob("convolution_*.json.gz"))}
+    target = targets.pop(f"convolution_{gpu}")
+    ok, why = holds(target, bench.sources_for(target, list(targets.values())))
+    assert ok, why
