@@ -79,9 +79,30 @@ def test_with_trustworthy_sources_the_floor_share_is_plain_defaults(gemm):
     assert s._plain_rows  # and a share of the proposals, after the start-up, is plain default's own
 
 
+def test_a_ranking_that_dips_below_trust_after_the_checks_suspends_the_prior_until_it_recovers():
+    """pnpoly's other GPU ranks the told results at about the trust threshold: after the checks one result can
+    take the correlation just below it. The prior is then left out (plain default's own proposal) and used
+    again once the correlation recovers, not dropped for good, so that its local work goes on."""
+    target = Target.load(str(LANDSCAPES / "pnpoly_RTX_2080_Ti.json.gz"), 100)
+    other = Target.load(str(LANDSCAPES / "pnpoly_RTX_3060_laptop.json.gz"), 100)
+    space, fs, times = target.replay()
+    s = make_strategy("default", space, fs, seed=0, ctx=Context(problem=target.landscape.problem),
+                      sources=bench.sources_for(target, [other]))
+    states = []
+    for _ in range(16):
+        (p,) = s.ask(1)
+        t = float(times[fs.row(p)])
+        s.tell([(p, None if math.isnan(t) else t)])
+        states.append("given up" if s._given_up else "trusted" if s._trusted else "left out")
+    first = states.index("trusted")
+    suspended = states.index("left out", first)
+    assert "given up" not in states[:suspended + 1]
+    assert "trusted" in states[suspended:]
+
+
 #: a source whose best is a local optimum costs plain default's trajectory the prior's evaluations (the winners,
-#: then ``distrust`` results without a better time): 7-10 more to 0.99 than plain default, above the 10% bound
-LOCAL = pytest.mark.xfail(strict=True, reason="a local-optimum source costs 7-10 evaluations to 0.99 (RESULTS.md)")
+#: then ``distrust`` results without a better time): 9.5-13 more to 0.99 than plain default, above the 10% bound
+LOCAL = pytest.mark.xfail(strict=True, reason="a local-optimum source costs 9.5-13 evaluations to 0.99 (RESULTS.md)")
 CASES = [pytest.param(LANDSCAPES / "convolution_A4000.json.gz", "local-optimum", marks=LOCAL),
          (LANDSCAPES / "convolution_A4000.json.gz", "reversed"),
          (LANDSCAPES / "convolution_A4000.json.gz", "other-vendor"),

@@ -37,16 +37,18 @@ The algorithm:
    points join the candidates. The transferred winners are then close to the optimum
    and the last percent is usually one or two parameters away: the stalled local
    step comes after ``trusted_patience`` results without a better time, not
-   ``patience``, and takes every proposal it applies to (``trusted_local``). Below
-   ``trust`` the prior is dropped.
+   ``patience``, and takes every proposal it applies to (``trusted_local``). A prior
+   that ranks the checks below ``trust`` is dropped.
    **The floor**: a prior can mislead while ranking the told results well (its best point a local optimum of
    the target, say), and then the trusted local step alone would keep proposing that optimum's neighbours.
    So after the start-up a share ``floor`` of the proposals is plain ``default``'s own: an inner plain
    ``default``, told only the results of its own proposals (points it asks for that were measured already
-   are told at once, for no evaluation), makes them. The prior is dropped for good once its correlation
-   falls below ``trust`` or once ``distrust`` results bring no better time; every proposal is then that
-   plain ``default``'s, so the search goes on as plain ``default`` would have from the start, a few
-   evaluations later. Without sources nothing changes.
+   are told at once, for no evaluation), makes them. While the prior's correlation is below ``trust``
+   after the checks, it is left out and that plain ``default`` proposes; it is used again once the
+   correlation recovers (a source of another GPU can rank the told results at about ``trust``, and its
+   local work near the optimum is what transfer gains). The prior is dropped for good once ``distrust``
+   results bring no better time; every proposal is then that plain ``default``'s, so the search goes on
+   as plain ``default`` would have from the start, a few evaluations later. Without sources nothing changes.
 7. **Compile cost**: in a space whose launch arguments are free once a kernel is
    built (``SearchSpace.compiled_params``: a CUTLASS kernel's raster, swizzle and
    stream-K decomposition), the expected improvement of a point whose kernel is
@@ -58,7 +60,7 @@ Options (defaults): ``startup`` 10, ``pool`` 1000, ``top`` 5, ``cross`` 50,
 ``local`` 0.5, ``patience`` 30, ``relevance`` true, ``shared`` 40,
 ``stall_shared`` true, ``noise`` 1e-3, ``refit`` 10 (results between length-scale
 fits), ``transfer`` true, ``transfer_first`` 4, ``transfer_checks`` 3, ``trust`` 0.6,
-``trusted_patience`` 3, ``trusted_local`` 1.0, ``floor`` 0.2, ``distrust`` 8, ``compile_cost`` 20.
+``trusted_patience`` 3, ``trusted_local`` 1.0, ``floor`` 0.2, ``distrust`` 12, ``compile_cost`` 20.
 The measurements behind each choice are in ``docs/STRATEGY_DESIGN.md``.
 
 Example::
@@ -106,7 +108,7 @@ class Default(GaussianProcess):
         # with a trusted prior, this share of proposals is plain default's own: those it makes on its own
         "floor": Option(0.2, float, 0.0, 1.0),
         # results without a better time after which a trusted prior is dropped for good
-        "distrust": Option(8, int, 1),
+        "distrust": Option(12, int, 1),
         # a new kernel's cost in evaluations, for spaces with launch arguments (0: every point costs the same)
         "compile_cost": Option(COMPILE_COST, float, 0.0),
     }
@@ -124,6 +126,7 @@ class Default(GaussianProcess):
         if self.sources and bool(o["transfer"]):
             self.prior = Prior(self, self.sources) or None
         self._trusted = False  # whether the prior is in use (after the checks, until it is given up)
+        self._used = False  # whether the prior passed its checks
         self._given_up = False  # whether the prior was dropped for good: the search is plain default's own
         self._winners = 0  # transferred winners handed out
         self._trusted_from = 0  # results told when the prior came into use
@@ -144,7 +147,7 @@ class Default(GaussianProcess):
                 row = self._transferred()
                 if row is not None:
                     return row
-            if self._given_up or self._floor_turn():
+            if self._given_up or not self._trusted or self._floor_turn():
                 row = self._plain_row()
                 if row is not None or self._given_up:
                     return row
@@ -192,10 +195,11 @@ class Default(GaussianProcess):
 
         The check points are the first of plain default's own start-up sample, spread out, so that the told
         results hold both the prior's favourites and ordinary points. The prior is dropped for good, and the
-        search is plain ``default``'s own from then on (:meth:`_plain_row`), once it ranks the told results with
-        a Spearman correlation below ``trust``, or once ``distrust`` results have brought no better time: it
-        has then led to a local optimum, or to the optimum, and either way what remains is plain ``default``'s
-        global work.
+        search is plain ``default``'s own from then on (:meth:`_plain_row`), if it ranks the told results with
+        a Spearman correlation below ``trust`` at the end of the checks, or once ``distrust`` results have
+        brought no better time: it has then led to a local optimum, or to the optimum, and either way what
+        remains is plain ``default``'s global work. A correlation below ``trust`` later only leaves the prior
+        out (``_trusted`` false: plain default proposes) until it recovers.
         """
         assert self.prior is not None
         o = self.options
@@ -212,13 +216,16 @@ class Default(GaussianProcess):
             if row is not None:
                 return row
         agree = self.prior.agreement()
-        if not self._trusted:
+        low = agree is not None and agree < float(o["trust"])
+        if not self._used:
             self._trusted_from = len(self.values)  # the checks' results do not count against the prior
-        stalled = self._trusted and len(self.values) - max(self._improved_at, self._trusted_from) >= int(o["distrust"])
-        if stalled or (agree is not None and agree < float(o["trust"])):
+        stalled = self._used and len(self.values) - max(self._improved_at, self._trusted_from) >= int(o["distrust"])
+        if stalled or (low and not self._used):
             self._given_up, self._trusted = True, False
             return None
-        self._trusted = True
+        self._used, self._trusted = True, not low
+        if low:
+            return None
         self._prior_relevant.prior = self._prior_shared.prior = self.prior.mean
         return self._winner() if self._winners < first else None
 
