@@ -43,16 +43,20 @@ from typing import Any
 from optuna.storages.journal import JournalFileBackend
 from optuna.storages.journal._file import BaseJournalFileLock  # the interface lock_obj must have
 
-from evotune.experiment import ExperimentError
+from evotune.storage_url import StorageError
 
 _WARNED: dict[tuple[str, str], int] = {}  # (path, what) -> the count or line last warned of, in this process
 
 
-class JournalError(ExperimentError):
-    """A journal that cannot be read safely; ``str()`` names the file and the line."""
+class JournalError(StorageError):
+    """A journal that cannot be read safely; ``str()`` names the file and the line (``FILE: line N: why``)."""
+
+    def __init__(self, path: str | Path, where: str, message: str):
+        self.path, self.where, self.message = str(path), where, message
+        super().__init__(f"{path}: {where}: {message}")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return type(self), (self.path, self.field, self.message)
+        return type(self), (self.path, self.where, self.message)
 
 
 class NotAJournal(ValueError):

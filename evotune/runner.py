@@ -37,6 +37,7 @@ from evotune.evaluation.landscape import Landscape, LandscapeError, load_landsca
 from evotune.evaluation.replay import ReplayEvaluator
 from evotune.evaluation.space_worker import SpaceWorker
 from evotune.experiment import Experiment, ExperimentError
+from evotune.journal import JournalError
 from evotune.lookup import read_tuned
 from evotune.plugins import load_space
 from evotune.resume import budget_attr, check_resume, plain
@@ -315,7 +316,7 @@ def open_storage(exp: Experiment, record: bool = False) -> optuna.storages.BaseS
         if record:
             create_database(url)
         return make_storage(url)
-    except ExperimentError:  # a journal's broken record: it names the file and the line already
+    except JournalError:  # a journal's broken record: it names the file and the line already
         raise
     except Exception as exc:  # any storage driver error: the URL is what the user can fix
         raise ExperimentError(exp.path, where, f"cannot open {url!r}: {exc}") from None
