@@ -24,9 +24,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evotune.compare import Target  # noqa: E402
-from evotune.space import Context  # noqa: E402
-from evotune.strategies import make_strategy  # noqa: E402
+from evotune.core.space import Context  # noqa: E402
+from evotune.reporting.compare import Case  # noqa: E402
+from evotune.search.strategies import make_strategy  # noqa: E402
 
 GEMM = ROOT / "experiments" / "landscapes" / "kerneltuner" / "gemm_RTX_2080_Ti.evotune.json.gz"
 TOLD = 390  # points told before timing starts
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.evaluations <= TOLD + 1:
         ap.error(f"--evaluations: must be above {TOLD + 1}, got {args.evaluations}")
-    target = Target.load(str(GEMM), args.evaluations)
+    target = Case.load(str(GEMM), args.evaluations)
     space, fs, row_times = target.replay()
     s = make_strategy(args.strategy, space, fs, seed=args.seed, ctx=Context(problem=target.landscape.problem))
 

@@ -24,11 +24,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evotune.compiled import agreement, load_compiled  # noqa: E402
-from evotune.hardware import get_hardware  # noqa: E402
-from evotune.plugins import load_space  # noqa: E402
-from evotune.problem import Problem  # noqa: E402
-from evotune.space import Context  # noqa: E402
+from evotune.core.compile_results import agreement, load_compiled  # noqa: E402
+from evotune.core.hardware import get_hardware  # noqa: E402
+from evotune.core.plugins import load_space  # noqa: E402
+from evotune.core.problem import Problem  # noqa: E402
+from evotune.core.space import Context  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

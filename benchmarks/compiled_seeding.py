@@ -26,13 +26,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evotune.compiled import find_compiled, load_compiled  # noqa: E402
-from evotune.evaluation.landscape import load_landscape  # noqa: E402
-from evotune.evaluation.result import Status  # noqa: E402
-from evotune.hardware import get_hardware  # noqa: E402
-from evotune.plugins import builtin_names, load_space  # noqa: E402
-from evotune.space import Context  # noqa: E402
-from evotune.strategies.prior import spearman  # noqa: E402
+from evotune.core.compile_results import find_compiled, load_compiled  # noqa: E402
+from evotune.core.hardware import get_hardware  # noqa: E402
+from evotune.core.landscape import load_landscape  # noqa: E402
+from evotune.core.plugins import builtin_names, load_space  # noqa: E402
+from evotune.core.result import Status  # noqa: E402
+from evotune.core.space import Context  # noqa: E402
+from evotune.search.prior import spearman  # noqa: E402
 
 TOP = 10
 

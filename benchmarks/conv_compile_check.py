@@ -36,10 +36,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evotune.compile_only import first_error_line  # noqa: E402
-from evotune.hardware import get_hardware  # noqa: E402
-from evotune.space import Context  # noqa: E402
-from evotune.workloads import get_workload  # noqa: E402
+from evotune.core.hardware import get_hardware  # noqa: E402
+from evotune.core.problem import get_workload  # noqa: E402
+from evotune.core.space import Context  # noqa: E402
+from evotune.running.compile_only import first_error_line  # noqa: E402
 from search_spaces import _cutlass_build as cb  # noqa: E402
 from search_spaces import _cutlass_conv as cc  # noqa: E402
 from search_spaces.cutlass_conv2d_int8 import SPACE  # noqa: E402

@@ -30,10 +30,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evotune.compare import geometric_mean  # noqa: E402
-from evotune.experiment import load_experiment  # noqa: E402
-from evotune.problem import Problem  # noqa: E402
-from evotune.report import collect_best  # noqa: E402
+from evotune.core.problem import Problem  # noqa: E402
+from evotune.reporting.compare import geometric_mean  # noqa: E402
+from evotune.reporting.report import collect_best  # noqa: E402
+from evotune.running.experiment import load_experiment  # noqa: E402
 from search_spaces._cutlass_sm90_conv import HAND_PICKED_LABEL  # noqa: E402
 from search_spaces.cutlass_conv2d_int8 import HAND_PICKED_NAME  # noqa: E402
 

@@ -36,11 +36,11 @@ from statistics import median
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evotune.compare import geometric_mean  # noqa: E402
-from evotune.evaluation.landscape import Landscape, load_landscape  # noqa: E402
-from evotune.evaluation.result import Status  # noqa: E402
-from evotune.hardware import get_hardware  # noqa: E402
-from evotune.report import throughput  # noqa: E402
+from evotune.core.hardware import get_hardware  # noqa: E402
+from evotune.core.landscape import Landscape, load_landscape  # noqa: E402
+from evotune.core.result import Status  # noqa: E402
+from evotune.reporting.compare import geometric_mean  # noqa: E402
+from evotune.reporting.report import throughput  # noqa: E402
 
 H100_DIRS = [ROOT / "experiments" / "landscapes" / "h100", ROOT / "experiments" / "landscapes" / "h100_cutlass"]
 # a shape where the best of all spaces is below this much of the baseline's speed counts as lost, not tied
@@ -208,7 +208,7 @@ def best_of_spaces(rows: list[Row]) -> list[str]:
 
 
 def bar_chart(rows: list[Row], path: Path) -> None:
-    from evotune.plots import _save, plt  # matplotlib (Agg) only when plotting
+    from evotune.reporting.plots import _save, plt  # matplotlib (Agg) only when plotting
 
     rows = [r for r in rows if r.ratio]
     fig, ax = plt.subplots(figsize=(max(8, 0.32 * len(rows) + 2), 4.8))

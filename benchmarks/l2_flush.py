@@ -1,6 +1,6 @@
 """What the oracle's cold-L2 flush costs a short kernel: the same kernels timed after two kinds of flush.
 
-The oracle (``evotune/evaluation/oracle.py``) empties the L2 before each sample by overwriting a buffer of
+The oracle (``evotune/measurement/oracle.py``) empties the L2 before each sample by overwriting a buffer of
 twice its size, as ``triton.testing.do_bench`` does. That leaves the L2 full of dirty lines, which the GPU
 writes back to HBM while the timed kernel's first loads evict them. This script times torch.matmul (cuBLAS)
 and one CUTLASS sm90 configuration per shape after that flush ("dirty") and after a flush that reads the
@@ -21,9 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
-from evotune.evaluation import oracle as om
-from evotune.evaluation.gemm import make_inputs
-from evotune.problem import Problem
+from evotune.core.problem import Problem
+from evotune.measurement import oracle as om
+from evotune.measurement.workloads.gemm import make_inputs
 from search_spaces import _cutlass_sm90 as cutlass
 
 

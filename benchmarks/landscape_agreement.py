@@ -24,8 +24,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evotune.evaluation.landscape import Landscape, load_landscape  # noqa: E402
-from evotune.evaluation.result import Status  # noqa: E402
+from evotune.core.landscape import Landscape, load_landscape  # noqa: E402
+from evotune.core.result import Status  # noqa: E402
 
 
 def _ranks(x: np.ndarray) -> np.ndarray:

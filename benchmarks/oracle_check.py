@@ -32,9 +32,9 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from evotune.evaluation.landscape import Landscape, load_landscape  # noqa: E402
-from evotune.evaluation.oracle import summarize  # noqa: E402
-from evotune.evaluation.result import Status  # noqa: E402
+from evotune.core.landscape import Landscape, load_landscape  # noqa: E402
+from evotune.core.result import Status  # noqa: E402
+from evotune.measurement.oracle import summarize  # noqa: E402
 
 
 def choose_points(ls: Landscape, top: int, random: int, seed: int) -> list[tuple[str, dict]]:
@@ -48,8 +48,8 @@ def choose_points(ls: Landscape, top: int, random: int, seed: int) -> list[tuple
 
 
 def _precompile(space_source: str, point: dict, problem: dict) -> float:
-    from evotune.plugins import load_space
-    from evotune.problem import Problem
+    from evotune.core.plugins import load_space
+    from evotune.core.problem import Problem
 
     started = time.perf_counter()
     load_space(space_source).precompile(point, Problem.from_dict(problem))
@@ -65,9 +65,9 @@ def check(path: Path, top: int, random: int, seed: int, workers: int, rounds: in
     import torch
     from triton.testing import do_bench
 
-    from evotune.evaluation.gemm import make_inputs, poison, verify
-    from evotune.evaluation.oracle import Oracle
-    from evotune.plugins import load_space
+    from evotune.core.plugins import load_space
+    from evotune.measurement.oracle import Oracle
+    from evotune.measurement.workloads.gemm import make_inputs, poison, verify
 
     ls = load_landscape(path)
     space, problem = load_space(ls.space_name), ls.problem

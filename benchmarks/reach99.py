@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evotune.evaluation.landscape import landscape_stem, load_landscape  # noqa: E402
+from evotune.core.landscape import landscape_stem, load_landscape  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

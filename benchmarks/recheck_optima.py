@@ -23,12 +23,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evotune.evaluation.landscape import Landscape, load_landscape  # noqa: E402
-from evotune.evaluation.options import OracleOptions, TimingOptions  # noqa: E402
-from evotune.evaluation.result import Status  # noqa: E402
-from evotune.hardware import get_hardware  # noqa: E402
-from evotune.plugins import load_space  # noqa: E402
-from evotune.space import Context  # noqa: E402
+from evotune.core.hardware import get_hardware  # noqa: E402
+from evotune.core.landscape import Landscape, load_landscape  # noqa: E402
+from evotune.core.plugins import load_space  # noqa: E402
+from evotune.core.result import Status  # noqa: E402
+from evotune.core.space import Context  # noqa: E402
+from evotune.measurement.options import OracleOptions, TimingOptions  # noqa: E402
 
 
 def top_points(ls: Landscape, top: int) -> list[dict]:
@@ -37,7 +37,7 @@ def top_points(ls: Landscape, top: int) -> list[dict]:
 
 
 def recheck(paths: list[Path], top: int, options: OracleOptions) -> list[dict]:
-    from evotune.evaluation.gpu import GpuEvaluator  # the gpu extra
+    from evotune.measurement.gpu import GpuEvaluator  # the gpu extra
 
     hardware = get_hardware("auto")
     rows: list[dict] = []

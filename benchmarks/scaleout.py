@@ -7,11 +7,11 @@ seeing one GPU through ``CUDA_VISIBLE_DEVICES``. The figure is the wall time
 until the last worker ends; the studies are then checked for their trial
 counts (exactly the budget, or every feasible point when recording) and for
 points measured twice. Each tuning worker measures its own costs (start-up,
-per problem, per evaluation; see ``evotune/cost_model.py``), and the costs of
+per problem, per evaluation; see ``evotune/running/cost_model.py``), and the costs of
 the run with one worker predict the speed-up of the others, which the table
 shows beside the measured one; with a run of two workers too, the model
 learns how much workers slow each other down (their contention for the
-storage and the host: :meth:`evotune.cost_model.CostModel.learn`) and
+storage and the host: :meth:`evotune.running.cost_model.CostModel.learn`) and
 predicts again. Each run also counts the kernels its host compiled (the
 kernel cache's ``builds.log``: a kernel compiled twice on one host is a
 duplicate), and how busy the measuring process was: the GPU worker's seconds
@@ -57,9 +57,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evotune.cost_model import CostModel, measuring_share  # noqa: E402
-from evotune.evaluation.kernel_cache import KernelCache  # noqa: E402
-from evotune.experiment import Experiment, load_experiment  # noqa: E402
+from evotune.measurement.kernel_cache import KernelCache  # noqa: E402
+from evotune.running.cost_model import CostModel, measuring_share  # noqa: E402
+from evotune.running.experiment import Experiment, load_experiment  # noqa: E402
 
 
 @dataclass
@@ -90,8 +90,8 @@ class Run:
 def replay_copy(exp: Experiment, landscapes: Path, work: Path, problems: int | None, trials: int | None,
                 points: int | None) -> str:
     """``exp`` as a replay experiment over the recorded landscape of each of its problems (text of its file)."""
-    from evotune.evaluation.landscape import landscape_document, load_landscape, write_landscape
-    from evotune.record import safe_filename
+    from evotune.core.landscape import landscape_document, load_landscape, write_landscape
+    from evotune.running.record import safe_filename
 
     (space,) = exp.spaces
     paths = []
@@ -135,7 +135,7 @@ def run(args: argparse.Namespace, exp: Experiment, workers: int, split: str, wor
     """``workers`` processes on a fresh copy of the experiment, to the end."""
     import optuna
 
-    from evotune.study import make_storage, study_names
+    from evotune.storage.study import make_storage, study_names
 
     tag = tag or f"{storage}-{split}{workers}"
     path = experiment_copy(args, exp, work, tag, storage)
@@ -177,7 +177,7 @@ def run(args: argparse.Namespace, exp: Experiment, workers: int, split: str, wor
     costs = [json.loads((work / f"costs-{tag}-{i}.json").read_text()) for i in range(workers) if command == "worker"]
     incomplete = []
     if args.record:
-        from evotune.evaluation.landscape import load_landscape
+        from evotune.core.landscape import load_landscape
 
         written = {ls.problem.key: ls for ls in map(load_landscape, (work / f"landscapes-{tag}").glob("*.json.gz"))}
         keys = [name.split("/")[1] for name in trials]  # EXPERIMENT/PROBLEM/SPACE/record

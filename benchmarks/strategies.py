@@ -1,6 +1,6 @@
 """Sample efficiency of evotune's strategies against Kernel Tuner's, on the twelve shipped Kernel Tuner landscapes.
 
-Runs :func:`evotune.compare.compare` once per strategy (each into its own
+Runs :func:`evotune.reporting.compare.compare` once per strategy (each into its own
 sub-folder of ``--out``, so a strategy that already has results for the same
 landscapes, budgets, repeats and seed is reused with ``--reuse``), then writes
 and prints, per budget, a markdown table of the fraction of the optimum per
@@ -50,7 +50,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evotune.compare import (  # noqa: E402
+from evotune.reporting.compare import (  # noqa: E402
     KT_PREFIX,
     KT_STRATEGIES,
     RUN_COLUMNS,
@@ -59,7 +59,7 @@ from evotune.compare import (  # noqa: E402
     make_plan,
     write_csv,
 )
-from evotune.compare import geometric_mean as gmean  # noqa: E402
+from evotune.reporting.compare import geometric_mean as gmean  # noqa: E402
 
 KT_DIR = ROOT / "experiments" / "landscapes" / "kerneltuner"
 BUDGETS = (25, 50, 100, 200, 400)

@@ -44,13 +44,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evotune.compare import KT_PREFIX, KT_STRATEGIES, KernelTunerSim, Target, budget_dependent  # noqa: E402
-from evotune.compare import geometric_mean as gmean  # noqa: E402
-from evotune.compare.metrics import measure  # noqa: E402
-from evotune.compare.runner import run_evotune  # noqa: E402
-from evotune.evaluation.landscape import load_landscape  # noqa: E402
-from evotune.strategies import Source  # noqa: E402
-from evotune.transfer import device_distance, from_landscape, vendor  # noqa: E402
+from evotune.core.landscape import load_landscape  # noqa: E402
+from evotune.reporting.compare import KT_PREFIX, KT_STRATEGIES, Case, KernelTunerSim, budget_dependent  # noqa: E402
+from evotune.reporting.compare import geometric_mean as gmean  # noqa: E402
+from evotune.reporting.compare.metrics import measure  # noqa: E402
+from evotune.reporting.compare.runs import run_evotune  # noqa: E402
+from evotune.search.strategies import Source  # noqa: E402
+from evotune.search.transfer import device_distance, from_landscape, vendor  # noqa: E402
 
 LANDSCAPES = ROOT / "experiments/landscapes"
 FOLDERS = {"h100": LANDSCAPES / "h100", "kerneltuner": LANDSCAPES / "kerneltuner",
@@ -73,20 +73,20 @@ def groups(family: str) -> dict[str, list[Path]]:
     return {k: v for k, v in out.items() if len(v) > 1 or family == "adversarial"}
 
 
-def sources_for(target: Target, others: list[Target]) -> list[Source]:
+def sources_for(target: Case, others: list[Case]) -> list[Source]:
     device = target.landscape.meta.get("device")
     return [from_landscape(o.landscape, target.landscape.problem, device) for o in others]
 
 
 # -- adversarial sources: what a misleading related result can look like -------------------------------------
-def _source(target: Target, rows: np.ndarray, times: np.ndarray, name: str, device: str | None) -> Source:
+def _source(target: Case, rows: np.ndarray, times: np.ndarray, name: str, device: str | None) -> Source:
     """A source of the target's space holding ``times`` at the target's feasible ``rows`` (nan: failed)."""
     _, fs, _ = target.replay()
     results = tuple((fs.point(int(r)), None if math.isnan(t) else float(t)) for r, t in zip(rows, times, strict=True))
     return Source(name, results, device_distance(device, target.landscape.meta.get("device")))
 
 
-def local_optimum_source(target: Target) -> Source:
+def local_optimum_source(target: Case) -> Source:
     """The target's own times, except that every point faster than one of its local optima (the fastest that
     is at most 0.9 of the optimum and no slower than any one-parameter neighbour) is made slower than it: the
     source's best point is that local optimum, and it ranks all the other points as the target does."""
@@ -111,14 +111,14 @@ def local_optimum_source(target: Target) -> Source:
     return _source(target, np.arange(len(fs)), out, "adversarial:local-optimum", target.landscape.meta.get("device"))
 
 
-def reversed_source(target: Target) -> Source:
+def reversed_source(target: Case) -> Source:
     """The target's own times with their ranking reversed (the fastest point is the slowest), failures kept."""
     _, fs, times = target.replay()
     return _source(target, np.arange(len(fs)), 1.0 / times, "adversarial:reversed",
                    target.landscape.meta.get("device"))
 
 
-def other_vendor_source(target: Target) -> Source:
+def other_vendor_source(target: Case) -> Source:
     """The target's times with every ordered parameter's choices shifted by half their number (cyclically),
     as recorded on another vendor's GPU: the ranking of points is the target's, its good region elsewhere."""
     space, fs, times = target.replay()
@@ -140,7 +140,7 @@ ADVERSARIAL = {"local-optimum": local_optimum_source, "reversed": reversed_sourc
                "other-vendor": other_vendor_source}
 
 
-def cases(family: str, target: Target, others: list[Target]) -> dict[str, list[Source]]:
+def cases(family: str, target: Case, others: list[Case]) -> dict[str, list[Source]]:
     """The sources of each ``default+...`` strategy on ``target``: the other landscapes of its group
     (``default+transfer``), or, for the adversarial family, each misleading source in turn."""
     if family != "adversarial":
@@ -154,7 +154,7 @@ def cases(family: str, target: Target, others: list[Target]) -> dict[str, list[S
     return out
 
 
-def run_target(target: Target, sources: dict[str, list[Source]], strategies: list[str], budgets: list[int],
+def run_target(target: Case, sources: dict[str, list[Source]], strategies: list[str], budgets: list[int],
                seeds: list[int], kt: KernelTunerSim | None) -> list[dict[str, Any]]:
     """One row per (strategy, seed, budget) on ``target``."""
     rows = []
@@ -279,7 +279,7 @@ def one_target(job: tuple[str, Path, list[Path], list[str], list[int], list[int]
     """The rows of one target landscape (its group's other files being its sources), in a process of its own."""
     family, path, others, strategies, budgets, seeds, with_kt = job
     top = 2 * max(budgets)
-    target, rest = Target.load(str(path), top), [Target.load(str(p), top) for p in others]
+    target, rest = Case.load(str(path), top), [Case.load(str(p), top) for p in others]
     with tempfile.TemporaryDirectory(prefix="evotune-transfer-") as tmp:
         kt = KernelTunerSim(Path(tmp)) if with_kt else None
         return run_target(target, cases(family, target, rest), strategies, budgets, seeds, kt)

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from strategies import KT_DIR, halves  # noqa: E402
 
-from evotune.compare import Target, geometric_mean, measure, run_evotune  # noqa: E402
+from evotune.reporting.compare import Case, geometric_mean, measure, run_evotune  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
           f"median fraction at {' / '.join(map(str, budgets))}")
     medians: dict[int, list[float]] = {b: [] for b in budgets}
     for name in names:
-        target = Target.load(str(paths[name]), max(budgets))
+        target = Case.load(str(paths[name]), max(budgets))
         try:
             runs = [run_evotune(target, args.strategy, seed, max(budgets), **options)
                     for seed in range(args.seed, args.seed + args.repeats)]

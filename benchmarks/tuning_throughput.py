@@ -71,7 +71,7 @@ def serial_loop(points, problem, space_name) -> tuple[float, float]:
     seconds until the first configuration was timed)."""
     import torch
 
-    from evotune.evaluation.gemm import make_inputs
+    from evotune.measurement.workloads.gemm import make_inputs
 
     a, b, c = make_inputs(problem, seed=0)
     started = time.perf_counter()
@@ -91,8 +91,8 @@ def serial_loop(points, problem, space_name) -> tuple[float, float]:
 
 
 def evotune_loop(points, problem, space, ctx, workers) -> tuple[float, float, dict, dict]:
-    from evotune.evaluation.gpu import GpuEvaluator
-    from evotune.evaluation.options import OracleOptions
+    from evotune.measurement.gpu import GpuEvaluator
+    from evotune.measurement.options import OracleOptions
 
     started = time.perf_counter()
     first = None
@@ -123,10 +123,10 @@ def evotune_loop(points, problem, space, ctx, workers) -> tuple[float, float, di
 
 def _setup(args):
     """(problem, space, ctx, points): the run's configurations, the same in every process that asks."""
-    from evotune.hardware import detect
-    from evotune.plugins import load_space
-    from evotune.problem import Problem
-    from evotune.space import Context
+    from evotune.core.hardware import detect
+    from evotune.core.plugins import load_space
+    from evotune.core.problem import Problem
+    from evotune.core.space import Context
 
     m, n, k = (int(x) for x in args.problem.split("x"))
     problem = Problem.gemm(m, n, k, args.dtype)
@@ -157,7 +157,7 @@ def main() -> None:
     ap.add_argument("--loop-only", action="store_true", help=argparse.SUPPRESS)  # fresh_process_loop's child
     args = ap.parse_args()
 
-    from evotune.evaluation.gpu import default_workers
+    from evotune.measurement.gpu import default_workers
 
     problem, space, ctx, points = _setup(args)
     workers = default_workers() if args.workers is None else args.workers

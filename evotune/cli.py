@@ -17,9 +17,9 @@ from typing import Any, overload
 from rich.console import Console
 from rich.table import Table
 
-from evotune.experiment import Experiment, ExperimentError, load_experiment
-from evotune.schedule import SPLITS
-from evotune.storage_url import StorageError
+from evotune.running.experiment import Experiment, ExperimentError, load_experiment
+from evotune.running.schedule import SPLITS
+from evotune.storage.url import StorageError
 
 EXIT_USAGE = 2
 
@@ -162,7 +162,7 @@ def _source(args: argparse.Namespace) -> tuple[str, str | None, Experiment | Non
 def _open_source(args: argparse.Namespace) -> tuple[Any, str, str | None, Experiment | None]:
     """(the storage, opened to read, its URL, the experiment name, the experiment) of a reading command: the
     storage must exist, and nothing is created to open it."""
-    from evotune.study import open_existing
+    from evotune.storage.study import open_existing
 
     url, name, exp = _source(args)
     try:
@@ -172,8 +172,8 @@ def _open_source(args: argparse.Namespace) -> tuple[Any, str, str | None, Experi
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from evotune.report import best_table, collect_best, export_best
-    from evotune.runner import preflight, run_experiment, targets
+    from evotune.reporting.report import best_table, collect_best, export_best
+    from evotune.running.runner import preflight, run_experiment, targets
 
     exp = load_experiment(args.experiment)
     resolved = targets(exp)
@@ -189,7 +189,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     console.print(f"best configurations: {export_best(rows, exp.best_path)}")
     _remember(rows, exp.storage, console)
     if not args.no_plots:
-        from evotune.plots import plot_experiment  # matplotlib only when plotting
+        from evotune.reporting.plots import plot_experiment  # matplotlib only when plotting
 
         for path in plot_experiment(exp.storage, exp.name, exp.plots_dir):
             console.print(f"plot: {path}")
@@ -199,7 +199,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _remember(rows: list, storage: str, console: Console) -> None:
     """The results go into the tuning-result cache that evotune.lookup() reads, each with its oracle (gpu, cpu,
     replay), which lookup() selects by."""
-    from evotune.lookup import remember
+    from evotune.core.tuned_cache import remember
 
     if rows:
         console.print(f"tuning-result cache: {remember(rows, storage)}")
@@ -208,8 +208,8 @@ def _remember(rows: list, storage: str, console: Console) -> None:
 def cmd_worker(args: argparse.Namespace) -> int:
     """The tuning loop alone: claims problems, studies and points in the shared storage, so any number of
     workers can join."""
-    from evotune.cost_model import WorkerCosts
-    from evotune.runner import preflight, run_experiment, targets
+    from evotune.running.cost_model import WorkerCosts
+    from evotune.running.runner import preflight, run_experiment, targets
 
     costs = WorkerCosts()
     exp = load_experiment(args.experiment)
@@ -238,7 +238,7 @@ def cmd_record(args: argparse.Namespace) -> int:
         return _compile_only(args, exp)
     if args.pruned is not None:
         raise UsageError("--pruned: only with --compile-only")
-    from evotune.record import OUT_DIR, Sampling, record_experiment
+    from evotune.running.record import OUT_DIR, Sampling, record_experiment
 
     size = _count(args.sample, "--sample", 1)
     for path in record_experiment(exp, Path(args.out) if args.out else OUT_DIR, args.seconds,
@@ -265,7 +265,7 @@ def _count(value: str | None, flag: str, low: int) -> int | None:
 
 
 def _compile_only(args: argparse.Namespace, exp: Experiment) -> int:
-    from evotune.compile_only import OUT_DIR, CompileOptions, compile_experiment
+    from evotune.running.compile_only import OUT_DIR, CompileOptions, compile_experiment
 
     opts = CompileOptions(Path(args.out) if args.out else OUT_DIR, workers=_count(args.workers, "--workers", 1),
                           pruned_sample=_count(args.pruned, "--pruned", 0), seconds=args.seconds)
@@ -276,7 +276,7 @@ def _compile_only(args: argparse.Namespace, exp: Experiment) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from evotune.plots import plot_experiment
+    from evotune.reporting.plots import plot_experiment
 
     storage, url, name, exp = _open_source(args)
     out = args.out or (exp.plots_dir if exp else "plots")
@@ -289,7 +289,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_best(args: argparse.Namespace) -> int:
-    from evotune.report import best_table, collect_best, export_best
+    from evotune.reporting.report import best_table, collect_best, export_best
 
     storage, url, name, exp = _open_source(args)
     rows = collect_best(storage, name)
@@ -304,8 +304,8 @@ def cmd_best(args: argparse.Namespace) -> int:
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
-    from evotune.dashboard import DashboardMissing, require_dashboard, serve
-    from evotune.storage_url import shown
+    from evotune.reporting.dashboard import DashboardMissing, require_dashboard, serve
+    from evotune.storage.url import shown
 
     try:
         require_dashboard()  # before anything is opened or a URL is printed that would not answer
@@ -318,10 +318,10 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
 
 def cmd_spaces(args: argparse.Namespace) -> int:
-    from evotune import hardware as hw
-    from evotune.plugins import builtin_names, entry_point_names, load_space
-    from evotune.problem import Problem
-    from evotune.space import Context
+    from evotune.core import hardware as hw
+    from evotune.core.plugins import builtin_names, entry_point_names, load_space
+    from evotune.core.problem import Problem
+    from evotune.core.space import Context
 
     try:
         hardware = hw.get_hardware(args.hardware)
@@ -361,7 +361,7 @@ def cmd_spaces(args: argparse.Namespace) -> int:
 
 def _compiler_check(space: Any, ctx: Any, directory: str | None) -> str:
     """How many feasible points a compile-only file checked, when, and what it found."""
-    from evotune.compiled import DEFAULT_DIR, CompiledError, agreement, find_compiled, load_compiled
+    from evotune.core.compile_results import DEFAULT_DIR, CompiledError, agreement, find_compiled, load_compiled
 
     path = find_compiled(directory or DEFAULT_DIR, space.name, ctx.hardware.name, ctx.problem.dtype,
                          ctx.problem.layout)
@@ -381,7 +381,7 @@ def _compiler_check(space: Any, ctx: Any, directory: str | None) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from evotune.compare import KT_CAVEAT, CompareError, compare, make_plan, summary_table
+    from evotune.reporting.compare import KT_CAVEAT, CompareError, compare, make_plan, summary_table
 
     try:
         plan = make_plan(args.landscape, args.strategy, args.budget, args.repeats, args.seed, args.out)
@@ -397,7 +397,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from evotune.evaluation.landscape import LandscapeError, convert_files
+    from evotune.core.landscape import LandscapeError, convert_files
 
     if not args.sources:
         raise UsageError("convert: give at least one SRC (a Kernel Tuner cache file or an evotune landscape)")

@@ -22,8 +22,8 @@ import tempfile
 import time
 from typing import Any
 
-from evotune.hardware import Hardware
-from evotune.problem import Problem
+from evotune.core.hardware import Hardware
+from evotune.core.problem import Problem
 
 os.environ.setdefault("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")
 
@@ -52,7 +52,7 @@ def fake_operands(problem: Problem) -> tuple[Any, Any, Any, Any]:
     """
     import torch
 
-    from evotune.evaluation.gemm import torch_dtypes
+    from evotune.measurement.workloads.gemm import torch_dtypes
 
     in_dt, out_dt = torch_dtypes(problem)
     m, n, k = problem.m, problem.n, problem.k
@@ -72,7 +72,7 @@ def compile_resources(op: Any, args: Any, hardware: Hardware, extra: tuple[Any, 
     ``extra`` follows the three tensors in the kernel's call (stream, cluster count, ...);
     ``stages_of(impl)`` reads the A/B stage count the traced kernel settled on.
     """
-    from evotune.evaluation.binary import launch_smem_from_ir, read_object
+    from evotune.measurement.binary import launch_smem_from_ir, read_object
 
     started = time.perf_counter()
     art = op.cute_compile(op.impl, args.A.tensor, args.B.tensor, args.out.tensor, *extra,

@@ -17,8 +17,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from evotune.problem import Problem
-from evotune.space import Point
+from evotune.core.problem import Problem
+from evotune.core.space import Point
 
 
 @functools.cache

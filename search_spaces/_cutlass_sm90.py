@@ -31,8 +31,8 @@ import ctypes
 import hashlib
 from typing import Any
 
-from evotune.problem import Problem
-from evotune.space import Point
+from evotune.core.problem import Problem
+from evotune.core.space import Point
 from search_spaces import _cutlass_build as cb
 
 # Runtime enums, as CUTLASS numbers them (cutlass/gemm/kernel/tile_scheduler_detail.hpp)
@@ -242,7 +242,7 @@ def build(point: Point, problem: Problem) -> Any:
     """Compile (or load) ``point``; returns ``fn(a, b, c)`` launching on the current torch stream."""
     import torch
 
-    from evotune.evaluation.gemm import make_inputs
+    from evotune.measurement.workloads.gemm import make_inputs
 
     a, b, c = make_inputs(problem, seed=0)
     lib, hit = _library(point, problem)

@@ -7,8 +7,8 @@ not predict times to the microsecond.
 
 Example::
 
-    from evotune.hardware import get_hardware
-    from evotune.problem import Problem
+    from evotune.core.hardware import get_hardware
+    from evotune.core.problem import Problem
     from search_spaces._gemm_model import Tiling, estimate_ms
 
     t = Tiling(tile_m=128, tile_n=256, tile_k=64, stages=4, smem_bytes=230400, persistent=True)
@@ -67,9 +67,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from evotune.hardware import Hardware, get_hardware
-from evotune.problem import Problem
-from evotune.space import Constraint, Context, Point, constraint, hardware_limit
+from evotune.core.hardware import Hardware, get_hardware
+from evotune.core.problem import Problem
+from evotune.core.space import Constraint, Context, Point, constraint, hardware_limit
 
 KIB = 1024
 K_SLICE_BYTES = 128  # bytes of K per operand row and stage: one 128-byte swizzle atom
@@ -109,7 +109,7 @@ def hardware_or_default(ctx: Context) -> Hardware:
 
 
 def compiled_resources(ctx: Context, space: Any, point: Point) -> Any:
-    """What the compiler measured for ``point`` (an ``evotune.compiled.Compiled`` that built), or None."""
+    """What the compiler measured for ``point`` (an ``evotune.core.compile_results.Compiled`` that built), or None."""
     table = ctx.compiled
     c = table.get(space, point) if table is not None else None
     return c if c is not None and c.ok and c.smem is not None else None
@@ -119,7 +119,7 @@ def compiled_resources(ctx: Context, space: Any, point: Point) -> Any:
 class Message(str):
     """A constraint message whose extra fields are computed from the point when it prunes.
 
-    :class:`evotune.space.Constraint` formats its message with the point's values
+    :class:`evotune.core.space.Constraint` formats its message with the point's values
     and ``ctx``; this adds fields such as the bytes a point needs::
 
         Message("needs {need} B", lambda p, ctx: {"need": 2 * p["stages"]})

@@ -17,8 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-from evotune.problem import Problem
-from evotune.space import Point
+from evotune.core.problem import Problem
+from evotune.core.space import Point
 
 
 @triton.jit
@@ -108,7 +108,7 @@ def _launcher(point: Point, problem: Problem) -> tuple[Any, Any]:
 
 
 def _key(point: Point, problem: Problem) -> str:
-    from evotune.evaluation.kernel_cache import KernelCache
+    from evotune.measurement.kernel_cache import KernelCache
 
     return KernelCache.key("triton", triton.__version__, torch.cuda.get_device_name(0), problem.dtype,
                            problem.layout, problem.m, problem.n, problem.k, sorted(point.items()))
@@ -116,8 +116,8 @@ def _key(point: Point, problem: Problem) -> str:
 
 def precompile(point: Point, problem: Problem) -> bool:
     """Compile into Triton's on-disk cache without launching anything; True when it was there already."""
-    from evotune.evaluation.gemm import make_inputs
-    from evotune.evaluation.kernel_cache import KernelCache
+    from evotune.measurement.kernel_cache import KernelCache
+    from evotune.measurement.workloads.gemm import make_inputs
 
     cache, key = KernelCache(), _key(point, problem)
 
@@ -131,8 +131,8 @@ def precompile(point: Point, problem: Problem) -> bool:
 
 def build(point: Point, problem: Problem) -> Any:
     """Compile ``point`` for ``problem`` (launching once on scratch data) and return ``fn(a, b, c)``."""
-    from evotune.evaluation.gemm import make_inputs
-    from evotune.evaluation.kernel_cache import KernelCache
+    from evotune.measurement.kernel_cache import KernelCache
+    from evotune.measurement.workloads.gemm import make_inputs
 
     # Triton keeps binaries in its own cache (TRITON_CACHE_DIR, set by the GPU worker inside
     # evotune's kernel cache); the index only records what was built, to count hits.

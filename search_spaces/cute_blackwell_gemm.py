@@ -12,8 +12,8 @@ Definitions only for now: ``build``/``run``/``reference`` come with the GPU half
 
 Example::
 
-    from evotune.hardware import get_hardware
-    from evotune.space import Context
+    from evotune.core.hardware import get_hardware
+    from evotune.core.space import Context
     from search_spaces.cute_blackwell_gemm import SPACE
 
     b200 = Context(get_hardware("B200"), SPACE.default_problem)
@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import math
 
-from evotune.problem import Problem
-from evotune.space import (
+from evotune.core.problem import Problem
+from evotune.core.space import (
     Context,
     Needs,
     Point,

@@ -8,13 +8,13 @@ order set by ``raster`` and ``swizzle``.
 
 ``build`` (the adapter in ``_cute_sm90.py``, imported only for GPU runs)
 compiles a configuration; verification and timing are the GEMM defaults of
-``evotune.evaluation.gemm``.
+``evotune.measurement.workloads.gemm``.
 
 Example::
 
-    from evotune.hardware import get_hardware
-    from evotune.problem import Problem
-    from evotune.space import Context
+    from evotune.core.hardware import get_hardware
+    from evotune.core.problem import Problem
+    from evotune.core.space import Context
     from search_spaces.cute_hopper_gemm import SPACE
 
     ctx = Context(get_hardware("H100"), Problem.gemm(4096, 4096, 4096, "bf16"))
@@ -27,8 +27,8 @@ Example::
 
 from __future__ import annotations
 
-from evotune.problem import Problem
-from evotune.space import (
+from evotune.core.problem import Problem
+from evotune.core.space import (
     Context,
     Needs,
     Point,

@@ -24,9 +24,9 @@ A compiled kernel is shape-free (the problem is an argument), so one nvcc run
 
 Example::
 
-    from evotune.hardware import get_hardware
-    from evotune.space import Context
-    from evotune.workloads import get_workload
+    from evotune.core.hardware import get_hardware
+    from evotune.core.space import Context
+    from evotune.core.problem import get_workload
     from search_spaces.cutlass_conv2d_int8 import SPACE, HAND_PICKED
 
     problem = get_workload("conv2d").parse({"N": 10, "C": 128, "H": 72, "W": 120, "K": 128, "R": 3, "S": 3,
@@ -41,8 +41,8 @@ from __future__ import annotations
 
 import math
 
-from evotune.problem import Problem
-from evotune.space import (
+from evotune.core.problem import Problem
+from evotune.core.space import (
     Context,
     Needs,
     Point,
@@ -54,7 +54,7 @@ from evotune.space import (
     ordinal,
     tuples,
 )
-from evotune.workloads.conv2d import ConvShape
+from evotune.measurement.workloads.conv2d_shape import ConvShape
 from search_spaces import _gemm_model as gm
 
 DEFAULT_PROBLEM = ConvShape(10, 128, 72, 120, 128, 3, 3, pad=1, scaling="tensor").problem("int8", "nc32hw32")

@@ -21,9 +21,9 @@ mainloop.
 
 Example::
 
-    from evotune.hardware import get_hardware
-    from evotune.space import Context
-    from evotune.workloads.conv2d import ConvShape
+    from evotune.core.hardware import get_hardware
+    from evotune.core.space import Context
+    from evotune.measurement.workloads.conv2d_shape import ConvShape
     from search_spaces.cutlass_sm90_conv2d_int8 import SPACE
 
     problem = ConvShape(10, 128, 72, 120, 128, 3, 3, pad=1, scaling="tensor").problem("int8", "nhwc")
@@ -39,8 +39,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from evotune.problem import Problem
-from evotune.space import (
+from evotune.core.problem import Problem
+from evotune.core.space import (
     Context,
     Needs,
     Point,
@@ -52,7 +52,7 @@ from evotune.space import (
     ordinal,
     tuples,
 )
-from evotune.workloads.conv2d import ConvShape
+from evotune.measurement.workloads.conv2d_shape import ConvShape
 from search_spaces import _gemm_model as gm
 from search_spaces.cutlass_conv2d_int8 import _is_conv, implicit_gemm
 

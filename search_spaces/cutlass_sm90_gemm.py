@@ -22,9 +22,9 @@ problem and every runtime knob reuse one nvcc run (about a minute each).
 
 Example::
 
-    from evotune.hardware import get_hardware
-    from evotune.problem import Problem
-    from evotune.space import Context
+    from evotune.core.hardware import get_hardware
+    from evotune.core.problem import Problem
+    from evotune.core.space import Context
     from search_spaces.cutlass_sm90_gemm import SPACE
 
     ctx = Context(get_hardware("H100"), Problem.gemm(64, 4096, 11008, "bf16"))
@@ -38,8 +38,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from evotune.problem import Problem
-from evotune.space import (
+from evotune.core.problem import Problem
+from evotune.core.space import (
     Context,
     Needs,
     Point,

@@ -8,14 +8,14 @@ int8).  ``num_ctas > 1`` asks Triton for a thread-block cluster (sm_90+).
 
 ``build`` (in ``_triton_kernel.py``, imported only when a GPU run needs it)
 compiles a configuration; verification and timing are the GEMM defaults of
-``evotune.evaluation.gemm``. The kernel masks the K tail, so ``SPLIT_K = 1``
+``evotune.measurement.workloads.gemm``. The kernel masks the K tail, so ``SPLIT_K = 1``
 takes any K.
 
 Example::
 
-    from evotune.hardware import get_hardware
-    from evotune.problem import Problem
-    from evotune.space import Context
+    from evotune.core.hardware import get_hardware
+    from evotune.core.problem import Problem
+    from evotune.core.space import Context
     from search_spaces.triton_matmul import SPACE
 
     ctx = Context(get_hardware("A100"), Problem.gemm(4096, 4096, 4096, "bf16"))
@@ -26,8 +26,8 @@ Example::
 
 from __future__ import annotations
 
-from evotune.problem import Problem
-from evotune.space import (
+from evotune.core.problem import Problem
+from evotune.core.space import (
     Context,
     Needs,
     Point,

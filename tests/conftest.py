@@ -47,7 +47,7 @@ def int8_landscapes(count: int) -> list[Path]:
 
 def landscape_excerpt(src: Path, dst: Path, points: int) -> Path:
     """Write the first ``points`` points of landscape ``src`` as landscape ``dst``: a small one to record."""
-    from evotune.evaluation.landscape import landscape_document, load_landscape, write_landscape
+    from evotune.core.landscape import landscape_document, load_landscape, write_landscape
 
     ls = load_landscape(src)
     rows = [(dict(zip(ls.names, key, strict=True)), r) for key, r in list(ls.entries.items())[:points]]
@@ -73,14 +73,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def pnpoly():
-    from evotune.evaluation.landscape import load_landscape
+    from evotune.core.landscape import load_landscape
 
     return load_landscape(PNPOLY)
 
 
 @pytest.fixture(scope="session")
 def gemm_landscape():
-    from evotune.evaluation.landscape import load_landscape
+    from evotune.core.landscape import load_landscape
 
     return load_landscape(GEMM)
 

@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from evotune import runner, tuner
-from evotune.evaluation.base import DeadlinePassed, Evaluator
-from evotune.evaluation.result import EvalResult, Status
-from evotune.experiment import Budget, load_experiment
-from evotune.plugins import load_space
-from evotune.problem import Problem
-from evotune.space import Context
-from evotune.strategies import make_strategy
-from evotune.study import StudyStore
-from evotune.tuner import tune
+from evotune.core.plugins import load_space
+from evotune.core.problem import Problem
+from evotune.core.result import EvalResult, Status
+from evotune.core.space import Context
+from evotune.measurement.base import DeadlinePassed, Evaluator
+from evotune.running import runner, tuner
+from evotune.running.experiment import Budget, load_experiment
+from evotune.running.tuner import tune
+from evotune.search.strategies import make_strategy
+from evotune.storage.study import StudyStore
 
 FAULTS = Path(__file__).resolve().parent / "spaces" / "faults.py"
 PROBLEM = Problem.gemm(64, 64, 64, "fp32")
@@ -152,7 +152,7 @@ url = "sqlite:///{tmp_path / 'd.db'}"
 
 
 def test_the_gpu_evaluator_stops_waiting_for_a_compile_at_the_deadline_and_kills_the_compiles_in_flight():
-    from evotune.evaluation.gpu import GpuEvaluator
+    from evotune.measurement.gpu import GpuEvaluator
 
     ev = object.__new__(GpuEvaluator)  # its state only: no GPU worker is started
     ev.space, ev.timeout_s = load_space(str(FAULTS)), 300.0

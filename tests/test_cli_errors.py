@@ -13,7 +13,7 @@ import pytest
 from conftest import replay_experiment
 
 from evotune.cli import main
-from evotune.storage_url import StorageError, with_driver
+from evotune.storage.url import StorageError, with_driver
 
 READERS = (["best"], ["plot"], ["dashboard", "--port", "9"])  # the port is never bound: each fails before
 
@@ -195,7 +195,7 @@ def test_open_existing_refuses_what_optuna_would_write_to(tmp_path):
     """A sqlite database of someone else's (no Optuna tables) is refused, not given Optuna's tables."""
     import sqlite3
 
-    from evotune.study import open_existing
+    from evotune.storage.study import open_existing
 
     db = tmp_path / "other.db"
     with sqlite3.connect(db) as conn:
@@ -213,10 +213,10 @@ def test_open_existing_reads_what_a_killed_writer_left_in_the_log_and_writes_not
     into the database file (closing the last connection of a writing open would)."""
     import subprocess
 
-    from evotune.study import open_existing
+    from evotune.storage.study import open_existing
 
     db = tmp_path / "q.db"
-    writer = ("import os, optuna; from evotune.study import make_storage\n"
+    writer = ("import os, optuna; from evotune.storage.study import make_storage\n"
               f"study = optuna.create_study(storage=make_storage('sqlite:///{db}'), study_name='s')\n"
               "study.add_trial(optuna.trial.create_trial(value=1.5))\n"
               "os._exit(0)  # killed: no connection closed, the commits stay in the log\n")

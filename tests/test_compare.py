@@ -13,12 +13,12 @@ import pytest
 from conftest import GEMM, PNPOLY, ROOT
 
 from evotune.cli import main
-from evotune.compare import (
+from evotune.reporting.compare import (
     KT_CAVEAT,
     RUN_COLUMNS,
     SUMMARY_COLUMNS,
+    Case,
     Run,
-    Target,
     best_so_far,
     evals_to,
     expected_random_best,
@@ -98,7 +98,7 @@ def test_evals_to_and_fraction_definitions(tiny):
     assert evals_to(frac[:3], 0.95) == 4
     assert evals_to(np.zeros(6), 0.95) == 7
 
-    target = Target.load(str(tiny), 8)
+    target = Case.load(str(tiny), 8)
     assert (target.n_points, target.optimum, target.worst) == (8, 1.0, 6.0)
     m = measure(Run(np.array([nan, nan, 6.0]), np.array([0.1, 0.3, 0.2])), target, 3)
     assert m["fraction"] == pytest.approx(1 / 6) and m["evals_to_95"] == m["evals_to_99"] == 4
@@ -235,7 +235,7 @@ def test_kernel_tuner_seeding_is_repeatable_and_restores_the_global_state():
 
     import scipy.stats.qmc as qmc
 
-    from evotune.compare.kernel_tuner_sim import seeded_globals
+    from evotune.reporting.compare.kernel_tuner_sim import seeded_globals
 
     def draws():
         return random.random(), float(np.random.random()), qmc.LatinHypercube(d=2).random(3).tolist()

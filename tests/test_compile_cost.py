@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from conftest import GEMM
 
-from evotune.compare import Target
-from evotune.space import Context
-from evotune.strategies import make_strategy
-from evotune.strategies.kernels import Kernels
+from evotune.core.space import Context
+from evotune.reporting.compare import Case
+from evotune.search.compile_cost import Kernels
+from evotune.search.strategies import make_strategy
 
 # CLBlast's vector widths, strides and shared-memory switches, taken as launch arguments of a kernel made of the
 # other parameters: the shape of a CUTLASS space, whose raster, swizzle and stream-K split are
@@ -20,7 +20,7 @@ LAUNCH = ("VWM", "VWN", "STRM", "STRN", "SA", "SB")
 
 @pytest.fixture(scope="module")
 def gemm():
-    target = Target.load(str(GEMM), 400)
+    target = Case.load(str(GEMM), 400)
     space, fs, row_times = target.replay()
     space = dataclasses.replace(space, compiled_params=tuple(n for n in space.names if n not in LAUNCH))
     return space, fs, row_times, Context(problem=target.landscape.problem)

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from evotune.compiled import Compiled, CompiledError, agreement, find_compiled, load_compiled
-from evotune.evaluation.binary import BinaryError, launch_smem_from_ir, read_cubin, read_object
-from evotune.hardware import get_hardware
-from evotune.problem import Problem
-from evotune.space import Context
+from evotune.core.compile_results import Compiled, CompiledError, agreement, find_compiled, load_compiled
+from evotune.core.hardware import get_hardware
+from evotune.core.problem import Problem
+from evotune.core.space import Context
+from evotune.measurement.binary import BinaryError, launch_smem_from_ir, read_cubin, read_object
 from search_spaces import cute_blackwell_gemm, cute_hopper_gemm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -196,9 +196,9 @@ def test_the_sm100_shared_memory_model_reproduces_every_binary(dtype):
 
 
 def test_an_experiment_hands_the_compiled_resources_to_the_estimate(tmp_path):
-    from evotune.compiled import CompiledTable
-    from evotune.experiment import ExperimentError, load_experiment
-    from evotune.runner import targets
+    from evotune.core.compile_results import CompiledTable
+    from evotune.running.experiment import ExperimentError, load_experiment
+    from evotune.running.runner import targets
 
     exp = tmp_path / "e.toml"
     body = ('space = "cute_blackwell_gemm"\nhardware = "B200"\n[oracle]\nkind = "gpu"\n'

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from evotune.evaluation.confirm import ConfirmOptions, confirm_rounds
+from evotune.measurement.retiming import ConfirmOptions, confirm_rounds
 
 
 class FakeTimer:
@@ -115,8 +115,8 @@ def test_configurations_race_and_only_the_leaders_are_timed_to_the_end():
 
 
 def test_candidates_are_the_top_k_and_those_near_the_fastest_search_time():
-    from evotune.confirming import screened
-    from evotune.evaluation.options import ConfirmOptions as Opts
+    from evotune.measurement.options import ConfirmOptions as Opts
+    from evotune.running.confirmation import screened
 
     measured = [(t, f"p{t}") for t in (1.30, 1.00, 1.10, 1.05, 1.16, 1.14, 2.0)]
     assert [p for _, p in screened(measured, Opts(top_k=2, screen=0.15))] == ["p1.0", "p1.05", "p1.1", "p1.14"]
@@ -131,7 +131,7 @@ class ConfirmingReplay:
     it, the search's best by 10% (a lucky sample), the others by 1%; a baseline at 1 ms."""
 
     def __new__(cls, landscape):
-        from evotune.evaluation.replay import ReplayEvaluator
+        from evotune.measurement.replay import ReplayEvaluator
 
         class _Confirming(ReplayEvaluator):
             confirms = True
@@ -153,9 +153,9 @@ class ConfirmingReplay:
 def test_the_best_the_report_gives_is_the_confirmed_one(tmp_path, monkeypatch):
     from conftest import replay_experiment
 
-    from evotune import runner
-    from evotune.experiment import load_experiment
-    from evotune.report import best_table, collect_best, export_best
+    from evotune.reporting.report import best_table, collect_best, export_best
+    from evotune.running import runner
+    from evotune.running.experiment import load_experiment
 
     monkeypatch.setattr(runner, "make_evaluator", lambda exp, target, worker=None: ConfirmingReplay(target.landscape))
     url = f"sqlite:///{tmp_path / 'c.db'}"
@@ -193,9 +193,9 @@ def _all_trials(url):
 def test_a_recorded_landscape_holds_its_confirmed_optimum_and_baselines(tmp_path, monkeypatch, pnpoly):
     from conftest import replay_experiment
 
-    from evotune import runner
     from evotune.cli import main
-    from evotune.evaluation.landscape import load_landscape
+    from evotune.core.landscape import load_landscape
+    from evotune.running import runner
 
     monkeypatch.setattr(runner, "make_evaluator", lambda exp, target, worker=None: ConfirmingReplay(target.landscape))
     exp = replay_experiment(tmp_path / "rec.toml", name="rec", url=f"journal:{tmp_path / 'rec.journal'}",

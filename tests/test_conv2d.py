@@ -11,12 +11,12 @@ import optuna
 import pytest
 
 from evotune import cli
-from evotune.evaluation.landscape import landscape_document
-from evotune.evaluation.result import EvalResult, Status
-from evotune.problem import Problem
-from evotune.space import ordinal
-from evotune.workloads import FieldError, get_workload
-from evotune.workloads.conv2d import ConvShape, conv2d_nhwc, to_layout, to_nhwc
+from evotune.core.landscape import landscape_document
+from evotune.core.problem import FieldError, Problem, get_workload
+from evotune.core.result import EvalResult, Status
+from evotune.core.space import ordinal
+from evotune.measurement.workloads.conv2d import conv2d_nhwc
+from evotune.measurement.workloads.conv2d_shape import ConvShape, to_layout, to_nhwc
 
 ROOT = Path(__file__).parents[1]
 CONV = get_workload("conv2d")
@@ -38,7 +38,7 @@ def test_key_bucket_counts_and_json_round_trip():
 
 
 def test_lookup_falls_back_to_the_nearest_conv_bucket(tmp_path):
-    from evotune.lookup import lookup
+    from evotune.reporting.lookup import lookup
 
     tuned = CONV.parse(BIG)
     entry = {"space": "s", "hardware": None, "problem_key": tuned.key, "problem": tuned.to_dict(),
@@ -113,8 +113,8 @@ def test_int8_reference_is_exact_then_scaled_and_verification_allows_one_step():
 
 
 def test_cpu_oracle_runs_the_numpy_conv_space_against_the_reference(tmp_path):
-    from evotune.experiment import load_experiment
-    from evotune.runner import run_experiment
+    from evotune.running.experiment import load_experiment
+    from evotune.running.runner import run_experiment
 
     exp = load_experiment(ROOT / "tests/experiments/conv_cpu.toml")
     assert [p.kind for p in exp.problems] == ["conv2d", "conv2d"]

@@ -11,10 +11,10 @@ import pytest
 from conftest import KT_EXCERPT
 
 from evotune.cli import main
-from evotune.evaluation.landscape import FORMAT, load_landscape
-from evotune.experiment import load_experiment
-from evotune.runner import run_experiment
-from evotune.study import make_storage, study_names
+from evotune.core.landscape import FORMAT, load_landscape
+from evotune.running.experiment import load_experiment
+from evotune.running.runner import run_experiment
+from evotune.storage.study import make_storage, study_names
 
 
 def convert_cli(*args: str) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from evotune.cost_model import CostModel, WorkerCosts, measuring_share
+from evotune.running.cost_model import CostModel, WorkerCosts, measuring_share
 
 
 def test_one_worker_pays_everything_once_whatever_the_split():

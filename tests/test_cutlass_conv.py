@@ -10,11 +10,11 @@ import pytest
 from conftest import ROOT, replay_experiment
 
 from evotune.cli import main
-from evotune.evaluation.landscape import load_landscape
-from evotune.hardware import get_hardware
-from evotune.plugins import builtin_names, load_space
-from evotune.space import Context
-from evotune.workloads import get_workload
+from evotune.core.hardware import get_hardware
+from evotune.core.landscape import load_landscape
+from evotune.core.plugins import builtin_names, load_space
+from evotune.core.problem import get_workload
+from evotune.core.space import Context
 from search_spaces import _cutlass_build as cb
 from search_spaces import _cutlass_conv as cc
 from search_spaces.cutlass_conv2d_int8 import HAND_PICKED, SPACE, interleaved_thread_map, smem_bytes

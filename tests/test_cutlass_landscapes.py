@@ -8,12 +8,12 @@ import pytest
 from conftest import ROOT, replay_experiment
 
 from evotune.cli import main
-from evotune.evaluation.landscape import load_landscape
-from evotune.evaluation.result import Status
-from evotune.experiment import load_experiment
-from evotune.hardware import get_hardware
-from evotune.plugins import load_space
-from evotune.space import Context
+from evotune.core.hardware import get_hardware
+from evotune.core.landscape import load_landscape
+from evotune.core.plugins import load_space
+from evotune.core.result import Status
+from evotune.core.space import Context
+from evotune.running.experiment import load_experiment
 
 FOLDER = ROOT / "experiments" / "landscapes" / "h100_cutlass"
 FILES = sorted(FOLDER.glob("*.json.gz"))

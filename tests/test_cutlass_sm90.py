@@ -9,10 +9,10 @@ import shutil
 import numpy as np
 import pytest
 
-from evotune.hardware import get_hardware
-from evotune.plugins import builtin_names, load_space
-from evotune.problem import Problem
-from evotune.space import Context
+from evotune.core.hardware import get_hardware
+from evotune.core.plugins import builtin_names, load_space
+from evotune.core.problem import Problem
+from evotune.core.space import Context
 from search_spaces import _cutlass_build as cb
 from search_spaces import _cutlass_sm90 as cpp
 from search_spaces.cutlass_sm90_gemm import SPACE

@@ -9,12 +9,12 @@ import dataclasses
 import pytest
 from conftest import ROOT
 
-from evotune.evaluation import gpu_worker
-from evotune.experiment import load_experiment
-from evotune.hardware import get_hardware
-from evotune.plugins import builtin_names, load_space
-from evotune.space import Context
-from evotune.workloads import get_workload
+from evotune.core.hardware import get_hardware
+from evotune.core.plugins import builtin_names, load_space
+from evotune.core.problem import get_workload
+from evotune.core.space import Context
+from evotune.measurement import gpu_worker
+from evotune.running.experiment import load_experiment
 from search_spaces import _cutlass_build as cb
 from search_spaces import _cutlass_sm90_conv as sc
 from search_spaces.cutlass_sm90_conv2d_int8 import SPACE, smem_bytes

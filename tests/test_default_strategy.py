@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 from conftest import GEMM
 
-from evotune.compare import Target
-from evotune.space import Context
-from evotune.strategies import make_strategy
-from evotune.strategies.base import OptionError
+from evotune.core.space import Context
+from evotune.reporting.compare import Case
+from evotune.search.strategies import make_strategy
+from evotune.search.strategies.base import OptionError
 
 
 @pytest.fixture(scope="module")
 def gemm():
-    target = Target.load(str(GEMM), 400)
+    target = Case.load(str(GEMM), 400)
     space, fs, row_times = target.replay()
     return space, fs, row_times, Context(problem=target.landscape.problem)
 

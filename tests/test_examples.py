@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from evotune.experiment import load_experiment
-from evotune.hardware import get_hardware
-from evotune.plugins import load_space
-from evotune.problem import Problem
-from evotune.space import Context
+from evotune.core.hardware import get_hardware
+from evotune.core.plugins import load_space
+from evotune.core.problem import Problem
+from evotune.core.space import Context
+from evotune.running.experiment import load_experiment
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "own_triton_space"
 
@@ -57,8 +57,8 @@ def test_the_example_space_refuses_int8_and_a_ragged_k_with_reasons():
 
 @pytest.mark.gpu
 def test_every_feasible_point_of_the_example_computes_the_product():
-    from evotune.evaluation.gemm import make_inputs, verify
-    from evotune.hardware import detect
+    from evotune.core.hardware import detect
+    from evotune.measurement.workloads.gemm import make_inputs, verify
 
     space = load_space(str(EXAMPLE / "tiled_matmul.py"))
     problem = Problem.gemm(256, 512, 128, "fp16")

@@ -3,7 +3,7 @@ that names the file and the offending field, with no traceback and nothing writt
 
 Each case is the text of an experiment file (placeholders ``@PNPOLY@``, ``@DB@`` and ``@TMP@`` are filled
 in for the test's tmp_path) and the field the error must name, e.g. ``budget.trials``: the line must contain
-``PATH: FIELD:``, the format of :class:`evotune.experiment.ExperimentError`.
+``PATH: FIELD:``, the format of :class:`evotune.running.experiment.ExperimentError`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ PROBLEM = '[[problem]]\nm = 1024\nn = 1024\nk = 1024\ndtype = "bf16"\n'
 CPU = '[oracle]\nkind = "cpu"\n'
 CPU_PROBLEM = '[[problem]]\nm = 64\nn = 64\nk = 64\ndtype = "fp32"\n'
 CONV_PROBLEM = '[[problem]]\nkind = "conv2d"\nN = 1\nC = 32\nH = 4\nW = 4\nK = 32\nR = 3\nS = 3\n'
-NO_BUILD = 'from evotune.space import SearchSpace, ordinal\nSPACE = SearchSpace("nobuild", [ordinal("x", (1, 2))])\n'
+NO_BUILD = ('from evotune.core.space import SearchSpace, ordinal\n'
+            'SPACE = SearchSpace("nobuild", [ordinal("x", (1, 2))])\n')
 _DEFAULT = object()
 
 
@@ -280,7 +281,7 @@ def test_broken_experiment_is_one_line_exit_2_and_writes_nothing(tmp_path, monke
 
 def test_hardware_auto_without_a_gpu(tmp_path, monkeypatch, capsys):
     """'auto' is only resolved when the run starts; finding no GPU is still a one-line error about hardware."""
-    from evotune import hardware
+    from evotune.core import hardware
 
     def no_gpu(device: int = 0):
         raise RuntimeError("no CUDA GPU found")
@@ -296,9 +297,9 @@ def test_gpu_oracle_without_the_gpu_evaluator(tmp_path, monkeypatch, capsys):
     _assert_refused(tmp_path, capsys, gpu_doc(), "oracle.kind", {})
 
 @pytest.mark.parametrize(("content", "says"), [
-    ("SPACE = 42\n", "x.py defines SPACE = 42 (an int), not an evotune.space.SearchSpace"),
-    ("SPACE = 'gemm'\n", "x.py defines SPACE = 'gemm' (a str), not an evotune.space.SearchSpace"),
-    ("X = 1\n", "x.py defines no SPACE; it must define SPACE = evotune.space.SearchSpace(...)"),
+    ("SPACE = 42\n", "x.py defines SPACE = 42 (an int), not an evotune.core.space.SearchSpace"),
+    ("SPACE = 'gemm'\n", "x.py defines SPACE = 'gemm' (a str), not an evotune.core.space.SearchSpace"),
+    ("X = 1\n", "x.py defines no SPACE; it must define SPACE = evotune.core.space.SearchSpace(...)"),
 ])
 def test_a_space_file_is_told_what_is_wrong_with_its_SPACE(tmp_path, monkeypatch, capsys, content, says):
     """Not "unknown space": the file was found and loaded, and what it defines is the problem."""
@@ -328,7 +329,7 @@ def test_path_is_a_directory(tmp_path, monkeypatch, capsys):
 
 def test_the_base_document_is_valid(tmp_path):
     """The corpus is only meaningful if the document each case breaks is itself accepted."""
-    from evotune.experiment import load_experiment
+    from evotune.running.experiment import load_experiment
 
     path, _ = _write_case(tmp_path, doc(), {})
     exp = load_experiment(path)

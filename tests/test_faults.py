@@ -1,6 +1,6 @@
 """The tuner survives candidates that crash, abort, hang, run out of memory, fail to build or compute wrongly.
 
-The CPU flavour of ``tests/spaces/faults.py`` runs in :class:`evotune.evaluation.cpu.CpuEvaluator`'s
+The CPU flavour of ``tests/spaces/faults.py`` runs in :class:`evotune.measurement.cpu.CpuEvaluator`'s
 worker process; every fault must end as one stored trial with its status and reason, and the tuning
 process itself must carry on.
 """
@@ -15,16 +15,16 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from evotune.evaluation.cpu import CpuEvaluator
-from evotune.evaluation.options import OracleOptions
-from evotune.evaluation.result import Status
-from evotune.experiment import Budget
-from evotune.plugins import load_space
-from evotune.problem import Problem
-from evotune.space import Context
-from evotune.strategies import make_strategy
-from evotune.study import StudyStore
-from evotune.tuner import tune
+from evotune.core.plugins import load_space
+from evotune.core.problem import Problem
+from evotune.core.result import Status
+from evotune.core.space import Context
+from evotune.measurement.cpu import CpuEvaluator
+from evotune.measurement.options import OracleOptions
+from evotune.running.experiment import Budget
+from evotune.running.tuner import tune
+from evotune.search.strategies import make_strategy
+from evotune.storage.study import StudyStore
 
 FAULTS = Path(__file__).parent / "spaces" / "faults.py"  # a test fixture, named by its path
 EXPERIMENT = Path(__file__).parent / "experiments" / "faults_cpu.toml"
@@ -134,7 +134,7 @@ def test_oom_refuses_to_run_without_an_address_space_cap(space):
 
 
 def test_a_space_without_build_is_refused():
-    from evotune.space import SearchSpace, ordinal
+    from evotune.core.space import SearchSpace, ordinal
 
     with pytest.raises(ValueError, match="no build function"):
         CpuEvaluator(SearchSpace("x", [ordinal("a", (1, 2))]), CTX)
@@ -142,8 +142,8 @@ def test_a_space_without_build_is_refused():
 
 def test_the_fault_experiment_runs_to_its_end_with_its_oracle_options(space, tmp_path):
     """The experiment names the space by a path relative to itself; its timeout_s reaches the CPU worker."""
-    from evotune.experiment import load_experiment
-    from evotune.runner import run_experiment
+    from evotune.running.experiment import load_experiment
+    from evotune.running.runner import run_experiment
 
     exp = load_experiment(EXPERIMENT)
     assert exp.oracle == "cpu" and exp.oracle_options == OracleOptions(timeout_s=10.0)
@@ -159,7 +159,7 @@ def test_the_fault_experiment_runs_to_its_end_with_its_oracle_options(space, tmp
 
 def test_the_fault_space_is_not_offered_to_users(monkeypatch, capsys):
     from evotune import cli
-    from evotune.plugins import builtin_names
+    from evotune.core.plugins import builtin_names
 
     assert "faults" not in builtin_names() and "triton_matmul" in builtin_names()
     monkeypatch.setenv("COLUMNS", "200")  # one row per space, names unwrapped

@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from evotune.hardware import Hardware, get_hardware
-from evotune.plugins import builtin_names, load_space
-from evotune.problem import Problem
-from evotune.space import Context, Point, SearchSpace
+from evotune.core.hardware import Hardware, get_hardware
+from evotune.core.plugins import builtin_names, load_space
+from evotune.core.problem import Problem
+from evotune.core.space import Context, Point, SearchSpace
 from search_spaces import _gemm_model as gm
 from search_spaces import cute_blackwell_gemm, cute_hopper_gemm, triton_matmul
 
@@ -50,7 +50,7 @@ def test_space_metadata(space: SearchSpace):
     assert space.description and "\n" not in space.description
     assert space.default_problem == Problem.gemm(4096, 4096, 4096, "bf16")
     assert space.estimate is not None
-    # GEMM spaces use the shared GEMM inputs, launch convention and reference (evotune.evaluation.gemm)
+    # GEMM spaces use the shared GEMM inputs, launch convention and reference (evotune.measurement.workloads.gemm)
     assert space.run is None and space.reference is None
     assert all(p.doc for p in space.params)
     assert len({c.name for c in space.constraints}) == len(space.constraints)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from evotune.space import Context, SearchSpace, categorical, ordinal
-from evotune.strategies import make_strategy
-from evotune.strategies.gp import encode
+from evotune.core.space import Context, SearchSpace, categorical, ordinal
+from evotune.search.strategies import make_strategy
+from evotune.search.surrogate import encode
 
 
 def space() -> SearchSpace:

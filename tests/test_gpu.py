@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from evotune.evaluation.options import OracleOptions
-from evotune.evaluation.result import Status
-from evotune.hardware import detect
-from evotune.plugins import load_space
-from evotune.problem import Problem
-from evotune.space import Context
+from evotune.core.hardware import detect
+from evotune.core.plugins import load_space
+from evotune.core.problem import Problem
+from evotune.core.result import Status
+from evotune.core.space import Context
+from evotune.measurement.options import OracleOptions
 
 pytestmark = pytest.mark.gpu
 
@@ -25,7 +25,7 @@ PROBLEM = Problem.gemm(1024, 1024, 1024, "bf16")
 
 @pytest.fixture(scope="module")
 def faults():
-    from evotune.evaluation.gpu import GpuEvaluator
+    from evotune.measurement.gpu import GpuEvaluator
 
     space = load_space(FAULTS)
     ev = GpuEvaluator(space, Context(detect(), PROBLEM), OracleOptions(timeout_s=60))
@@ -60,7 +60,7 @@ def test_an_illegal_address_is_isolated(faults):
 
 
 def test_a_hanging_kernel_times_out_and_is_isolated():
-    from evotune.evaluation.gpu import GpuEvaluator
+    from evotune.measurement.gpu import GpuEvaluator
 
     space = load_space(FAULTS)
     with GpuEvaluator(space, Context(detect(), PROBLEM), OracleOptions(timeout_s=20)) as ev:
@@ -72,7 +72,7 @@ def test_a_hanging_kernel_times_out_and_is_isolated():
 
 @pytest.mark.parametrize("dtype", ["bf16", "int8"])
 def test_triton_matmul_points_verify_against_the_reference(dtype):
-    from evotune.evaluation.gpu import GpuEvaluator
+    from evotune.measurement.gpu import GpuEvaluator
 
     space = load_space("triton_matmul")
     problem = Problem.gemm(64, 4096, 11008 if dtype == "int8" else 4096, dtype)
@@ -100,7 +100,7 @@ def test_triton_matmul_points_verify_against_the_reference(dtype):
 ])
 def test_cute_hopper_points_verify_against_the_reference(dtype, point):
     pytest.importorskip("cutlass.operators")
-    from evotune.evaluation.gpu import GpuEvaluator
+    from evotune.measurement.gpu import GpuEvaluator
 
     space = load_space("cute_hopper_gemm")
     problem = Problem.gemm(2048, 2048, 2048, dtype)
@@ -116,10 +116,11 @@ def test_second_run_compiles_nothing_and_lookup_returns_a_correct_kernel(tmp_pat
     """A fresh evaluator finds the kernels of the first on disk; compile_best rebuilds the best one."""
     import torch
 
-    from evotune.evaluation.gemm import make_inputs, verify
-    from evotune.evaluation.gpu import GpuEvaluator
-    from evotune.lookup import compile_best, remember
-    from evotune.report import Best
+    from evotune.core.tuned_cache import remember
+    from evotune.measurement.gpu import GpuEvaluator
+    from evotune.measurement.workloads.gemm import make_inputs, verify
+    from evotune.reporting.lookup import compile_best
+    from evotune.reporting.report import Best
 
     monkeypatch.setenv("EVOTUNE_KERNEL_CACHE", str(tmp_path / "kernels"))
     space = load_space("triton_matmul")
@@ -152,11 +153,11 @@ def test_a_run_over_the_gpu_fault_space_loses_nothing(tmp_path, monkeypatch):
     """The GPU flavour of tests/spaces/faults.py: illegal address, hang, abort, OOM, wrong result, compile error."""
     from optuna.trial import TrialState
 
-    from evotune.evaluation.gpu import GpuEvaluator
-    from evotune.experiment import Budget
-    from evotune.strategies import make_strategy
-    from evotune.study import StudyStore
-    from evotune.tuner import tune
+    from evotune.measurement.gpu import GpuEvaluator
+    from evotune.running.experiment import Budget
+    from evotune.running.tuner import tune
+    from evotune.search.strategies import make_strategy
+    from evotune.storage.study import StudyStore
 
     monkeypatch.setenv("EVOTUNE_FAULTS_FLAVOUR", "gpu")  # this load and the worker processes' take the same flavour
     space = load_space(FAULT_SPACE)
@@ -186,7 +187,7 @@ def test_a_run_over_the_gpu_fault_space_loses_nothing(tmp_path, monkeypatch):
 
 def test_confirmation_re_times_the_points_beside_the_baseline(faults):
     """The confirmation stage on a real GPU: both points and cuBLAS re-timed in rounds, medians tight."""
-    from evotune.evaluation.options import ConfirmOptions
+    from evotune.measurement.options import ConfirmOptions
 
     points = [{"mode": "ok"}, {"mode": "wrong"}]
     record = faults.confirm(points, PROBLEM, [0.05, 0.04])

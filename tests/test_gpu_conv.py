@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from evotune.evaluation.options import OracleOptions
-from evotune.evaluation.result import Status
-from evotune.hardware import detect
-from evotune.plugins import load_space
-from evotune.space import Context
-from evotune.workloads import get_workload
+from evotune.core.hardware import detect
+from evotune.core.plugins import load_space
+from evotune.core.problem import get_workload
+from evotune.core.result import Status
+from evotune.core.space import Context
+from evotune.measurement.options import OracleOptions
 from search_spaces.cutlass_conv2d_int8 import HAND_PICKED
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
@@ -54,7 +54,7 @@ def test_cutlass_conv_kernels_verify_and_a_second_evaluator_compiles_nothing(tmp
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
-    from evotune.evaluation.gpu import GpuEvaluator
+    from evotune.measurement.gpu import GpuEvaluator
 
     monkeypatch.setenv("EVOTUNE_KERNEL_CACHE", str(tmp_path / "kernels"))
     space = load_space("cutlass_conv2d_int8")
@@ -79,7 +79,7 @@ def test_cutlass_conv_kernels_verify_and_a_second_evaluator_compiles_nothing(tmp
 
 
 def test_a_conv_kernel_reading_the_filter_in_the_wrong_layout_is_rejected(tmp_path, monkeypatch):
-    from evotune.evaluation.gpu import GpuEvaluator
+    from evotune.measurement.gpu import GpuEvaluator
 
     monkeypatch.setenv("EVOTUNE_KERNEL_CACHE", str(tmp_path / "kernels"))
     problem = CASES[0][0]
@@ -89,7 +89,7 @@ def test_a_conv_kernel_reading_the_filter_in_the_wrong_layout_is_rejected(tmp_pa
 
 
 def test_the_hand_picked_configuration_and_cudnn_are_timed_as_baselines(tmp_path, monkeypatch):
-    from evotune.evaluation.gpu import GpuEvaluator
+    from evotune.measurement.gpu import GpuEvaluator
 
     monkeypatch.setenv("EVOTUNE_KERNEL_CACHE", str(tmp_path / "kernels"))
     problem = CASES[0][0]
@@ -126,7 +126,7 @@ def test_sm90_conv_kernels_verify_and_the_cutlass_2x_hand_picked_kernel_is_timed
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
-    from evotune.evaluation.gpu import GpuEvaluator
+    from evotune.measurement.gpu import GpuEvaluator
 
     space = load_space("cutlass_sm90_conv2d_int8")
     for problem, point in SM90_CASES:

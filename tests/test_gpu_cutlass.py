@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from evotune.evaluation.options import OracleOptions
-from evotune.evaluation.result import Status
-from evotune.hardware import detect
-from evotune.plugins import load_space
-from evotune.problem import Problem
-from evotune.space import Context
+from evotune.core.hardware import detect
+from evotune.core.plugins import load_space
+from evotune.core.problem import Problem
+from evotune.core.result import Status
+from evotune.core.space import Context
+from evotune.measurement.options import OracleOptions
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
     shutil.which("nvcc") is None or importlib.util.find_spec("cutlass_library") is None,
@@ -47,7 +47,7 @@ def test_cutlass_kernels_verify_and_a_second_evaluator_compiles_nothing(tmp_path
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
-    from evotune.evaluation.gpu import GpuEvaluator
+    from evotune.measurement.gpu import GpuEvaluator
 
     monkeypatch.setenv("EVOTUNE_KERNEL_CACHE", str(tmp_path / "kernels"))
     space = load_space("cutlass_sm90_gemm")
@@ -73,7 +73,7 @@ def test_cutlass_kernels_verify_and_a_second_evaluator_compiles_nothing(tmp_path
 
 
 def test_a_cutlass_kernel_that_computes_the_wrong_product_is_rejected(tmp_path, monkeypatch):
-    from evotune.evaluation.gpu import GpuEvaluator
+    from evotune.measurement.gpu import GpuEvaluator
 
     monkeypatch.setenv("EVOTUNE_KERNEL_CACHE", str(tmp_path / "kernels"))
     problem = Problem.gemm(1024, 2048, 4096, "bf16")

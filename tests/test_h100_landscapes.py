@@ -9,11 +9,11 @@ import pytest
 from conftest import ROOT, replay_experiment
 
 from evotune.cli import main
-from evotune.evaluation.landscape import load_landscape
-from evotune.evaluation.result import Status
-from evotune.hardware import get_hardware
-from evotune.plugins import load_space
-from evotune.space import Context
+from evotune.core.hardware import get_hardware
+from evotune.core.landscape import load_landscape
+from evotune.core.plugins import load_space
+from evotune.core.result import Status
+from evotune.core.space import Context
 
 H100 = ROOT / "experiments" / "landscapes" / "h100"
 FILES = sorted(H100.glob("*.json.gz"))
@@ -73,8 +73,8 @@ def test_kernel_quality_report_covers_every_recorded_shape(tmp_path, monkeypatch
 
 
 def test_the_recording_experiments_name_every_listed_shape():
-    from evotune.evaluation.options import TimingOptions
-    from evotune.experiment import load_experiment
+    from evotune.measurement.options import TimingOptions
+    from evotune.running.experiment import load_experiment
 
     shapes = {}
     for name in ("int8", "bf16", "fp16_small", "triton"):

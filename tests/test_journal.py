@@ -10,9 +10,9 @@ import optuna
 import pytest
 from conftest import replay_experiment
 
-from evotune.claims import FileClaims, RdbClaims
-from evotune.journal import JournalError, JournalWarning, cut_torn_tail
-from evotune.study import make_storage, study_names
+from evotune.storage.claims import FileClaims, RdbClaims
+from evotune.storage.journal import JournalError, JournalWarning, cut_torn_tail
+from evotune.storage.study import make_storage, study_names
 
 
 def add(storage: optuna.storages.BaseStorage, value: float) -> None:

@@ -6,7 +6,7 @@ import multiprocessing as mp
 import os
 from pathlib import Path
 
-from evotune.evaluation.kernel_cache import KernelCache
+from evotune.measurement.kernel_cache import KernelCache
 
 KEY = "k" * 24
 TIMEOUT = 600  # seconds any step may wait for another process; only a broken test waits that long

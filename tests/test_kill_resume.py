@@ -28,7 +28,7 @@ import pytest
 from conftest import ROOT
 from optuna.trial import TrialState
 
-from evotune.study import make_storage, study_names
+from evotune.storage.study import make_storage, study_names
 
 pytestmark = pytest.mark.slow  # ten killed runs and their resumes
 
@@ -164,4 +164,4 @@ def test_sigkill_at_random_moments_loses_and_repeats_nothing(tmp_path, kind):
     assert sorted(n for n, *_ in trials) == list(range(BUDGET))
     assert stale_locks == 0, (
         f"{stale_locks} of {kills} kills left Optuna's journal lock ({lock.name}) behind; the next run waits "
-        "30 s before breaking it (evotune/study.py make_storage: use a lock the kernel releases, e.g. flock)")
+        "30 s before breaking it (evotune/storage/study.py make_storage: use a lock the kernel releases, e.g. flock)")

@@ -7,8 +7,8 @@ import importlib.util
 import pytest
 from conftest import PNPOLY, ROOT
 
-from evotune.evaluation.landscape import load_landscape
-from evotune.evaluation.result import Status
+from evotune.core.landscape import load_landscape
+from evotune.core.result import Status
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from evotune.evaluation.options import OracleOptions, TimingOptions
-from evotune.experiment import ExperimentError, load_experiment
+from evotune.measurement.options import OracleOptions, TimingOptions
+from evotune.running.experiment import ExperimentError, load_experiment
 
 GPU_EXPERIMENT = """
 space = "triton_matmul"

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-from evotune import plots
-from evotune.plots import Curve, ProblemRuns
+from evotune.reporting import plots
+from evotune.reporting.plots import Curve, ProblemRuns
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from evotune.evaluation import gpu
+from evotune.measurement import gpu
 
 
 @pytest.fixture

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from evotune.evaluation.base import Evaluator
-from evotune.evaluation.replay import ReplayEvaluator
-from evotune.experiment import Budget
-from evotune.space import Context
-from evotune.strategies import make_strategy
-from evotune.study import StudyStore
-from evotune.tuner import tune
+from evotune.core.space import Context
+from evotune.measurement.base import Evaluator
+from evotune.measurement.replay import ReplayEvaluator
+from evotune.running.experiment import Budget
+from evotune.running.tuner import tune
+from evotune.search.strategies import make_strategy
+from evotune.storage.study import StudyStore
 
 
 class _Pool(Evaluator):

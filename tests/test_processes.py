@@ -1,4 +1,4 @@
-"""The forkserver that GPU workers and compile processes start from (evotune.evaluation.processes).
+"""The forkserver that GPU workers and compile processes start from (evotune.measurement.processes).
 
 Each case runs in a fresh interpreter: the server is started once per process, by the first caller.
 """
@@ -18,8 +18,8 @@ SCRIPT = textwrap.dedent('''
     import json, os, signal, sys
     from concurrent.futures import ProcessPoolExecutor
 
-    from evotune.evaluation.isolation import WorkerProcess, serve
-    from evotune.evaluation.processes import INHERITED_CUDA, pool_initializer, start_method
+    from evotune.measurement.isolation import WorkerProcess, serve
+    from evotune.measurement.processes import INHERITED_CUDA, pool_initializer, start_method
 
     PRELOADED = "xml.dom.minidom"
 

@@ -10,7 +10,7 @@ import time
 import pytest
 from conftest import ROOT
 
-from evotune.experiment import load_experiment
+from evotune.running.experiment import load_experiment
 
 QUICKSTART = ROOT / "experiments" / "quickstart.toml"
 
@@ -26,7 +26,7 @@ def run(cwd):
 def study_sizes(cwd):
     import optuna
 
-    from evotune.study import make_storage
+    from evotune.storage.study import make_storage
 
     exp = load_experiment(QUICKSTART)
     storage = make_storage(exp.storage.replace("journal:", f"journal:{cwd}/"))
@@ -61,8 +61,8 @@ def test_quickstart_runs_resumes_and_writes_its_outputs(tmp_path):
 def test_the_quickstart_landscape_is_labelled_fp32():
     """CLBlast's Xgemm as the benchmark hub recorded it (PRECISION = 32): its problem says fp32, in the file, in
     the studies' attributes and in the exports, which write it as the problem does."""
-    from evotune.evaluation.landscape import load_landscape
-    from evotune.problem import Problem
+    from evotune.core.landscape import load_landscape
+    from evotune.core.problem import Problem
 
     ls = load_landscape(load_experiment(QUICKSTART).landscapes[0])
     assert [p.choices for p in ls.params if p.name == "PRECISION"] == [(32,)]
@@ -75,10 +75,10 @@ def test_quickstart_ga_beats_random_at_the_median():
     """The quickstart's point: on this landscape the GA finds better kernels than random search."""
     from statistics import median
 
-    from evotune.evaluation.landscape import load_landscape
-    from evotune.evaluation.replay import ReplayEvaluator
-    from evotune.space import Context
-    from evotune.strategies import make_strategy
+    from evotune.core.landscape import load_landscape
+    from evotune.core.space import Context
+    from evotune.measurement.replay import ReplayEvaluator
+    from evotune.search.strategies import make_strategy
 
     ls = load_landscape(load_experiment(QUICKSTART).landscapes[0])
     space = ls.space()

@@ -12,10 +12,11 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
 from evotune.cli import main
-from evotune.evaluation.landscape import load_landscape
-from evotune.lookup import compile_best, lookup, remember
-from evotune.problem import Problem
-from evotune.report import Best
+from evotune.core.landscape import load_landscape
+from evotune.core.problem import Problem
+from evotune.core.tuned_cache import remember
+from evotune.reporting.lookup import compile_best, lookup
+from evotune.reporting.report import Best
 
 
 @pytest.mark.slow  # a recording in several pieces
@@ -131,7 +132,7 @@ def test_lookup_returns_the_config_as_the_kernel_takes_it(tmp_path):
 
 
 def test_replay_and_cpu_runs_are_looked_up_like_gpu_runs(tmp_path, pnpoly, capsys, monkeypatch):
-    from evotune.report import collect_best
+    from evotune.reporting.report import collect_best
 
     url = f"journal:{tmp_path / 'r.journal'}"
     exp = replay_experiment(tmp_path / "r.toml", name="rep", url=url, trials=20,
@@ -181,7 +182,7 @@ best = "{tmp_path / "c.json"}"
 
 def test_record_rewrites_the_landscape_while_it_measures(tmp_path, pnpoly, monkeypatch):
     """A piece killed from outside keeps what it measured: the file is rewritten every WRITE_EVERY_S."""
-    import evotune.record as record
+    import evotune.running.record as record
 
     writes = []
     real = record.write_recorded
@@ -214,8 +215,8 @@ def test_a_piece_counts_what_the_file_gains_when_the_study_outran_it(tmp_path, p
 
 def test_record_keeps_its_study_out_of_the_tuning_results(tmp_path, pnpoly, monkeypatch, capsys):
     """best, plot and the dashboard read the tuning storage; recording has a storage of its own."""
-    from evotune.report import collect_best
-    from evotune.study import study_names
+    from evotune.reporting.report import collect_best
+    from evotune.storage.study import study_names
 
     monkeypatch.chdir(tmp_path)
     tuning = f"journal:{tmp_path / 'rec.journal'}"
@@ -231,7 +232,7 @@ def test_record_keeps_its_study_out_of_the_tuning_results(tmp_path, pnpoly, monk
     recording = study_names(f"journal:{tmp_path / 'rec_record.journal'}")
     assert len(recording) == 1 and recording[0].endswith("/record")
     assert main(["plot", str(exp)]) == 0
-    from evotune.plots import load_runs
+    from evotune.reporting.plots import load_runs
 
     (runs,) = load_runs(tuning, "rec")
     assert {c.strategy for c in runs.curves} == {"random"}  # no "exhaustive" curve
@@ -250,13 +251,13 @@ def test_record_keeps_its_study_out_of_the_tuning_results(tmp_path, pnpoly, monk
     ("mysql://u@127.0.0.1/tune", "mysql://u@127.0.0.1/tune_record"),
 ])
 def test_the_record_storage_is_derived_from_the_tuning_storage(url, derived):
-    from evotune.study import record_storage_url
+    from evotune.storage.study import record_storage_url
 
     assert record_storage_url(url) == derived
 
 
 def test_record_url_can_be_named_but_not_the_tuning_storage(tmp_path):
-    from evotune.experiment import ExperimentError, load_experiment
+    from evotune.running.experiment import ExperimentError, load_experiment
 
     exp = replay_experiment(tmp_path / "a.toml", name="a", url="sqlite:///runs/a.db", trials=5,
                             extra='record_url = "journal:elsewhere/rec.journal"\n')

@@ -11,11 +11,11 @@ from pathlib import Path
 from conftest import KT_EXCERPT, replay_experiment
 
 from evotune.cli import main
-from evotune.compiled import file_name
+from evotune.core.compile_results import file_name
 
 # a space with a compile_only that runs anywhere; NEEDS is filled in per test
 SPACE_PY = '''
-from evotune.space import Needs, SearchSpace, constraint, ordinal
+from evotune.core.space import Needs, SearchSpace, constraint, ordinal
 
 def compile_only(point, problem, hardware):
     return {{"compile_s": 0.01, "regs": 32 * point["block"], "frame_bytes": 0, "smem": 1024, "stages": 2}}
@@ -68,7 +68,7 @@ def test_compile_only_without_the_spaces_compiler_is_one_line_exit_2_and_writes_
 
 
 def test_the_cute_dsl_spaces_say_they_need_cute_dsl(capsys, monkeypatch):
-    from evotune.plugins import load_space
+    from evotune.core.plugins import load_space
 
     for name in ("cute_blackwell_gemm", "cute_hopper_gemm"):
         assert "cutlass.cute" in load_space(name).needs.modules

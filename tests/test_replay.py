@@ -8,10 +8,10 @@ import json
 import pytest
 from conftest import KT_EXCERPT
 
-from evotune.evaluation.landscape import LandscapeError, convert, load_landscape
-from evotune.evaluation.replay import ReplayEvaluator
-from evotune.evaluation.result import Status
-from evotune.space import Context
+from evotune.core.landscape import LandscapeError, convert, load_landscape
+from evotune.core.result import Status
+from evotune.core.space import Context
+from evotune.measurement.replay import ReplayEvaluator
 
 
 def test_replay_agrees_with_every_entry_of_a_kernel_tuner_file():

@@ -10,9 +10,9 @@ from conftest import GEMM, PNPOLY
 from rich.console import Console
 
 from evotune.cli import main
-from evotune.evaluation.landscape import load_landscape
-from evotune.problem import Problem
-from evotune.report import Best, best_table, collect_best, export_best, throughput
+from evotune.core.landscape import load_landscape
+from evotune.core.problem import Problem
+from evotune.reporting.report import Best, best_table, collect_best, export_best, throughput
 
 
 def table_text(rows: list[Best]) -> str:
@@ -75,7 +75,7 @@ def compare(tmp_path, capsys, *strategies: str) -> str:
 
 
 def test_compare_prints_the_kernel_tuner_caveat_only_for_kernel_tuner_strategies(tmp_path, capsys):
-    from evotune.compare import KT_CAVEAT
+    from evotune.reporting.compare import KT_CAVEAT
 
     out = compare(tmp_path / "evotune", capsys, "random", "ga")
     assert "Strategy comparison" in out  # the summary table was printed

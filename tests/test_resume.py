@@ -7,10 +7,10 @@ from collections import Counter
 import pytest
 from conftest import PNPOLY, replay_experiment
 
-from evotune.evaluation.replay import ReplayEvaluator
-from evotune.experiment import load_experiment
-from evotune.runner import run_experiment
-from evotune.study import StudyStore
+from evotune.measurement.replay import ReplayEvaluator
+from evotune.running.experiment import load_experiment
+from evotune.running.runner import run_experiment
+from evotune.storage.study import StudyStore
 
 
 def write_experiment(tmp_path, trials=40, strategy="ga"):
@@ -20,7 +20,7 @@ def write_experiment(tmp_path, trials=40, strategy="ga"):
 
 
 def trials_of(exp):
-    from evotune.evaluation.landscape import load_landscape
+    from evotune.core.landscape import load_landscape
 
     space = load_landscape(PNPOLY).space()
     name = f"resume/{load_landscape(PNPOLY).problem.key}/landscape:pnpoly_RTX_2080_Ti/ga/seed5"

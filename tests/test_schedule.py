@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from evotune.schedule import Schedule, Turn
+from evotune.running.schedule import Schedule, Turn
 
 GROUPS = [("e/p0", ["e/p0/ga/seed0", "e/p0/ga/seed1"]), ("e/p1", ["e/p1/ga/seed0"]), ("e/p2", ["e/p2/ga/seed0"])]
 

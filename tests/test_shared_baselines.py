@@ -6,9 +6,9 @@ import threading
 
 from optuna.study import StudyDirection
 
-from evotune.claims import make_claims
-from evotune.shared_baselines import ATTR, namespace, setup_of, shared_baselines
-from evotune.study import make_storage
+from evotune.running.shared_baselines import ATTR, namespace, setup_of, shared_baselines
+from evotune.storage.claims import make_claims
+from evotune.storage.study import make_storage
 
 STUDY = "e/gemm_int8_tn_16x4096x4096/cute_hopper_gemm/ga/seed0"
 H100 = {"device": "NVIDIA H100 80GB HBM3", "torch": "2.9.0", "cuda": "12.8", "copy_gbps": 1500.0}

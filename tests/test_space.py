@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evotune.hardware import get_hardware
-from evotune.problem import Problem
-from evotune.space import (
+from evotune.core.hardware import get_hardware
+from evotune.core.problem import Problem
+from evotune.core.space import (
     Context,
     SearchSpace,
     boolean,
@@ -164,7 +164,7 @@ def test_the_staged_walk_prunes_exactly_like_checking_every_point():
 
 @pytest.mark.parametrize("name", ["cute_hopper_gemm", "cute_blackwell_gemm", "triton_matmul"])
 def test_the_staged_walk_agrees_on_the_builtin_spaces(name):
-    from evotune.plugins import load_space
+    from evotune.core.plugins import load_space
 
     space = load_space(name)
     for hw, problem in [("H100", Problem.gemm(4096, 4096, 4096, "bf16")),

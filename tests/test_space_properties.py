@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from evotune.space import Context, FeasibleSet, SearchSpace, boolean, categorical, constraint, ordinal, tuples
-from evotune.strategies import make_strategy
+from evotune.core.space import Context, FeasibleSet, SearchSpace, boolean, categorical, constraint, ordinal, tuples
+from evotune.search.strategies import make_strategy
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SLOW = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from conftest import ROOT
 
-from evotune.evaluation.result import Status
-from evotune.experiment import load_experiment
-from evotune.runner import Evaluators, targets
+from evotune.core.result import Status
+from evotune.running.experiment import load_experiment
+from evotune.running.runner import Evaluators, targets
 
 SHIFTED = '''
 import numpy as np
 
-from evotune.space import SearchSpace, ordinal
+from evotune.core.space import SearchSpace, ordinal
 
 
 def build(point, problem):
@@ -66,8 +66,8 @@ url = "sqlite:///{tmp_path / 'two.db'}"
 
 def test_the_gpu_worker_switches_space_on_request(monkeypatch, tmp_path):
     """The GPU worker's side of it, without a GPU: its oracle and cuBLAS start-up are the parts that need torch."""
-    from evotune.evaluation import gpu_worker, oracle
-    from evotune.evaluation.options import TimingOptions
+    from evotune.measurement import gpu_worker, oracle
+    from evotune.measurement.options import TimingOptions
 
     (tmp_path / "shifted.py").write_text(SHIFTED)
     monkeypatch.setattr(oracle, "Oracle", lambda timing: None)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from evotune.evaluation.replay import ReplayEvaluator
-from evotune.hardware import get_hardware
-from evotune.space import Context, SearchSpace, constraint, ordinal
-from evotune.strategies import STRATEGIES, make_strategy
-from evotune.strategies.genetic import GeneticAlgorithm
+from evotune.core.hardware import get_hardware
+from evotune.core.space import Context, SearchSpace, constraint, ordinal
+from evotune.measurement.replay import ReplayEvaluator
+from evotune.search.strategies import STRATEGIES, make_strategy
+from evotune.search.strategies.genetic import GeneticAlgorithm
 
 CPU_STRATEGIES = sorted(n for n in STRATEGIES if n != "optuna-gp")  # optuna-gp needs torch
 
@@ -75,7 +75,7 @@ def test_ga_never_asks_for_an_infeasible_or_repeated_point(seed):
 def test_ga_operators_respect_each_genes_choices():
     import random
 
-    from evotune.strategies.genetic import mutate_choice
+    from evotune.search.strategies.genetic import mutate_choice
 
     rnd = random.Random(0)
     sizes, ordered = [2, 5, 3], [True, True, False]

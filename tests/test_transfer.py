@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 from conftest import LANDSCAPES, PNPOLY, ROOT
 
-from evotune.compare import Target
-from evotune.compare.metrics import measure
-from evotune.compare.runner import run_evotune
-from evotune.problem import Problem
-from evotune.space import Context
-from evotune.strategies import Source, make_strategy
-from evotune.strategies.base import OptionError
-from evotune.transfer import device_distance, from_landscape, problem_distance
+from evotune.core.problem import Problem
+from evotune.core.space import Context
+from evotune.reporting.compare import Case
+from evotune.reporting.compare.metrics import measure
+from evotune.reporting.compare.runs import run_evotune
+from evotune.search.strategies import Source, make_strategy
+from evotune.search.strategies.base import OptionError
+from evotune.search.transfer import device_distance, from_landscape, problem_distance
 
 H100 = ROOT / "experiments" / "landscapes" / "h100"
 INT8 = "cute_hopper_gemm_gemm_int8_tn_{}.json.gz"
@@ -38,7 +38,7 @@ BEFORE = {
 }
 
 
-def rows_of(target: Target, seed: int, n: int, sources=(), **options) -> list[int]:
+def rows_of(target: Case, seed: int, n: int, sources=(), **options) -> list[int]:
     space, fs, times = target.replay()
     s = make_strategy("default", space, fs, seed=seed, ctx=Context(problem=target.landscape.problem),
                       sources=sources, **options)
@@ -53,8 +53,8 @@ def rows_of(target: Target, seed: int, n: int, sources=(), **options) -> list[in
 
 
 @pytest.fixture(scope="module")
-def pnpoly() -> Target:
-    return Target.load(str(PNPOLY), 60)
+def pnpoly() -> Case:
+    return Case.load(str(PNPOLY), 60)
 
 
 def test_without_sources_default_proposes_exactly_what_it_did_before(pnpoly):
@@ -63,14 +63,14 @@ def test_without_sources_default_proposes_exactly_what_it_did_before(pnpoly):
 
 
 def test_transfer_false_ignores_the_sources(pnpoly):
-    other = Target.load(str(LANDSCAPES / "pnpoly_RTX_3060_laptop.json.gz"), 60)
+    other = Case.load(str(LANDSCAPES / "pnpoly_RTX_3060_laptop.json.gz"), 60)
     sources = [from_landscape(other.landscape, pnpoly.landscape.problem, "NVIDIA GeForce RTX 2080 Ti")]
     assert rows_of(pnpoly, 0, 60, sources, transfer=False) == BEFORE[0]
     assert rows_of(pnpoly, 0, 60, sources) != BEFORE[0]
 
 
-def int8(shape: str) -> Target:
-    return Target.load(str(H100 / INT8.format(shape)), 100)
+def int8(shape: str) -> Case:
+    return Case.load(str(H100 / INT8.format(shape)), 100)
 
 
 def test_distances_follow_sizes_dtype_and_gpu():
@@ -194,7 +194,7 @@ def test_run_transfers_from_the_experiments_own_studies_and_says_so(tmp_path, ca
     assert best["gemm_int8_tn_64x4096x4096"]["sources"] == []
     assert [s["name"] for s in best["gemm_int8_tn_64x4096x11008"]["sources"]] == ["study:tx/gemm_int8_tn_64x4096x4096"]
     assert "transferred from 1 source, nearest: study:tx/gemm_int8_tn_64x4096x4096" in capsys.readouterr().out
-    from evotune.plots import load_runs
+    from evotune.reporting.plots import load_runs
 
     runs = {r.problem_key: r for r in load_runs(f"journal:{tmp_path / 'tx.journal'}", "tx")}
     assert runs["gemm_int8_tn_64x4096x11008"].sources["default"][0]["name"] == "study:tx/gemm_int8_tn_64x4096x4096"
@@ -211,7 +211,7 @@ def test_an_experiment_names_landscapes_as_sources(tmp_path):
 
 
 def test_without_a_sources_key_the_shipped_landscapes_of_the_space_are_the_sources_but_never_the_target(tmp_path):
-    from evotune.transfer import shipped_landscapes
+    from evotune.search.transfer import shipped_landscapes
 
     target = "cute_hopper_gemm_gemm_int8_tn_64x4096x11008"
     (got,) = run_h100(tmp_path, "shipped", shapes=("64x4096x11008",))
@@ -228,13 +228,13 @@ def test_without_a_sources_key_the_shipped_landscapes_of_the_space_are_the_sourc
 
 
 def run_space(name: str):
-    from evotune.plugins import load_space
+    from evotune.core.plugins import load_space
 
     return load_space(name)
 
 
 def test_a_missing_source_is_refused_before_anything_runs(tmp_path):
-    from evotune.experiment import ExperimentError, load_experiment
+    from evotune.running.experiment import ExperimentError, load_experiment
 
     exp = tmp_path / "bad.toml"
     exp.write_text(f"""
@@ -253,8 +253,8 @@ trials = 5
 
 
 def test_the_tuning_caches_winner_of_a_nearby_shape_is_tried_first():
-    from evotune.plugins import load_space
-    from evotune.transfer import from_cache
+    from evotune.core.plugins import load_space
+    from evotune.search.transfer import from_cache
 
     target = int8("64x4096x11008")
     space, fs, _ = target.replay()

@@ -15,18 +15,18 @@ import statistics
 import pytest
 from conftest import LANDSCAPES, ROOT
 
-from evotune.compare import Target
-from evotune.compare.metrics import measure
-from evotune.compare.runner import run_evotune
-from evotune.space import Context
-from evotune.strategies import make_strategy
+from evotune.core.space import Context
+from evotune.reporting.compare import Case
+from evotune.reporting.compare.metrics import measure
+from evotune.reporting.compare.runs import run_evotune
+from evotune.search.strategies import make_strategy
 
 _spec = importlib.util.spec_from_file_location("transfer_benchmark", ROOT / "benchmarks" / "transfer.py")
 bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
 
-def proposals(target: Target, seed: int, n: int, sources=()) -> tuple[list[int], object]:
+def proposals(target: Case, seed: int, n: int, sources=()) -> tuple[list[int], object]:
     space, fs, times = target.replay()
     s = make_strategy("default", space, fs, seed=seed, ctx=Context(problem=target.landscape.problem),
                       sources=sources)
@@ -41,8 +41,8 @@ def proposals(target: Target, seed: int, n: int, sources=()) -> tuple[list[int],
 
 
 @pytest.fixture(scope="module")
-def gemm() -> Target:
-    return Target.load(str(LANDSCAPES / "gemm_RTX_2080_Ti.json.gz"), 100)
+def gemm() -> Case:
+    return Case.load(str(LANDSCAPES / "gemm_RTX_2080_Ti.json.gz"), 100)
 
 
 def test_a_prior_that_leads_to_a_local_optimum_is_given_up_and_plain_default_goes_on(gemm):
@@ -72,7 +72,7 @@ def test_a_rank_reversed_source_is_dropped_at_the_checks(gemm):
 
 
 def test_with_trustworthy_sources_the_floor_share_is_plain_defaults(gemm):
-    other = Target.load(str(LANDSCAPES / "gemm_RTX_3060_laptop.json.gz"), 100)
+    other = Case.load(str(LANDSCAPES / "gemm_RTX_3060_laptop.json.gz"), 100)
     source = bench.sources_for(gemm, [other])
     rows, s = proposals(gemm, 0, 20, source)
     assert gemm.optimum / min(float(gemm.replay()[2][r]) for r in rows[:2]) >= 0.99  # the winners transfer
@@ -83,8 +83,8 @@ def test_a_ranking_that_dips_below_trust_after_the_checks_suspends_the_prior_unt
     """pnpoly's other GPU ranks the told results at about the trust threshold: after the checks one result can
     take the correlation just below it. The prior is then left out (plain default's own proposal) and used
     again once the correlation recovers, not dropped for good, so that its local work goes on."""
-    target = Target.load(str(LANDSCAPES / "pnpoly_RTX_2080_Ti.json.gz"), 100)
-    other = Target.load(str(LANDSCAPES / "pnpoly_RTX_3060_laptop.json.gz"), 100)
+    target = Case.load(str(LANDSCAPES / "pnpoly_RTX_2080_Ti.json.gz"), 100)
+    other = Case.load(str(LANDSCAPES / "pnpoly_RTX_3060_laptop.json.gz"), 100)
     space, fs, times = target.replay()
     s = make_strategy("default", space, fs, seed=0, ctx=Context(problem=target.landscape.problem),
                       sources=bench.sources_for(target, [other]))
@@ -111,7 +111,7 @@ CASES = [pytest.param(LANDSCAPES / "convolution_A4000.json.gz", "local-optimum",
          (LANDSCAPES / "gemm_RTX_2080_Ti.json.gz", "other-vendor")]
 
 
-def holds(target: Target, sources, budgets=(50, 100, 200), seeds=range(10)) -> tuple[bool, str]:
+def holds(target: Case, sources, budgets=(50, 100, 200), seeds=range(10)) -> tuple[bool, str]:
     top = max(budgets)
     plain = [run_evotune(target, "default", s, top) for s in seeds]
     tx = [run_evotune(target, "default", s, top, sources=sources) for s in seeds]
@@ -129,7 +129,7 @@ def holds(target: Target, sources, budgets=(50, 100, 200), seeds=range(10)) -> t
 @pytest.mark.parametrize("path,kind", CASES, ids=["conv-local", "conv-reversed", "conv-vendor", "gemm-local",
                                                    "gemm-reversed", "gemm-vendor"])
 def test_the_transfer_property_holds_against_adversarial_sources(path, kind):
-    target = Target.load(str(path), 400)
+    target = Case.load(str(path), 400)
     ok, why = holds(target, [bench.ADVERSARIAL[kind](target)])
     assert ok, why
 
@@ -137,7 +137,7 @@ def test_the_transfer_property_holds_against_adversarial_sources(path, kind):
 @pytest.mark.slow
 @pytest.mark.parametrize("gpu", ["A4000", "A6000", "MI250X", "W6600"])
 def test_the_transfer_property_holds_leaving_one_convolution_gpu_out(gpu):
-    targets = {p.stem.removesuffix(".json"): Target.load(str(p), 400)
+    targets = {p.stem.removesuffix(".json"): Case.load(str(p), 400)
                for p in sorted(LANDSCAPES.glob("convolution_*.json.gz"))}
     target = targets.pop(f"convolution_{gpu}")
     ok, why = holds(target, bench.sources_for(target, list(targets.values())))

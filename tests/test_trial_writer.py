@@ -11,11 +11,11 @@ import optuna
 import pytest
 from conftest import PNPOLY
 
-from evotune.claims import RdbClaims
-from evotune.evaluation.landscape import load_landscape
-from evotune.evaluation.result import EvalResult, Status
-from evotune.study import StudyStore, make_storage
-from evotune.trial_writer import TrialWriter
+from evotune.core.landscape import load_landscape
+from evotune.core.result import EvalResult, Status
+from evotune.storage.claims import RdbClaims
+from evotune.storage.study import StudyStore, make_storage
+from evotune.storage.trial_writer import TrialWriter
 
 OTHER = "another-host:1:0"  # a live worker elsewhere: only its lease could free its claims
 

@@ -13,8 +13,8 @@ import optuna
 import pytest
 from conftest import ROOT, int8_landscapes, landscape_excerpt, replay_experiment
 
-from evotune.claims import FileClaims, RdbClaims
-from evotune.study import make_storage, study_names
+from evotune.storage.claims import FileClaims, RdbClaims
+from evotune.storage.study import make_storage, study_names
 
 pytestmark = pytest.mark.slow  # several worker processes on one study
 
@@ -133,7 +133,7 @@ def test_record_is_split_across_workers(tmp_path):
         for name, n in re.findall(pattern, err, re.M):
             new[name] += int(n)
     assert len(new) == 3 and set(new.values()) == {40}, new  # each point measured by one of the two
-    from evotune.evaluation.landscape import load_landscape
+    from evotune.core.landscape import load_landscape
 
     for src in sources:
         (written,) = (tmp_path / "out").glob(f"*{load_landscape(src).problem.key}*")

@@ -5,9 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evotune.problem import Problem
-from evotune.workloads import FieldError, WorkloadNotFound, find_workload, get_workload, workload_names
-from evotune.workloads.base import Workload
+from evotune.core.problem import (
+    FieldError,
+    Problem,
+    Workload,
+    WorkloadNotFound,
+    find_workload,
+    get_workload,
+    workload_names,
+)
 
 
 def test_builtin_workloads_are_found_by_kind():

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from evotune.problem import Problem
-from evotune.space import Context, Point, SearchSpace, constraint, hardware_limit, ordinal, power_of_two
+from evotune.core.problem import Problem
+from evotune.core.space import Context, Point, SearchSpace, constraint, hardware_limit, ordinal, power_of_two
 
 BYTES = {"fp16": 2, "bf16": 2}
 

@@ -1,7 +1,7 @@
 """A numpy matmul space whose builds go through the on-disk kernel cache, as a GPU space's do.
 
 A test fixture: ``build`` "compiles" a point into the kernel cache (a small file named by its key, written
-through :meth:`evotune.evaluation.kernel_cache.KernelCache.build_once`, so each cache compiles each point
+through :meth:`evotune.measurement.kernel_cache.KernelCache.build_once`, so each cache compiles each point
 once and counts it in its ``builds.log``), then loads it from there and returns ``fn(a, b) -> c``.
 ``tests/test_postgres.py`` runs two workers of it, each with a kernel cache of its own, on one study. With
 ``EVOTUNE_TEST_GATE`` set, each build first takes a token there, as ``gated.py`` (beside this file) builds.
@@ -15,9 +15,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from evotune.evaluation.kernel_cache import KernelCache
-from evotune.problem import Problem
-from evotune.space import Point, SearchSpace, ordinal
+from evotune.core.problem import Problem
+from evotune.core.space import Point, SearchSpace, ordinal
+from evotune.measurement.kernel_cache import KernelCache
 
 
 def _take_token() -> None:

@@ -13,9 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from evotune.problem import Problem
-from evotune.space import Point, SearchSpace, categorical, ordinal
-from evotune.workloads.conv2d import ConvShape, conv2d_nhwc, to_layout, to_nhwc
+from evotune.core.problem import Problem
+from evotune.core.space import Point, SearchSpace, categorical, ordinal
+from evotune.measurement.workloads.conv2d import conv2d_nhwc
+from evotune.measurement.workloads.conv2d_shape import ConvShape, to_layout, to_nhwc
 
 
 def _im2col(x: Any, w: Any, s: ConvShape) -> Any:

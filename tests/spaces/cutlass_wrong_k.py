@@ -7,8 +7,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from evotune.problem import Problem
-from evotune.space import Point
+from evotune.core.problem import Problem
+from evotune.core.space import Point
 from search_spaces import cutlass_sm90_gemm
 
 

@@ -26,19 +26,19 @@ Two flavours, chosen when the module is loaded by the environment variable
 inherits it, so it loads the same flavour):
 
 * ``cpu`` (the default): ``build(point, problem)`` returns ``fn(a, b) -> c`` on
-  numpy float64 arrays, for :class:`evotune.evaluation.cpu.CpuEvaluator`.
+  numpy float64 arrays, for :class:`evotune.measurement.cpu.CpuEvaluator`.
   ``oom`` runs only under an address-space cap (``RLIMIT_AS``, which the CPU
   worker sets); without one it raises MemoryError at once rather than exhaust
   the machine.
 * ``gpu``: :func:`gpu_build` returns ``fn(a, b, c)`` for
-  :class:`evotune.evaluation.gpu.GpuEvaluator`, delegating to the Triton
+  :class:`evotune.measurement.gpu.GpuEvaluator`, delegating to the Triton
   kernels of ``gpu_faults.py`` beside this file (``ok``, ``wrong``, ``crash``: an
   illegal address, ``hang``, ``compile``); ``abort`` aborts the host process and
   ``oom`` allocates GPU memory until torch raises OutOfMemoryError.
 
 Example::
 
-    from evotune.plugins import load_space
+    from evotune.core.plugins import load_space
     space = load_space("tests/spaces/faults.py")
     len(space.feasible(Context()))   # 12
 """
@@ -50,8 +50,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from evotune.problem import Problem
-from evotune.space import Point, SearchSpace, categorical, constraint, ordinal
+from evotune.core.problem import Problem
+from evotune.core.space import Point, SearchSpace, categorical, constraint, ordinal
 
 MODES = ("ok_fast", "ok_slow", "abort", "segfault", "hang", "compile_error", "wrong", "oom")
 CHUNK = 64 * 2**20  # bytes per allocation of the oom mode
@@ -140,7 +140,7 @@ def gpu_build(point: Point, problem: Problem):
             held = [torch.empty(2**30, dtype=torch.uint8, device="cuda") for _ in range(1 << 16)]
             raise RuntimeError(f"allocated {len(held)} GiB without running out")  # torch raises first
         return oom
-    from evotune.plugins import load_space
+    from evotune.core.plugins import load_space
 
     return load_space(str(GPU_FAULTS)).build({"mode": GPU_MODES[mode]}, problem)
 

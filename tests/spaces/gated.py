@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from evotune.problem import Problem
-from evotune.space import Point, SearchSpace, ordinal
+from evotune.core.problem import Problem
+from evotune.core.space import Point, SearchSpace, ordinal
 
 PARENT = os.getpid(), os.getppid()  # (this process, its parent) when the module was loaded
 

@@ -7,8 +7,8 @@ GEMM plus one), ``crash`` (writes far outside its buffer: an illegal address),
 
 from __future__ import annotations
 
-from evotune.problem import Problem
-from evotune.space import Point, SearchSpace, categorical
+from evotune.core.problem import Problem
+from evotune.core.space import Point, SearchSpace, categorical
 
 
 def build(point: Point, problem: Problem):

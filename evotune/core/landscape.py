@@ -1,0 +1,379 @@
+"""Recorded landscapes: every measured point of a space for one problem on one GPU.
+
+Two formats are read, plain or gzipped JSON, told apart by their content:
+
+* **Kernel Tuner cache files** (``tune_params``, ``tune_params_keys``, ``cache``),
+  times in milliseconds, failures as the strings ``CompilationFailedConfig``,
+  ``RuntimeFailedConfig`` and ``InvalidConfig``.
+* **evotune landscapes** (``"format": "evotune-landscape"``), documented in
+  ``docs/LANDSCAPE_FORMAT.md``: the parameters once, then one row per point.
+
+Example::
+
+    from evotune.core.landscape import load_landscape
+    ls = load_landscape("experiments/landscapes/kerneltuner/pnpoly_RTX_2080_Ti.json.gz")
+    len(ls), ls.optimum_ms, ls.problem.key
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import gzip
+import json
+import os
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from evotune.core.problem import Problem
+from evotune.core.result import EvalResult, Status
+from evotune.core.space import Context, FeasibleSet, Param, Point, SearchSpace, categorical, constraint, ordinal
+
+FORMAT = "evotune-landscape"
+VERSION = 1
+COLUMNS = ["params", "status", "time_ms", "compile_s", "bench_s", "error", "samples_ms", "message"]
+
+_KT_ERRORS = {
+    "CompilationFailedConfig": Status.COMPILE_ERROR,
+    "RuntimeFailedConfig": Status.RUNTIME_ERROR,
+    "InvalidConfig": Status.COMPILE_ERROR,
+}
+
+
+class LandscapeError(ValueError):
+    """A landscape file that cannot be read; the message names the file."""
+
+
+def landscape_stem(path: str | Path) -> str:
+    """A landscape file's name without ``.gz`` and ``.json``: names its rows, plots and space."""
+    name = Path(path).name
+    for suffix in (".gz", ".json"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+@dataclass
+class Landscape:
+    """Parameters (ordered choices), one EvalResult per recorded point, and metadata."""
+
+    params: list[Param]
+    entries: dict[tuple[Any, ...], EvalResult]
+    problem: Problem
+    meta: dict[str, Any] = field(default_factory=dict)
+    space_name: str = "landscape"
+    path: str = ""
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    @property
+    def stem(self) -> str:
+        """The file name without .json / .json.gz: names the space and the plots."""
+        return landscape_stem(self.path)
+
+    @property
+    def names(self) -> list[str]:
+        return [p.name for p in self.params]
+
+    def key(self, point: Point) -> tuple[Any, ...]:
+        return tuple(p.choices[p.index(point[p.name])] for p in self.params)
+
+    def lookup(self, point: Point) -> EvalResult | None:
+        try:
+            return self.entries.get(self.key(point))
+        except (KeyError, ValueError):
+            return None
+
+    @property
+    def ok_times(self) -> list[float]:
+        # an OK result always has a time (EvalResult refuses one without); the second test narrows the type
+        return [r.time_ms for r in self.entries.values() if r.status is Status.OK and r.time_ms is not None]
+
+    @property
+    def optimum_ms(self) -> float | None:
+        times = self.ok_times
+        return min(times) if times else None
+
+    @property
+    def baselines(self) -> dict[str, Any]:
+        return dict(self.meta.get("baselines") or {})
+
+    def _is_recorded(self) -> Any:
+        recorded, names = set(self.entries), self.names
+
+        def is_recorded(p: Point, ctx: Context) -> bool:
+            return tuple(p[n] for n in names) in recorded
+
+        return is_recorded
+
+    def replayed(self, space: SearchSpace) -> SearchSpace:
+        """``space`` as a replay of this file sees it: no kernel counts as built on this machine (the replay must
+        not depend on a local kernel cache), and for a file that holds part of the space (a sampled recording)
+        only the recorded points are feasible, so that a search is never handed a point the file cannot answer."""
+        space = replace(space, built=None)
+        if self.meta.get("complete", True):
+            return space
+        space = replace(space, _feasible={}, constraints=[*space.constraints, constraint(
+            "recorded", self._is_recorded(), "not in the recorded landscape (a sampled recording)")])
+        space.preset_feasible(FeasibleSet.from_codes(
+            space, (space.encode(dict(zip(self.names, k, strict=True))) for k in self.entries)))
+        return space
+
+    def space(self) -> SearchSpace:
+        """A space over the recorded parameters where only recorded points are feasible."""
+        recorded = set(self.entries)
+        names = self.names
+        is_recorded = self._is_recorded()
+
+        space = SearchSpace(
+            name=self.space_name if self.space_name != "landscape" else f"landscape:{self.stem}",
+            params=list(self.params),
+            constraints=[constraint("recorded", is_recorded, "not in the recorded landscape")],
+            description=f"recorded on {self.meta.get('device', '?')}: {self.problem.describe()}",
+            default_problem=self.problem,
+            workload=self.problem.kind,
+        )
+        # Feasibility here depends on nothing but the file, so enumerate the
+        # recorded points directly instead of the (much larger) full product.
+        fs = FeasibleSet.from_codes(space, (space.encode(dict(zip(names, k, strict=True))) for k in recorded))
+        space.preset_feasible(fs)
+        return space
+
+
+# -- reading ----------------------------------------------------------------
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise LandscapeError(f"{path}: cannot read ({exc.strerror})") from exc
+    try:
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        data = json.loads(raw)
+    except (OSError, EOFError, ValueError, zlib.error) as exc:
+        raise LandscapeError(f"{path}: not JSON or gzipped JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise LandscapeError(f"{path}: expected a JSON object at the top level")
+    return data
+
+
+def load_landscape(path: str | Path) -> Landscape:
+    """Read a Kernel Tuner cache file or an evotune landscape (plain or ``.gz``)."""
+    path = Path(path)
+    data = _read_json(path)
+    if data.get("format") == FORMAT:
+        ls = _from_evotune(data, path)
+    elif "cache" in data and "tune_params" in data:
+        ls = _from_kernel_tuner(data, path)
+    else:
+        raise LandscapeError(f"{path}: neither a Kernel Tuner cache file nor an evotune landscape")
+    if not ls.entries:
+        raise LandscapeError(f"{path}: holds no recorded points")
+    ls.path = str(path)
+    return ls
+
+
+def _make_param(name: str, values: list[Any]) -> Param:
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    return ordinal(name, values) if numeric or all(isinstance(v, bool) for v in values) else categorical(name, values)
+
+
+def _from_kernel_tuner(data: dict[str, Any], path: Path) -> Landscape:
+    try:
+        return _parse_kernel_tuner(data, path)
+    except LandscapeError:
+        raise
+    except (AttributeError, KeyError, TypeError, ValueError, IndexError) as exc:
+        raise LandscapeError(f"{path}: malformed Kernel Tuner cache file ({type(exc).__name__}: {exc})") from exc
+
+
+def _parse_kernel_tuner(data: dict[str, Any], path: Path) -> Landscape:
+    keys = data.get("tune_params_keys") or list(data["tune_params"])
+    params = [_make_param(k, list(data["tune_params"][k])) for k in keys]
+    entries: dict[tuple[Any, ...], EvalResult] = {}
+    for cache_key, row in data["cache"].items():
+        try:
+            values = tuple(p.choices[p.index(row[p.name])] for p in params)
+        except KeyError as exc:
+            raise LandscapeError(f"{path}: cache entry {cache_key!r} lacks parameter {exc}") from exc
+        t = row.get("time")
+        compile_s = float(row.get("compile_time") or 0.0) / 1e3
+        bench_s = (float(row.get("benchmark_time") or 0.0) + float(row.get("verification_time") or 0.0)) / 1e3
+        if isinstance(t, (int, float)) and not isinstance(t, bool):
+            res = EvalResult(Status.OK, time_ms=float(t), samples_ms=[float(x) for x in row.get("times") or []],
+                             compile_s=compile_s, bench_s=bench_s)
+        else:
+            status = _KT_ERRORS.get(str(t), Status.RUNTIME_ERROR)
+            res = EvalResult(status, compile_s=compile_s, bench_s=bench_s, message=f"Kernel Tuner: {t}")
+        entries[values] = res
+    size = data.get("problem_size")
+    label = "x".join(map(str, size)) if isinstance(size, list) else str(size if size is not None else "")
+    problem = Problem(kind=str(data.get("kernel_name", "kernel")), label=label, dtype=_kernel_tuner_dtype(data))
+    meta = {"device": data.get("device_name", "?"), "kernel": data.get("kernel_name"),
+            "problem_size": size, "source": "kernel_tuner", "objective": data.get("objective", "time")}
+    return Landscape(params, entries, problem, meta)
+
+
+KT_PRECISION = {16: "fp16", 32: "fp32", 64: "fp64"}  # CLBlast's PRECISION parameter: bits of the data type
+
+
+def _kernel_tuner_dtype(data: dict[str, Any]) -> str:
+    """A Kernel Tuner cache's data type. The file names none: a kernel that is tuned over its precision (CLBlast's
+    ``PRECISION``) says it by the one value it was recorded at; any other gets fp32, the float that the benchmark
+    hub's kernels are written for (the file cannot tell)."""
+    precision = data["tune_params"].get("PRECISION")
+    if isinstance(precision, list) and len(precision) == 1 and precision[0] in KT_PRECISION:
+        return KT_PRECISION[precision[0]]
+    return "fp32"
+
+
+def _from_evotune(data: dict[str, Any], path: Path) -> Landscape:
+    try:
+        if data.get("version") != VERSION:
+            raise LandscapeError(f"{path}: version: {data.get('version')!r}, this evotune reads {VERSION}")
+        params = [(ordinal if spec.get("ordered", True) else categorical)(spec["name"], spec["choices"])
+                  for spec in data["params"]]
+        cols = data.get("columns", COLUMNS)
+        idx = {c: cols.index(c) for c in COLUMNS if c in cols}
+        entries = {}
+        for row in data["points"]:
+            values = tuple(p.choices[p.index(v)] for p, v in zip(params, row[idx["params"]], strict=True))
+            status = Status(row[idx["status"]])
+
+            def col(name: str, default: Any = None, row: list[Any] = row) -> Any:
+                return row[idx[name]] if name in idx and row[idx[name]] is not None else default
+
+            entries[values] = EvalResult(
+                status, time_ms=col("time_ms"), samples_ms=list(col("samples_ms", [])),
+                compile_s=float(col("compile_s", 0.0)), bench_s=float(col("bench_s", 0.0)),
+                error=col("error"), message=col("message", ""))
+        problem = Problem.from_dict(data["problem"])
+    except LandscapeError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise LandscapeError(f"{path}: malformed evotune landscape ({type(exc).__name__}: {exc})") from exc
+    meta = {k: v for k, v in data.items() if k not in ("params", "points", "columns", "problem", "format")}
+    return Landscape(params, entries, problem, meta, space_name=data.get("space", "landscape"))
+
+
+# -- writing ----------------------------------------------------------------
+def landscape_document(
+    space_params: Iterable[Param],
+    rows: Iterable[tuple[Point, EvalResult]],
+    problem: Problem,
+    meta: Mapping[str, Any],
+    space_name: str,
+    max_samples: int | None = 16,
+    exact: bool = False,
+) -> dict[str, Any]:
+    """The JSON document of an evotune landscape; ``max_samples`` bounds the samples kept per point.
+
+    Times, costs and errors are rounded (to 6, 4 and 6 significant digits) unless
+    ``exact``: a measurement's noise is far above that, but a converted landscape
+    must replay exactly like its source, tuning clock included, so ``convert``
+    keeps every float as it is. Samples are always rounded: replay never reads them.
+    """
+    params = list(space_params)
+    names = [p.name for p in params]
+    keep = (lambda x, digits=6: x) if exact else _round
+    points = []
+    for point, r in rows:
+        samples = _spread(list(r.samples_ms), max_samples)
+        points.append([
+            json_values(point, names),
+            r.status.value, keep(r.time_ms), keep(r.compile_s, 4), keep(r.bench_s, 4),
+            keep(r.error), [_round(s) for s in samples], r.message,
+        ])
+    doc = {
+        "format": FORMAT, "version": VERSION, "space": space_name, "problem": problem.to_dict(),
+        "params": [{"name": p.name, "choices": [list(c) if isinstance(c, tuple) else c for c in p.choices],
+                    "ordered": p.ordered} for p in params],
+        "columns": COLUMNS, "points": points,
+    }
+    doc.update({k: v for k, v in meta.items() if k not in doc})
+    doc.setdefault("date", _dt.date.today().isoformat())
+    return doc
+
+
+def json_values(point: Point, names: Iterable[str]) -> list[Any]:
+    """A point's values in ``names`` order as a landscape row holds them (tuples as JSON arrays)."""
+    return [list(v) if isinstance(v, tuple) else v for v in (point[n] for n in names)]
+
+
+def _spread(samples: list[float], n: int | None) -> list[float]:
+    """At most ``n`` of the samples, evenly spread over their sorted range, so the distribution survives."""
+    if n is None or len(samples) <= n:
+        return samples
+    if n <= 0:
+        return []
+    ordered = sorted(samples)
+    if n == 1:
+        return [ordered[len(ordered) // 2]]
+    step = (len(ordered) - 1) / (n - 1)
+    return [ordered[round(i * step)] for i in range(n)]
+
+
+def _round(x: float | None, digits: int = 6) -> float | None:
+    if x is None:
+        return None
+    return float(f"{x:.{digits}g}")
+
+
+def write_landscape(path: str | Path, document: dict[str, Any]) -> Path:
+    """Write a landscape document; ``.gz`` paths are gzipped. Written atomically."""
+    path = Path(path)
+    return _write_bytes(path, _encode(document, gz=path.suffix == ".gz"))
+
+
+def _encode(document: dict[str, Any], gz: bool) -> bytes:
+    text = json.dumps(document, separators=(",", ":")).encode()
+    return gzip.compress(text, 9, mtime=0) if gz else text  # mtime 0: the same document, the same bytes
+
+
+def _write_bytes(path: Path, raw: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # one per writer: workers may write the same file
+    tmp.write_bytes(raw)
+    tmp.replace(path)  # atomic: a reader never sees half a file, and a source converted in place survives
+    return path
+
+
+def convert(src: str | Path, dst: str | Path, max_samples: int | None = 0) -> Path:
+    """Rewrite any readable landscape (e.g. a Kernel Tuner cache) in evotune's format.
+
+    The result replays exactly like the source: the same points, statuses, messages,
+    times and recorded costs (not rounded); only the timing samples are cut to
+    ``max_samples`` per point.
+    """
+    return write_landscape(dst, converted_document(src, max_samples))
+
+
+def converted_document(src: str | Path, max_samples: int | None = 0) -> dict[str, Any]:
+    """The evotune document :func:`convert` writes for ``src``; raises LandscapeError naming the file."""
+    ls = load_landscape(src)
+    names = ls.names
+    rows = ((dict(zip(names, k, strict=True)), r) for k, r in ls.entries.items())
+    meta = {k: v for k, v in ls.meta.items() if k not in ("version", "space")}
+    meta.setdefault("converted_from", Path(src).name)
+    return landscape_document(ls.params, rows, ls.problem, meta, ls.space_name, max_samples, exact=True)
+
+
+def convert_files(sources: Iterable[str | Path], out: str | Path, max_samples: int | None = 0) -> list[Path]:
+    """Convert every source to ``out/<stem>.json.gz``; every source is read and checked before anything is written.
+
+    The stem (the file name without ``.json``/``.gz``) is kept, so a converted
+    landscape keeps its name in ``compare``'s rows and plots.
+    """
+    out = Path(out)
+    docs: dict[Path, bytes] = {}
+    for src in sources:
+        dst = out / f"{landscape_stem(src)}.json.gz"
+        if dst in docs:
+            raise LandscapeError(f"{src}: a second source named {landscape_stem(src)!r}; rename one")
+        # compressed in memory: a dozen documents of a few hundred kB, nothing on disk until all are read
+        docs[dst] = _encode(converted_document(src, max_samples), gz=True)
+    for dst, raw in docs.items():
+        _write_bytes(dst, raw)
+    return list(docs)

@@ -1,0 +1,172 @@
+"""The timing oracle: CUDA events around single launches, a cold L2 before each, adaptive repeats.
+
+Method (see benchmarks/RESULTS.md for what it measured):
+
+1. warm up (module load, JIT, handle creation stay out of the numbers);
+2. capture the launch in a CUDA graph when it can be captured, so launch
+   overhead on the host cannot show in the samples; otherwise launch directly;
+3. before every sample, overwrite a buffer twice the size of L2, so each
+   sample reads its inputs from HBM as a real layer would;
+4. one sample = CUDA events recorded right before and after one launch; each
+   batch of samples is queued behind a short GPU spin, so the host is ahead of
+   the GPU and a busy host cannot add idle time inside a sample;
+5. take samples in batches until the 95% confidence interval of the median
+   (distribution-free, from order statistics) is within ``timing.ci_target``
+   of it, or ``timing.max_samples`` / ``max_seconds`` is reached;
+6. drop outliers outside Tukey's fences (1.5 IQR) for the summary; keep every
+   sample in the record.
+
+The same oracle times candidates and baselines (cuBLAS through torch), in the same process.
+
+Example::
+
+    oracle = Oracle()
+    t = oracle.time(lambda: torch.matmul(a, b, out=c))
+    t.median_ms, t.ci95_rel, len(t.samples_ms)
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from evotune.measurement.options import TimingOptions
+
+HEAD_START_CYCLES = 100_000  # GPU cycles of head start per queued sample (about 50 µs at 2 GHz)
+
+
+@dataclass
+class Timing:
+    samples_ms: list[float]  # every sample, in the order taken
+    median_ms: float  # median of the samples inside Tukey's fences
+    ci95_ms: tuple[float, float]  # 95% confidence interval of that median
+    trimmed: int  # samples outside the fences
+    graph: bool  # whether the launch was replayed from a CUDA graph
+    bench_s: float  # wall time spent measuring, warm-up included
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ci95_rel(self) -> float:
+        return ci_half_width(self.median_ms, self.ci95_ms)
+
+
+def ci_half_width(median: float, ci: tuple[float, float] | list[float]) -> float:
+    """Half the width of a confidence interval, as a fraction of the median it is around."""
+    return (ci[1] - ci[0]) / 2.0 / median
+
+
+def summarize(samples: list[float]) -> tuple[float, tuple[float, float], int]:
+    """Median inside Tukey's fences, its 95% CI from order statistics, and how many were trimmed."""
+    x = np.sort(np.asarray(samples, dtype=float))
+    q1, q3 = np.percentile(x, [25, 75])
+    iqr = q3 - q1
+    kept = x[(x >= q1 - 1.5 * iqr) & (x <= q3 + 1.5 * iqr)]
+    n = len(kept)
+    med = float(np.median(kept))
+    half = 1.96 * math.sqrt(n) / 2.0
+    lo = kept[max(math.floor(n / 2.0 - half) - 1, 0)]
+    hi = kept[min(math.ceil(n / 2.0 + half), n - 1)]
+    return med, (float(lo), float(hi)), len(x) - n
+
+
+class Oracle:
+    """Times a zero-argument callable that launches GPU work on the current torch stream."""
+
+    def __init__(self, timing: TimingOptions | None = None, *, warmup: int = 3, batch: int = 20,
+                 max_seconds: float = 15.0, use_graph: bool = True, flush_l2: bool = True):
+        import torch
+
+        self.torch = torch
+        timing = timing or TimingOptions()
+        self.warmup, self.min_samples, self.max_samples = warmup, timing.min_samples, timing.max_samples
+        self.batch = min(batch, timing.min_samples)  # a first batch larger than asked for would waste samples
+        self.ci_target, self.max_seconds, self.use_graph = timing.ci_target, max_seconds, use_graph
+        self._flush = None
+        if flush_l2:
+            l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 * 2**20)
+            self._flush = torch.empty(2 * l2 // 4, dtype=torch.int32, device="cuda")
+
+    def _graph(self, fn: Callable[[], object]) -> Callable[[], object] | None:
+        torch = self.torch
+        try:
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                fn()  # one eager launch on the side stream before capture, as torch recommends
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                fn()
+            torch.cuda.synchronize()
+            return graph.replay
+        except Exception:  # not capturable (host sync, allocation, a launcher that pins a stream)
+            torch.cuda.synchronize()
+            return None
+
+    def prepare(self, fn: Callable[[], object]) -> tuple[Callable[[], object], bool]:
+        """Warm ``fn`` up and capture it in a CUDA graph when it can be: (the launch to time, whether a graph)."""
+        torch = self.torch
+        for _ in range(self.warmup):
+            fn()
+        torch.cuda.synchronize()
+        launch = self._graph(fn) if self.use_graph else None
+        graph = launch is not None
+        launch = launch or fn
+        launch()
+        torch.cuda.synchronize()
+        return launch, graph
+
+    def sample(self, launch: Callable[[], object], n: int) -> list[float]:
+        """``n`` samples (ms) of a prepared launch, each its own pair of CUDA events after a cold L2."""
+        torch = self.torch
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        # Keep the GPU busy while this thread queues the batch: a sample is the GPU time between its two
+        # events, and a host delayed between recording the first and launching (other processes compiling
+        # on the same cores, say) would leave the GPU idle inside the sample and inflate it.
+        torch.cuda._sleep(HEAD_START_CYCLES * n)
+        for s, e in zip(starts, ends, strict=True):
+            if self._flush is not None:
+                self._flush.zero_()
+            s.record()
+            launch()
+            e.record()
+        torch.cuda.synchronize()
+        return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+
+    def time(self, fn: Callable[[], object]) -> Timing:
+        started = time.perf_counter()
+        launch, graph = self.prepare(fn)
+        samples: list[float] = []
+        notes = []
+        while True:
+            samples += self.sample(launch, self.batch)
+            if len(samples) < self.min_samples:
+                continue
+            med, ci, _ = summarize(samples)
+            if ci_half_width(med, ci) <= self.ci_target:
+                break
+            if len(samples) >= self.max_samples:
+                notes.append(f"stopped at {len(samples)} samples before the CI reached {self.ci_target:.0%}")
+                break
+            if time.perf_counter() - started > self.max_seconds:
+                notes.append(f"stopped after {self.max_seconds:.0f} s before the CI reached {self.ci_target:.0%}")
+                break
+        med, ci, trimmed = summarize(samples)
+        return Timing(samples, med, ci, trimmed, graph, time.perf_counter() - started, notes)
+
+    def copy_bandwidth_gbps(self, nbytes: int = 2 * 2**30) -> float:
+        """Measured device-to-device bandwidth, counting bytes read plus bytes written.
+
+        An elementwise kernel, not ``copy_``: captured in a graph, a plain copy becomes a
+        memcpy node that may run on a copy engine, slower than the SMs' own loads and stores.
+        """
+        torch = self.torch
+        src = torch.ones(nbytes // 8, dtype=torch.float32, device="cuda")
+        dst = torch.empty_like(src)
+        t = self.time(lambda: torch.neg(src, out=dst))
+        return nbytes / (t.median_ms * 1e-3) / 1e9

@@ -1,0 +1,1 @@
+"""Reporting: results tables, plots, the dashboard, the runtime lookup and strategy comparisons."""

@@ -1,0 +1,335 @@
+"""The tuning loop for one study: ask -> check -> evaluate -> record -> tell.
+
+Data moves one way: the strategy proposes, the evaluator measures, the study
+records, and the strategy hears the result. The trial is written from a
+thread behind the loop (:class:`evotune.storage.trial_writer.TrialWriter`), so the
+next point is proposed and measured meanwhile; its claim stays held until it
+is stored, so no other worker measures it and the budget counts it. Resuming
+is the same loop started on a study that already holds trials: they are told
+to the strategy first, counted against the budget, and never measured again.
+
+The tuning clock: in replay, the recorded cost (compile and benchmark time)
+of the points evaluated; on a measuring oracle (gpu, cpu), the run's wall time
+from its first proposal on, added to what the study held (asking the strategy,
+compiling, measuring and storing all count). There, ``budget.seconds`` is a
+deadline: no point is handed out once the time left is less than the typical
+evaluation of the run so far (the median of its last :data:`FIT_WINDOW`), an
+evaluation still waiting at the deadline (for its compile) is dropped
+(:class:`DeadlinePassed`, nothing stored), and the compiles started ahead are
+abandoned (:meth:`Evaluator.abandon`).
+
+Example::
+
+    result = tune(space, ctx, ReplayEvaluator(ls), make_strategy("ga", space, fs), store, Budget(trials=200))
+    result.best_ms, result.stopped
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from evotune.core.problem import Problem
+from evotune.core.result import EvalResult, Status
+from evotune.core.space import Context, Point, SearchSpace
+from evotune.measurement.base import DeadlinePassed, Evaluator
+from evotune.running.experiment import Budget
+from evotune.search.strategies.base import Strategy
+from evotune.storage.claims import Claims, NoClaims
+from evotune.storage.study import Record, StudyStore
+from evotune.storage.trial_writer import TrialWriter
+
+OnTrial = Callable[[int, float | None], None]  # (trials so far, best so far)
+FIT_WINDOW = 8  # the latest evaluations whose median wall time predicts the next one's (the deadline's fit rule)
+wall_clock = time.monotonic  # the measuring oracles' tuning clock, unless tune() is given one
+
+
+@dataclass
+class TuneResult:
+    study_name: str
+    trials: int  # finished trials in the study, resumed ones included
+    new_trials: int  # measured by this call
+    best_point: Point | None
+    best_ms: float | None
+    clock_s: float
+    stopped: str  # trials | seconds | plateau | exhausted
+    failures: dict[str, int] = field(default_factory=dict)
+    skipped: int = 0  # proposals the oracle could not answer (absent from a landscape): cost nothing
+    loop_s: float = 0.0  # wall seconds of the loop after resuming: asking, claiming, evaluating, storing
+    store_s: float = 0.0  # of which waiting for the storage: claiming, and waiting for the trial writer
+    write_s: float = 0.0  # the trial writer's time storing trials and marking their claims done, behind the loop
+    busy_s: float = 0.0  # the measuring process's time on this study's points (evaluate's own where it says)
+    first_eval: float | None = None  # epoch seconds: when the first evaluation began
+    last_eval: float | None = None  # and when the last one ended
+
+
+def tune(space: SearchSpace, ctx: Context, evaluator: Evaluator, strategy: Strategy, store: StudyStore,
+         budget: Budget, on_trial: OnTrial | None = None, claims: Claims | None = None,
+         sync_s: float = 2.0, clock: Callable[[], float] | None = None) -> TuneResult:
+    """Run one study to its budget. Every finished evaluation is in ``store`` when this returns; its claim is
+    held until it is stored.
+
+    With ``claims``, several workers (processes or hosts) can run this loop on the
+    same study: each claims a point before measuring it, reads the others' trials
+    back every ``sync_s`` seconds and tells them to its strategy (so a GA's
+    generations mix every worker's children), and the claims keep the trials
+    budget for all of them together (see :mod:`evotune.storage.claims`).
+
+    ``clock`` (seconds, monotonic; default :data:`wall_clock`) is what a measuring oracle's tuning clock reads.
+    """
+    assert ctx.problem is not None, "tune() needs a problem in its context"
+    claims = claims or NoClaims(store.study.study_name, 0.0)
+    return _Run(space, ctx, evaluator, strategy, store, budget, on_trial, claims, sync_s, clock or wall_clock).run()
+
+
+class _Run:
+    """One call of :func:`tune`. ``run`` reads in the order things happen: resume, then for each point
+    sync, check the budget, take the next point, claim it, measure it, record it."""
+
+    def __init__(self, space: SearchSpace, ctx: Context, evaluator: Evaluator, strategy: Strategy,
+                 store: StudyStore, budget: Budget, on_trial: OnTrial | None, claims: Claims, sync_s: float,
+                 clock: Callable[[], float]):
+        self.space, self.ctx, self.evaluator, self.strategy = space, ctx, evaluator, strategy
+        assert ctx.problem is not None  # tune() checked it
+        self.problem: Problem = ctx.problem
+        self.store, self.budget, self.on_trial, self.claims, self.sync_s = store, budget, on_trial, claims, sync_s
+        self.state = _State()
+        self.simulated = evaluator.kind == "replay"  # the clock adds recorded costs instead of wall time
+        self.queue: list[Point] = []  # proposals asked for and not yet taken
+        self.clock = clock
+        self.base, self.began = 0.0, 0.0  # the study's clock at resume, and when this run began on self.clock
+        self.walls: list[float] = []  # this run's evaluation wall times: what the next one is predicted to take
+        self.deadline = budget.seconds is not None and not self.simulated
+        self.mine: set[str] = set()  # keys of the trials this run measured (stored, or queued to be)
+        self.writer: TrialWriter | None = None
+
+    def run(self) -> TuneResult:
+        self.resume()
+        began = time.perf_counter()
+        self.base, self.began = self.state.clock, self.clock()
+        self.writer = TrialWriter(self.store, self.claims)
+        if self.deadline:
+            self.evaluator.bound(self.time_left)
+        try:
+            stopped = self.loop()
+        except BaseException:
+            try:
+                self.writer.close()  # what was measured is stored, also when the loop was interrupted
+            except Exception:  # the loop's own error is the one to raise; unstored points' claims lapse
+                pass
+            raise
+        finally:
+            if self.deadline:
+                self.evaluator.bound(None)
+        if stopped == "seconds" and self.deadline:
+            self.evaluator.abandon()  # the compiles started for points that will not be asked for
+        self.writer.close()
+        self.report()
+        s = self.state
+        return TuneResult(self.store.study.study_name, s.trials, s.new, s.best_point, s.best_ms, s.clock,
+                          stopped, s.failures, s.skipped, time.perf_counter() - began,
+                          s.store_s + self.writer.waited_s, self.writer.busy_s, s.busy_s, s.first_eval, s.last_eval)
+
+    def loop(self) -> str:
+        """Take, claim, measure and record points until the budget says stop; why it stopped."""
+        while True:
+            stopped = self.stop_reason()
+            if stopped:
+                return stopped
+            point = self.next_point()
+            if point is None:
+                return "exhausted"
+            claimed = self.claim(point)
+            if claimed == "full":
+                self.sync()  # the study's own count, for the result
+                return "trials"
+            if not claimed:
+                continue  # another worker has it; its result reaches the strategy at the next sync
+            measured = self.measure(point)
+            if measured is None:
+                return "seconds"  # the deadline came while it waited: nothing to record
+            self.record(point, *measured)
+
+    def now(self) -> float:
+        """The tuning clock now: the recorded costs so far in replay, else the study's clock at resume plus this
+        run's wall time (or a later clock another worker stored)."""
+        if self.simulated:
+            return self.state.clock
+        return max(self.state.clock, self.base + self.clock() - self.began)
+
+    def time_left(self) -> float:
+        """Seconds of the budget left on the tuning clock (only asked when the budget has seconds)."""
+        assert self.budget.seconds is not None
+        return self.budget.seconds - self.now()
+
+    def resume(self) -> None:
+        """Take in what the study holds: told to the strategy, counted, never measured again."""
+        history = self.store.history()
+        self.strategy.warm_start([(r.point, r.value) for r in history])
+        for r in history:
+            self.state.add(r.number, r.key, r.point, r.value, r.clock_s)
+        self.claims.begin(self.state.done, self.sync)
+        self.report()
+
+    def sync(self) -> set[str]:
+        """Tell the strategy the trials other workers stored since the last look; the keys of all stored trials
+        (this run's queued ones included)."""
+        fresh = []
+        for r in self.store.history():
+            if r.number in self.state.numbers:
+                continue
+            if r.key in self.mine:  # this run's own, stored by its writer: known already
+                self.state.numbers.add(r.number)
+                continue
+            fresh.append(r)
+        self.strategy.tell([(r.point, r.value) for r in fresh])
+        for r in fresh:
+            self.state.add(r.number, r.key, r.point, r.value, r.clock_s)
+        self.state.synced = time.monotonic()
+        return self.state.done
+
+    def stop_reason(self) -> str | None:
+        """Why to stop before the next point, as far as this worker knows (the claim has the last word on trials)."""
+        if self.claims.shared and time.monotonic() - self.state.synced > self.sync_s:
+            self.sync()
+        s = self.state
+        reason = _stop_reason(self.budget, s.trials, self.now(), s.since_best)
+        if reason is None and self.deadline and self.walls:
+            # the time left cannot fit a typical evaluation: the user would wait past the budget for it
+            if self.time_left() < statistics.median(self.walls[-FIT_WINDOW:]):
+                return "seconds"
+        return reason
+
+    def next_point(self) -> Point | None:
+        """The strategy's next proposal that is feasible and not stored yet; None when it has nothing left.
+
+        Evaluators that compile ahead (a pool) get proposals to start on before they are asked for them
+        (:meth:`Evaluator.to_ask` says how many), so the pool compiles the next points while the GPU
+        measures the ones it built; the rest get one proposal at a time. The first handed-out point that
+        is ready (built) goes next: one whose compile takes a minute does not hold up the points behind it,
+        such as new launch arguments of a kernel built already.
+        """
+        while True:
+            wanted = self.evaluator.to_ask(len(self.queue))
+            if wanted:
+                more = self.strategy.ask(wanted)
+                if more and self.evaluator.prefetch_depth > 1:
+                    self.evaluator.prefetch(more, self.problem)
+                self.queue += more
+            if not self.queue:
+                return None
+            ready = (i for i, p in enumerate(self.queue) if self.evaluator.ready(p, self.problem))
+            point = self.queue.pop(next(ready, 0))
+            if self.space.key(point) in self.state.done or self.space.check(point, self.ctx) is not None:
+                # strategies never hand these out; if one ever did, it must cost nothing and teach nothing wrong
+                self.strategy.tell([(point, None)])
+                continue
+            return point
+
+    def claim(self, point: Point) -> str:
+        """Claim ``point`` within the budget: "new" or "takeover" to measure it, "" to leave it, "full" to stop."""
+        key, started = self.space.key(point), time.perf_counter()
+        claimed = self.claims.claim(key, self.budget.trials, self.state.done, self.sync)
+        self.state.store_s += time.perf_counter() - started
+        if claimed == "takeover":
+            self.sync()  # its last owner is gone: it may have stored the point after our last look
+        if claimed in ("new", "takeover") and key in self.state.done:
+            self.claims.finish(key)  # stored after all: it counts, and nobody measures it again
+            return ""
+        return claimed
+
+    def measure(self, point: Point) -> tuple[EvalResult, _dt.datetime, float] | None:
+        """The evaluator's result, when it began and the wall seconds it took; None when the deadline came while
+        it waited. An interrupted or dropped evaluation gives its claim back."""
+        began, started = _dt.datetime.now(), self.clock()
+        try:
+            result = self.evaluator.evaluate(point, self.problem)
+        except DeadlinePassed:
+            self.claims.release(self.space.key(point))
+            return None
+        except BaseException:
+            self.claims.release(self.space.key(point))
+            raise
+        elapsed, s = self.clock() - started, self.state
+        self.walls.append(elapsed)
+        s.busy_s += float(result.extra.get("worker_s", elapsed))
+        s.first_eval = began.timestamp() if s.first_eval is None else s.first_eval
+        s.last_eval = began.timestamp() + elapsed
+        return result, began, elapsed
+
+    def record(self, point: Point, result: EvalResult, began: _dt.datetime, elapsed: float) -> None:
+        """Queue the trial to be stored (its claim is marked done once it is), count it, tell the strategy."""
+        key, s = self.space.key(point), self.state
+        if result.status is Status.INFEASIBLE:
+            s.skipped += 1
+            self.claims.finish(key, counted=False)
+            self.strategy.tell([(point, None)])
+            return
+        clock = s.clock + result.cost_s if self.simulated else self.now()
+        assert self.writer is not None
+        self.mine.add(key)
+        self.writer.put(key, self.store.trial(point, result, clock, started=began, wall_s=elapsed))
+        self.strategy.tell([(point, result.value)])
+        s.add(None, key, point, result.value, clock)
+        s.new += 1
+        if result.status.failed:
+            s.failures[result.status.value] = s.failures.get(result.status.value, 0) + 1
+        self.report()
+
+    def report(self) -> None:
+        """Tell ``on_trial`` (from this thread) the trials stored so far: queued ones are not, until they are."""
+        if self.on_trial:
+            self.on_trial(self.state.trials - (self.writer.pending if self.writer else 0), self.state.best_ms)
+
+
+@dataclass
+class _State:
+    """What the loop knows of the study: its finished trials, whoever measured them."""
+
+    numbers: set[int] = field(default_factory=set)
+    done: set[str] = field(default_factory=set)
+    trials: int = 0
+    clock: float = 0.0
+    best_ms: float | None = None
+    best_point: Point | None = None
+    since_best: int = 0
+    new: int = 0
+    skipped: int = 0
+    store_s: float = 0.0
+    busy_s: float = 0.0
+    first_eval: float | None = None
+    last_eval: float | None = None
+    synced: float = field(default_factory=time.monotonic)
+    failures: dict[str, int] = field(default_factory=dict)
+
+    def add(self, number: int | None, key: str, point: Point, value: float | None, clock: float) -> None:
+        if number is not None:  # None: this run's own, not stored yet
+            self.numbers.add(number)
+        self.done.add(key)
+        self.trials += 1
+        self.clock = max(self.clock, clock)
+        self.since_best += 1
+        if value is not None and (self.best_ms is None or value < self.best_ms):
+            self.best_ms, self.best_point, self.since_best = value, point, 0
+
+
+def finished(history: list[Record], budget: Budget, feasible: int) -> bool:
+    """Whether a study holding ``history`` is done for every worker: its budget is spent (trials, tuning clock
+    or plateau, counted as :func:`tune` counts them on resume) or every feasible point is stored."""
+    state = _State()
+    for r in history:
+        state.add(r.number, r.key, r.point, r.value, r.clock_s)
+    return state.trials >= feasible or _stop_reason(budget, state.trials, state.clock, state.since_best) is not None
+
+
+def _stop_reason(budget: Budget, trials: int, clock: float, since_best: int) -> str | None:
+    if budget.trials is not None and trials >= budget.trials:
+        return "trials"
+    if budget.seconds is not None and clock >= budget.seconds:
+        return "seconds"
+    if budget.plateau is not None and trials > 0 and since_best >= budget.plateau:
+        return "plateau"
+    return None

@@ -1,0 +1,205 @@
+"""What earlier results say about a new problem: sources, and the prior that ``default`` builds from them.
+
+A :class:`Source` is a list of measured configurations of the same space for a
+related problem (another shape, another GPU): a recorded landscape, the trials of
+a finished study, the tuning-result cache's entry. It carries how far its problem
+and GPU are from the target's (:mod:`evotune.search.transfer` computes that; 0 is the same).
+
+:class:`Prior` puts every source on the target's feasible rows:
+
+* each source's log-times are standardised (failed points count as twice its slowest
+  time); rows it did not measure are predicted by a GP fitted on the rows it did;
+* the prior at a row is the weighted mean over sources, a source's weight being
+  ``exp(-distance / TAU)`` (none beyond MAX_DISTANCE) times, once enough results are told, how well it ranks
+  them (its Spearman correlation with the told times; none for a source that ranks
+  them no better than chance), so that a misleading source stops counting;
+* :meth:`Prior.picks` are the transferred winners: the fastest rows of each source
+  in turn, nearest source first;
+* :meth:`Prior.agreement` is the Spearman correlation between the prior and the told
+  times: the strategy trusts the prior only while it is high enough.
+
+Example::
+
+    prior = Prior(strategy, [Source("landscape:x", results, distance=1.0)])
+    prior.picks(4), prior.mean(np.arange(len(strategy.feasible)))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from evotune.core.space import Point
+from evotune.search.state import StrategyState
+from evotune.search.surrogate import LENGTHSCALES, encode, log_likelihood, matern52
+
+#: results told before the sources are weighted by how well they rank them (fewer: by distance only)
+MIN_RANKED = 5
+#: a source's measured rows used to predict the rows it lacks (a random subset beyond this)
+PREDICT_ROWS = 300
+#: sources further than this from the target (a factor of 16 in one size, or another dtype and more than a
+#: factor of two) are not used: the two H100 Triton landscapes (bf16 4096^3, int8 64 x 4096 x 11008, distance
+#: 10) misled each other (42 evaluations to 0.99 against 18 without)
+MAX_DISTANCE = 4.0
+#: distance scale of the source weights: a source one unit further (a factor of two in one problem size,
+#: or another GPU of the same vendor) counts exp(-2) = 0.14 times as much
+TAU = 0.5
+
+
+@dataclass(frozen=True)
+class Source:
+    """Measured configurations of the target's space for a related problem; ``None``: a failed point."""
+
+    name: str  # what ``best`` and the plots show: "landscape:<file>", "study:<name>", "cache:<problem>"
+    results: tuple[tuple[Point, float | None], ...]
+    distance: float = 0.0  # how far its problem and GPU are from the target's (0: the same)
+
+
+def ranks(x: np.ndarray) -> np.ndarray:
+    """Average ranks (ties share their mean rank)."""
+    from scipy.stats import rankdata
+
+    return rankdata(x)
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman's rank correlation; 0 where either side is constant."""
+    ra, rb = ranks(a), ranks(b)
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    den = float(np.sqrt((ra * ra).sum() * (rb * rb).sum()))
+    return float((ra * rb).sum()) / den if den > 0 else 0.0
+
+
+class Prior:
+    """The sources' standardised log-times on the target's feasible rows, and their weights."""
+
+    def __init__(self, strategy: StrategyState, sources: Sequence[Source]):
+        self.strategy = strategy
+        fs = strategy.feasible
+        names, z, fastest, dist, ranked = [], [], [], [], []
+        encoding = None
+        for src in sources:
+            if src.distance > MAX_DISTANCE:
+                continue
+            rows, vals = [], []
+            for point, value in src.results:
+                row = fs.row(point)
+                if row is not None:
+                    rows.append(row)
+                    vals.append(value)
+            ok = [v for v in vals if v is not None]
+            if not ok:
+                continue
+            order = sorted((v, r) for r, v in zip(rows, vals, strict=True) if v is not None)
+            fastest.append([r for _, r in order])
+            names.append(src.name)
+            dist.append(float(src.distance))
+            ranked.append(len(set(ok)) >= 2)
+            if not ranked[-1]:  # a single time (the cache's winner): a pick, but no ranking to lend
+                z.append(np.zeros(len(fs)))
+                continue
+            logs = np.log(np.array([v if v is not None else 2.0 * max(ok) for v in vals]))
+            col = np.full(len(fs), np.nan)
+            col[rows] = (logs - logs.mean()) / max(float(logs.std()), 1e-9)
+            if np.isnan(col).any():
+                encoding = encoding if encoding is not None else encode(strategy.space, fs).x
+                col = self._fill(col, encoding)
+            z.append(col)
+        self.names = names
+        self.z = np.array(z) if z else np.zeros((0, len(fs)))
+        self.distance = np.array(dist)
+        self.ranked = np.array(ranked, dtype=bool)
+        self._fastest = fastest
+        self._weights: tuple[int, np.ndarray] | None = None  # (results told, weights) of the last call
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def _fill(self, col: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """Predict a source's unmeasured rows by a GP (one length-scale, by likelihood) on its measured ones."""
+        known = np.flatnonzero(~np.isnan(col))
+        rng = np.random.default_rng(self.strategy.seed)
+        if len(known) > PREDICT_ROWS:
+            known = np.sort(rng.choice(known, size=PREDICT_ROWS, replace=False))
+        ys = col[known] - col[known].mean()
+        best = None
+        with threadpool_limits(1, user_api="blas"):
+            for ls in LENGTHSCALES:
+                got = log_likelihood(x[known] / ls, ys, 1e-3)
+                if got is not None and (best is None or got[0] > best[0]):
+                    best = (got[0], ls, got[2])
+            missing = np.flatnonzero(np.isnan(col))
+            out = col.copy()
+            if best is None:
+                out[missing] = 0.0
+                return out
+            _, ls, alpha = best
+            for chunk in np.array_split(missing, max(1, len(missing) // 4000)):
+                out[chunk] = col[known].mean() + matern52(x[chunk] / ls, x[known] / ls) @ alpha
+        return out
+
+    # -- what the strategy asks ---------------------------------------------
+    def told(self) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, log-times) of the told results, failures at twice the slowest time."""
+        s = self.strategy
+        rows = np.array(list(s.values), dtype=np.int64)
+        pen = s.penalty()
+        return rows, np.log(np.array([s.values[int(r)] if s.values[int(r)] is not None else pen for r in rows]))
+
+    def weights(self) -> np.ndarray:
+        """Each source's weight: nearness, times its rank agreement with the told results once there are enough."""
+        told = len(self.strategy.values)
+        if self._weights is None or self._weights[0] != told:
+            self._weights = (told, self._compute_weights())
+        return self._weights[1]
+
+    def _compute_weights(self) -> np.ndarray:
+        w = np.exp(-(self.distance - (self.distance.min() if len(self) else 0.0)) / TAU)
+        rows, y = self.told()
+        if len(rows) >= MIN_RANKED and np.ptp(y) > 0:
+            agree = np.array([spearman(self.z[i, rows], y) for i in range(len(self))])
+            w = w * np.clip(agree, 0.0, None) ** 2
+        return w
+
+    def mean(self, rows: np.ndarray) -> np.ndarray:
+        """The prior at ``rows``: the weighted mean of the sources' standardised log-times (0 with no weight)."""
+        w = self.weights() * self.ranked
+        total = float(w.sum())
+        if total <= 0:
+            return np.zeros(len(rows))
+        return (w @ self.z[:, rows]) / total
+
+    def agreement(self) -> float | None:
+        """Spearman correlation between the prior and the told results; None while fewer than MIN_RANKED."""
+        rows, y = self.told()
+        if len(rows) < MIN_RANKED or np.ptp(y) == 0:
+            return None
+        return spearman(self.mean(rows), y)
+
+    def picks(self, n: int) -> list[int]:
+        """Up to ``n`` fresh rows: the fastest of each source in turn, nearest (heaviest) source first."""
+        order = np.argsort(-self.weights(), kind="stable")
+        taken = self.strategy.taken
+        out: list[int] = []
+        depth = 0
+        while len(out) < n and any(depth < len(f) for f in self._fastest):
+            for i in order:
+                if depth < len(self._fastest[i]):
+                    r = self._fastest[i][depth]
+                    if not taken[r] and r not in out:
+                        out.append(r)
+                        if len(out) == n:
+                            break
+            depth += 1
+        return out
+
+    def best_rows(self, n: int) -> np.ndarray:
+        """The ``n`` fresh rows the prior ranks fastest."""
+        free = np.flatnonzero(~self.strategy.taken)
+        if not len(free) or not len(self):
+            return np.zeros(0, dtype=np.int64)
+        m = self.mean(free)
+        return free[np.argsort(m, kind="stable")[:n]]

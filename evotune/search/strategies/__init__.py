@@ -1,0 +1,48 @@
+"""Strategies: peers behind one call shape (``ask(n)`` / ``tell(results)``), found by name.
+
+Example::
+
+    from evotune.search.strategies import make_strategy, names
+    names()  # ['cmaes', 'default', 'exhaustive', 'ga', 'gp', 'nsga2', 'optuna-gp', 'qmc', 'random', 'tpe']
+    s = make_strategy("tpe", space, space.feasible(ctx), seed=0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from evotune.core.space import Context, FeasibleSet, SearchSpace
+from evotune.search.prior import Source
+from evotune.search.strategies.base import Exhausted, Strategy, Told
+from evotune.search.strategies.default import Default
+from evotune.search.strategies.exhaustive import Exhaustive
+from evotune.search.strategies.genetic import GeneticAlgorithm
+from evotune.search.strategies.gp import GaussianProcess
+from evotune.search.strategies.optuna_samplers import CMAES, NSGA2, QMC, TPE, OptunaGP
+from evotune.search.strategies.random_search import RandomSearch
+
+STRATEGIES: dict[str, type[Strategy]] = {
+    cls.name: cls
+    for cls in (Default, GeneticAlgorithm, TPE, CMAES, NSGA2, GaussianProcess, OptunaGP, QMC, RandomSearch, Exhaustive)
+}
+
+
+def names() -> list[str]:
+    return sorted(STRATEGIES)
+
+
+def make_strategy(name: str, space: SearchSpace, feasible: FeasibleSet, *, seed: int = 0,
+                  ctx: Context | None = None, budget: int | None = None, sources: Sequence[Source] = (),
+                  **options: Any) -> Strategy:
+    """Build a strategy by name. Raises KeyError for an unknown name, ValueError for a bad option.
+
+    ``sources`` are related results (:class:`~evotune.search.prior.Source`) for the strategies
+    that transfer (``default``); the others ignore them.
+    """
+    if name not in STRATEGIES:
+        raise KeyError(name)
+    return STRATEGIES[name](space, feasible, seed=seed, ctx=ctx, budget=budget, sources=sources, **options)
+
+
+__all__ = ["STRATEGIES", "Exhausted", "Source", "Strategy", "Told", "make_strategy", "names"]

@@ -1,0 +1,214 @@
+"""The one call shape every strategy has: ``ask(n)`` points, ``tell(results)``.
+
+A strategy sees only points and scores (time in ms, lower is better; None for
+a failed point). It never touches a GPU and never decides how to measure.
+
+Every point a strategy returns from :meth:`Strategy.ask` is feasible and has
+been neither measured nor handed out before: the base class keeps that
+ledger and repairs any proposal that breaks it to the nearest point that
+keeps it, so no strategy can spend an evaluation on an infeasible or repeated
+point.
+
+Example::
+
+    from evotune.search.strategies import make_strategy
+    s = make_strategy("ga", space, feasible, seed=0)
+    for point in s.ask(4):
+        s.tell([(point, measure(point))])
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from evotune.core.space import Context, FeasibleSet, Point, SearchSpace
+from evotune.search.compile_cost import Kernels
+
+if TYPE_CHECKING:
+    from evotune.search.prior import Source
+
+Told = tuple[Point, float | None]
+SEEDINGS = ("random", "hardware")
+
+
+class OptionError(ValueError):
+    """A bad strategy option; ``name`` is the option's name."""
+
+    def __init__(self, name: str, message: str):
+        self.name = name
+        super().__init__(f"{name}: {message}")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option a strategy accepts from the experiment file: its default, type and range."""
+
+    default: Any
+    kind: type  # int, float or bool
+    low: float | None = None
+    high: float | None = None
+    optional: bool = False  # None is accepted (and means "let the strategy choose")
+
+    def check(self, name: str, value: Any) -> None:
+        if value is None and self.optional:
+            return
+        if self.kind is bool:
+            ok = isinstance(value, bool)
+        elif self.kind is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if ok and self.low is not None and value < self.low:
+            ok = False
+        if ok and self.high is not None and value > self.high:
+            ok = False
+        if not ok:
+            span = f" in [{self.low}, {self.high}]" if self.high is not None else (
+                f" >= {self.low}" if self.low is not None else "")
+            raise OptionError(name, f"must be {'an integer' if self.kind is int else self.kind.__name__}{span}"
+                                    f"{' or omitted' if self.optional else ''}, got {value!r}")
+
+
+class Exhausted(Exception):
+    """Every feasible point has been measured or handed out."""
+
+
+class Strategy(ABC):
+    name: ClassVar[str] = "base"
+    #: options accepted from the experiment file (``seeding`` is accepted by every strategy)
+    schema: ClassVar[dict[str, Option]] = {}
+    #: whether the strategy learns from related results (``sources``); the others ignore them
+    transfers: ClassVar[bool] = False
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> None:
+        """Raise OptionError for an unknown option or a value of the wrong type or range."""
+        for name, value in options.items():
+            if name == "seeding":
+                if value not in SEEDINGS:
+                    raise OptionError(name, f"must be one of {', '.join(SEEDINGS)}, got {value!r}")
+            elif name not in cls.schema:
+                raise OptionError(name, f"unknown option for strategy {cls.name!r}; accepted: "
+                                        f"{', '.join([*sorted(cls.schema), 'seeding'])}")
+            else:
+                cls.schema[name].check(name, value)
+
+    def __init__(self, space: SearchSpace, feasible: FeasibleSet, *, seed: int = 0,
+                 ctx: Context | None = None, budget: int | None = None, sources: Sequence[Source] = (),
+                 **options: Any):
+        self.check_options(options)
+        self.sources = tuple(sources)
+        self.space = space
+        self.feasible = feasible
+        self.ctx = ctx or Context()
+        self.seed = seed
+        self.budget = budget
+        self.options = {**{k: o.default for k, o in self.schema.items()}, **options}
+        self.seeding: str = options.get("seeding", "random")
+        self.rng = np.random.default_rng(seed)
+        n = len(feasible)
+        self.taken = np.zeros(n, dtype=bool)  # measured or handed out
+        self.values: dict[int, float | None] = {}  # row -> told value
+        self._startup: list[int] = []  # see startup_row
+        # which points share a compiled kernel, for spaces whose launch arguments are free (see kernels.py)
+        self.kernels = Kernels.of(space, feasible, self.ctx)
+
+    # -- the interface ---------------------------------------------------
+    def ask(self, n: int = 1) -> list[Point]:
+        """Up to ``n`` fresh feasible points (fewer only when the space runs out)."""
+        rows: list[int] = []
+        for _ in range(n):
+            if self.taken.all():
+                break
+            row = self._propose()
+            row = self._claim(row)
+            if row is None:
+                break
+            rows.append(row)
+        return [self.feasible.point(r) for r in rows]
+
+    def tell(self, results: Sequence[Told]) -> None:
+        """Report measured points. Points measured elsewhere (resume) are welcome too."""
+        for point, value in results:
+            row = self.feasible.row(point)
+            if row is None:
+                continue  # infeasible in this context: nothing to learn here
+            self.taken[row] = True
+            self.values[row] = value
+            if self.kernels is not None:
+                self.kernels.mark(row)
+            self._observe(row, value)
+
+    def warm_start(self, history: Sequence[Told]) -> None:
+        """Take in the trials a study already holds, e.g. when resuming."""
+        self.tell(history)
+
+    @property
+    def remaining(self) -> int:
+        return int((~self.taken).sum())
+
+    # -- what subclasses provide -----------------------------------------
+    @abstractmethod
+    def _propose(self) -> int | None:
+        """A feasible row to try next; may be taken already (it is then repaired)."""
+
+    def _observe(self, row: int, value: float | None) -> None:  # noqa: B027 - optional hook
+        """Learn from one told result."""
+
+    # -- shared machinery ------------------------------------------------
+    def _claim(self, row: int | None, code: Sequence[int] | None = None) -> int | None:
+        """Mark ``row`` handed out, repairing to the nearest fresh row if it is taken."""
+        if row is None or self.taken[row]:
+            origin = code if code is not None else (self.feasible.codes[row] if row is not None else None)
+            row = self.repair(origin)
+            if row is None:
+                return None
+        self.taken[row] = True
+        if self.kernels is not None:
+            self.kernels.mark(row)
+        return row
+
+    def repair(self, code: Sequence[int] | None) -> int | None:
+        """The nearest fresh feasible row to ``code`` (any fresh row when ``code`` is None)."""
+        if code is None:
+            return self.random_fresh()
+        return self.feasible.nearest(code, exclude=self.taken, rng=self.rng)
+
+    def random_fresh(self) -> int | None:
+        free = np.flatnonzero(~self.taken)
+        return int(self.rng.choice(free)) if len(free) else None
+
+    def startup_row(self, n: int) -> int | None:
+        """The next untaken point of the first ``n`` (:meth:`seed_rows`), else any fresh one.
+
+        For strategies that learn only once they have ``n`` results.
+        """
+        if not self._startup:
+            self._startup = self.seed_rows(n)
+        while self._startup:
+            row = self._startup.pop(0)
+            if not self.taken[row]:
+                return row
+        return self.random_fresh()
+
+    def seed_rows(self, n: int) -> list[int]:
+        """The first population: ranked by the hardware model, or a spread-out random sample."""
+        from evotune.search.seeding import initial_rows
+
+        return initial_rows(self, n)
+
+    @property
+    def best_value(self) -> float | None:
+        vals = [v for v in self.values.values() if v is not None]
+        return min(vals) if vals else None
+
+    def penalty(self) -> float:
+        """The score a failed point gets where a sampler needs a number: worse than anything seen."""
+        vals = [v for v in self.values.values() if v is not None]
+        return 2.0 * max(vals) if vals else 1e9
