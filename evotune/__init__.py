@@ -2,6 +2,7 @@
 
 __version__ = "0.1.0"
 
+from evotune.core.problem import Problem  # what lookup() and compile_best() are asked about
 from evotune.reporting.lookup import compile_best, lookup  # the runtime API
 
-__all__ = ["__version__", "compile_best", "lookup"]
+__all__ = ["Problem", "__version__", "compile_best", "lookup"]

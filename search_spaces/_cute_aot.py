@@ -22,8 +22,7 @@ import tempfile
 import time
 from typing import Any
 
-from evotune.core.hardware import Hardware
-from evotune.core.problem import Problem
+from evotune.authoring import Hardware, Problem
 
 os.environ.setdefault("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")
 
@@ -52,9 +51,9 @@ def fake_operands(problem: Problem) -> tuple[Any, Any, Any, Any]:
     """
     import torch
 
-    from evotune.measurement.workloads.gemm import torch_dtypes
+    from evotune.authoring import gemm_dtypes
 
-    in_dt, out_dt = torch_dtypes(problem)
+    in_dt, out_dt = gemm_dtypes(problem)
     m, n, k = problem.m, problem.n, problem.k
 
     def empty(*shape: int, dtype: Any) -> Any:
@@ -72,7 +71,7 @@ def compile_resources(op: Any, args: Any, hardware: Hardware, extra: tuple[Any, 
     ``extra`` follows the three tensors in the kernel's call (stream, cluster count, ...);
     ``stages_of(impl)`` reads the A/B stage count the traced kernel settled on.
     """
-    from evotune.measurement.binary import launch_smem_from_ir, read_object
+    from evotune.authoring import launch_smem_from_ir, read_object
 
     started = time.perf_counter()
     art = op.cute_compile(op.impl, args.A.tensor, args.B.tensor, args.out.tensor, *extra,

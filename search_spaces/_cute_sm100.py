@@ -17,8 +17,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from evotune.core.problem import Problem
-from evotune.core.space import Point
+from evotune.authoring import Point, Problem
 
 
 @functools.cache

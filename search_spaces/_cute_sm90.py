@@ -19,8 +19,7 @@ import subprocess
 import time
 from typing import Any
 
-from evotune.core.problem import Problem
-from evotune.core.space import Point
+from evotune.authoring import Point, Problem
 
 # tvm-ffi would otherwise try to build a C++ add-on for torch at import time
 os.environ.setdefault("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")
@@ -51,7 +50,7 @@ def _kernel_class(stages: int, check: bool = True) -> Any:
 def _toolchain() -> tuple[str, str, int]:
     """(CuTe DSL version, device name, SM count), read without importing CuTe DSL or torch: a compile
     process finds most kernels in the cache, and should not pay seconds of imports to learn that."""
-    from evotune.core.hardware import detect
+    from evotune.authoring import detect
 
     try:
         version = importlib.metadata.version("nvidia-cutlass-dsl")
@@ -64,7 +63,7 @@ def _toolchain() -> tuple[str, str, int]:
 
 
 def _cache_key(point: Point, problem: Problem) -> str:
-    from evotune.measurement.kernel_cache import KernelCache
+    from evotune.authoring import KernelCache
 
     # Shapes are symbolic in the compiled kernel, so M, N and K stay out of the key: one binary
     # serves every problem of the same dtypes and layout. The persistent grid size is baked in,
@@ -76,7 +75,7 @@ def _cache_key(point: Point, problem: Problem) -> str:
 
 def _cached(key: str, suffix: str) -> Any:
     """The kernel's file with ``suffix`` in the on-disk cache, or None when it has not been built."""
-    from evotune.measurement.kernel_cache import KernelCache
+    from evotune.authoring import KernelCache
 
     path = KernelCache().path("cute", key, suffix)
     return path if KernelCache().has(key) and path.is_file() else None
@@ -163,7 +162,7 @@ def _compile(point: Point, problem: Problem, key: str, a: Any, b: Any, c: Any, l
     from cutlass.operators.config import GlobalOptions
     from cutlass.runtime import find_runtime_libraries
 
-    from evotune.measurement.kernel_cache import KernelCache
+    from evotune.authoring import KernelCache
 
     op, args = operator(point, problem, a, b, c)
     started = time.perf_counter()
@@ -199,7 +198,7 @@ def _compiled(point: Point, problem: Problem, a: Any, b: Any, c: Any) -> tuple[A
     key = _cache_key(point, problem)
     if key in _LOADED:
         return _LOADED[key], True
-    from evotune.measurement.kernel_cache import KernelCache
+    from evotune.authoring import KernelCache
 
     stale = False
     try:
@@ -226,7 +225,7 @@ def precompile(point: Point, problem: Problem) -> bool:
     """Compile into the on-disk cache without launching anything; True when it was there already.
 
     The operands are torch meta tensors: a compile process allocates nothing on the GPU."""
-    from evotune.measurement.kernel_cache import KernelCache
+    from evotune.authoring import KernelCache
 
     key = _cache_key(point, problem)
     if _cached(key, ".o") is not None:  # before importing torch and CuTe DSL: most calls end here
@@ -244,9 +243,9 @@ def build(point: Point, problem: Problem) -> Any:
     """Compile (or load) ``point`` for ``problem``; returns ``fn(a, b, c)`` launching on the current torch stream."""
     import torch
 
-    from evotune.measurement.workloads.gemm import make_inputs
+    from evotune.authoring import gemm_inputs
 
-    a, b, c = make_inputs(problem, fill=False)  # a trial launch's operands: their values do not matter
+    a, b, c = gemm_inputs(problem, fill=False)  # a trial launch's operands: their values do not matter
     compiled, hit = _compiled(point, problem, a, b, c)
 
     def launch(a: Any, b: Any, c: Any) -> None:

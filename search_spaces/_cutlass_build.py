@@ -78,7 +78,7 @@ def toolchain() -> tuple[str, str]:
 
 def cache_key(*parts: Any) -> str:
     """A library's key: ``parts`` (backend, template hash, dtypes, layouts, compiled knobs) plus the toolchain."""
-    from evotune.measurement.kernel_cache import KernelCache
+    from evotune.authoring import KernelCache
 
     nvcc, cutlass = toolchain()
     return KernelCache.key(parts[0], nvcc, cutlass, *parts[1:])
@@ -95,14 +95,14 @@ def nvcc_command(src: Path, out: Path, arch: str = "sm_90a", cubin: bool = False
 
 
 def library_path(key: str) -> Path:
-    from evotune.measurement.kernel_cache import KernelCache
+    from evotune.authoring import KernelCache
 
     return KernelCache().path("cutlass", key, ".so")
 
 
 def compile_library(key: str, source: str, what: str) -> Path:
     """nvcc ``source`` into the on-disk cache under ``key``; a compiler error is raised with its first lines."""
-    from evotune.measurement.kernel_cache import KernelCache
+    from evotune.authoring import KernelCache
 
     out = library_path(key)
     started = time.perf_counter()
@@ -120,7 +120,7 @@ def compile_library(key: str, source: str, what: str) -> Path:
 
 
 def cached(key: str) -> bool:
-    from evotune.measurement.kernel_cache import KernelCache
+    from evotune.authoring import KernelCache
 
     return KernelCache().has(key) and library_path(key).is_file()
 
@@ -128,7 +128,7 @@ def cached(key: str) -> bool:
 def precompile(key: str, source: Callable[[], str], what: str) -> bool:
     """Compile into the on-disk cache without loading; True when it was there already (or another process
     compiled it while this one waited: a kernel is compiled once per cache)."""
-    from evotune.measurement.kernel_cache import KernelCache
+    from evotune.authoring import KernelCache
 
     return KernelCache().build_once(key, lambda: compile_library(key, source(), what), lambda: cached(key))
 

@@ -34,8 +34,7 @@ import ctypes
 import hashlib
 from typing import Any
 
-from evotune.core.problem import Problem
-from evotune.core.space import Point
+from evotune.authoring import Point, Problem
 from search_spaces import _cutlass_build as cb
 
 INTERLEAVE = 32
@@ -160,7 +159,7 @@ def _setup(lib: Any) -> None:
 
 def shape_args(problem: Problem) -> tuple[int, ...]:
     """``N, H, W, C, K, R, S, P, Q, pad, stride, dilation`` as ``evotune_conv`` reads them."""
-    from evotune.measurement.workloads.conv2d_shape import ConvShape
+    from evotune.authoring import ConvShape
 
     s = ConvShape.of(problem)
     return (s.N, s.H, s.W, s.C, s.K, s.R, s.S, s.P, s.Q, s.pad, s.stride, s.dilation)
@@ -199,7 +198,7 @@ def build(point: Point, problem: Problem) -> Any:
     ``fn.prepare(inputs)`` giving the arguments in the kernel's layout (the filter reordered once)."""
     import torch
 
-    from evotune.core.problem import get_workload
+    from evotune.authoring import get_workload
 
     lib, hit = cb.library(cache_key(point, problem), lambda: source(point, problem), _what(point, problem), _setup)
     shape = (ctypes.c_int * 12)(*shape_args(problem))

@@ -31,8 +31,7 @@ import ctypes
 import hashlib
 from typing import Any
 
-from evotune.core.problem import Problem
-from evotune.core.space import Point
+from evotune.authoring import Point, Problem
 from search_spaces import _cutlass_build as cb
 
 # Runtime enums, as CUTLASS numbers them (cutlass/gemm/kernel/tile_scheduler_detail.hpp)
@@ -242,9 +241,9 @@ def build(point: Point, problem: Problem) -> Any:
     """Compile (or load) ``point``; returns ``fn(a, b, c)`` launching on the current torch stream."""
     import torch
 
-    from evotune.measurement.workloads.gemm import make_inputs
+    from evotune.authoring import gemm_inputs
 
-    a, b, c = make_inputs(problem, seed=0)
+    a, b, c = gemm_inputs(problem, seed=0)
     lib, hit = _library(point, problem)
     sm_count = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     args = runtime_args(point, problem, sm_count)

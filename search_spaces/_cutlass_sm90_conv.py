@@ -27,8 +27,7 @@ import ctypes
 import hashlib
 from typing import Any
 
-from evotune.core.problem import Problem
-from evotune.core.space import Point
+from evotune.authoring import Point, Problem
 from search_spaces import _cutlass_build as cb
 from search_spaces._cutlass_conv import shape_args
 from search_spaces.cutlass_conv2d_int8 import HAND_PICKED_NAME
@@ -174,7 +173,7 @@ def build(point: Point, problem: Problem) -> Any:
     """Compile (or load) ``point``; returns ``fn(x, w, scale, y)`` launching on the current torch stream."""
     import torch
 
-    from evotune.core.problem import get_workload
+    from evotune.authoring import get_workload
 
     lib, hit = cb.library(cache_key(point, problem), lambda: source(point, problem), _what(point, problem), _setup)
     shape = (ctypes.c_int * 12)(*shape_args(problem))
@@ -209,7 +208,7 @@ def baselines(problem: Problem) -> dict[str, Any]:
 
     import torch
 
-    from evotune.measurement.workloads.conv2d_shape import VECT, ConvShape, to_layout
+    from evotune.authoring import VECT, ConvShape, to_layout
     from search_spaces import _cutlass_conv as cc
     from search_spaces.cutlass_conv2d_int8 import HAND_PICKED
 

@@ -67,9 +67,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from evotune.core.hardware import Hardware, get_hardware
-from evotune.core.problem import Problem
-from evotune.core.space import Constraint, Context, Point, constraint, hardware_limit
+from evotune.authoring import Constraint, Context, Hardware, Point, Problem, constraint, get_hardware, hardware_limit
 
 KIB = 1024
 K_SLICE_BYTES = 128  # bytes of K per operand row and stage: one 128-byte swizzle atom

@@ -17,8 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from evotune.core.problem import Problem
-from evotune.core.space import Point
+from evotune.authoring import Point, Problem
 
 
 @triton.jit
@@ -108,7 +107,7 @@ def _launcher(point: Point, problem: Problem) -> tuple[Any, Any]:
 
 
 def _key(point: Point, problem: Problem) -> str:
-    from evotune.measurement.kernel_cache import KernelCache
+    from evotune.authoring import KernelCache
 
     return KernelCache.key("triton", triton.__version__, torch.cuda.get_device_name(0), problem.dtype,
                            problem.layout, problem.m, problem.n, problem.k, sorted(point.items()))
@@ -116,14 +115,13 @@ def _key(point: Point, problem: Problem) -> str:
 
 def precompile(point: Point, problem: Problem) -> bool:
     """Compile into Triton's on-disk cache without launching anything; True when it was there already."""
-    from evotune.measurement.kernel_cache import KernelCache
-    from evotune.measurement.workloads.gemm import make_inputs
+    from evotune.authoring import KernelCache, gemm_inputs
 
     cache, key = KernelCache(), _key(point, problem)
 
     def build() -> None:
         started = time.perf_counter()
-        _launcher(point, problem)[1](*make_inputs(problem, seed=0, fill=False))
+        _launcher(point, problem)[1](*gemm_inputs(problem, seed=0, fill=False))
         cache.add(key, f"triton {problem.key} {point}", time.perf_counter() - started)
 
     return cache.build_once(key, build)  # once per cache: another process needing it meanwhile waits
@@ -131,14 +129,13 @@ def precompile(point: Point, problem: Problem) -> bool:
 
 def build(point: Point, problem: Problem) -> Any:
     """Compile ``point`` for ``problem`` (launching once on scratch data) and return ``fn(a, b, c)``."""
-    from evotune.measurement.kernel_cache import KernelCache
-    from evotune.measurement.workloads.gemm import make_inputs
+    from evotune.authoring import KernelCache, gemm_inputs
 
     # Triton keeps binaries in its own cache (TRITON_CACHE_DIR, set by the GPU worker inside
     # evotune's kernel cache); the index only records what was built, to count hits.
     cache, key = KernelCache(), _key(point, problem)
     launch, _ = _launcher(point, problem)
-    a, b, c = make_inputs(problem, seed=0)
+    a, b, c = gemm_inputs(problem, seed=0)
 
     def first_launch() -> None:  # compiles, or loads the binary from Triton's cache
         launch(a, b, c)

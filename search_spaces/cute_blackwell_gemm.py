@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import math
 
-from evotune.core.problem import Problem
-from evotune.core.space import (
+from evotune.authoring import (
     Context,
     Needs,
     Point,
+    Problem,
     SearchSpace,
     boolean,
     constraint,

@@ -41,11 +41,12 @@ from __future__ import annotations
 
 import math
 
-from evotune.core.problem import Problem
-from evotune.core.space import (
+from evotune.authoring import (
     Context,
+    ConvShape,
     Needs,
     Point,
+    Problem,
     SearchSpace,
     categorical,
     constraint,
@@ -54,7 +55,6 @@ from evotune.core.space import (
     ordinal,
     tuples,
 )
-from evotune.measurement.workloads.conv2d_shape import ConvShape
 from search_spaces import _gemm_model as gm
 
 DEFAULT_PROBLEM = ConvShape(10, 128, 72, 120, 128, 3, 3, pad=1, scaling="tensor").problem("int8", "nc32hw32")

@@ -39,11 +39,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from evotune.core.problem import Problem
-from evotune.core.space import (
+from evotune.authoring import (
     Context,
+    ConvShape,
     Needs,
     Point,
+    Problem,
     SearchSpace,
     categorical,
     constraint,
@@ -52,7 +53,6 @@ from evotune.core.space import (
     ordinal,
     tuples,
 )
-from evotune.measurement.workloads.conv2d_shape import ConvShape
 from search_spaces import _gemm_model as gm
 from search_spaces.cutlass_conv2d_int8 import _is_conv, implicit_gemm
 

@@ -38,11 +38,11 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from evotune.core.problem import Problem
-from evotune.core.space import (
+from evotune.authoring import (
     Context,
     Needs,
     Point,
+    Problem,
     SearchSpace,
     boolean,
     categorical,

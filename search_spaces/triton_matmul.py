@@ -26,11 +26,11 @@ Example::
 
 from __future__ import annotations
 
-from evotune.core.problem import Problem
-from evotune.core.space import (
+from evotune.authoring import (
     Context,
     Needs,
     Point,
+    Problem,
     SearchSpace,
     constraint,
     deferred,

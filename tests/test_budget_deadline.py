@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from evotune.core.budget import Budget
 from evotune.core.plugins import load_space
 from evotune.core.problem import Problem
 from evotune.core.result import EvalResult, Status
 from evotune.core.space import Context
 from evotune.measurement.base import DeadlinePassed, Evaluator
 from evotune.running import runner, tuner
-from evotune.running.experiment import Budget, load_experiment
+from evotune.running.experiment import load_experiment
 from evotune.running.tuner import tune
 from evotune.search.strategies import make_strategy
 from evotune.storage.study import StudyStore

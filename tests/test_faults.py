@@ -15,13 +15,13 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from evotune.core.budget import Budget
 from evotune.core.plugins import load_space
 from evotune.core.problem import Problem
 from evotune.core.result import Status
 from evotune.core.space import Context
 from evotune.measurement.cpu import CpuEvaluator
 from evotune.measurement.options import OracleOptions
-from evotune.running.experiment import Budget
 from evotune.running.tuner import tune
 from evotune.search.strategies import make_strategy
 from evotune.storage.study import StudyStore

@@ -153,8 +153,8 @@ def test_a_run_over_the_gpu_fault_space_loses_nothing(tmp_path, monkeypatch):
     """The GPU flavour of tests/spaces/faults.py: illegal address, hang, abort, OOM, wrong result, compile error."""
     from optuna.trial import TrialState
 
+    from evotune.core.budget import Budget
     from evotune.measurement.gpu import GpuEvaluator
-    from evotune.running.experiment import Budget
     from evotune.running.tuner import tune
     from evotune.search.strategies import make_strategy
     from evotune.storage.study import StudyStore

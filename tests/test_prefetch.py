@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from evotune.core.budget import Budget
 from evotune.core.space import Context
 from evotune.measurement.base import Evaluator
 from evotune.measurement.replay import ReplayEvaluator
-from evotune.running.experiment import Budget
 from evotune.running.tuner import tune
 from evotune.search.strategies import make_strategy
 from evotune.storage.study import StudyStore

@@ -26,9 +26,10 @@ from typing import Any
 import optuna
 from rich.console import Console
 
+from evotune.core.budget import Budget
 from evotune.measurement.base import Evaluator
 from evotune.measurement.options import ConfirmOptions
-from evotune.running.experiment import Budget, Experiment
+from evotune.running.experiment import Experiment
 from evotune.running.schedule import Schedule
 from evotune.running.target import Target
 from evotune.running.tuner import finished

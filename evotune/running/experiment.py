@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, overload
 
 from evotune.core import hardware as hw
+from evotune.core.budget import Budget
 from evotune.core.problem import Problem
 from evotune.measurement.options import ConfirmOptions, OracleOptions, TimingOptions
 
@@ -49,13 +50,6 @@ class StrategySpec:
     @property
     def seeds(self) -> list[int]:
         return list(range(self.seed, self.seed + self.repeats))
-
-
-@dataclass(frozen=True)
-class Budget:
-    trials: int | None = None
-    seconds: float | None = None  # on the tuning clock: simulated for replay, wall time on a GPU
-    plateau: int | None = None  # stop after this many evaluations without a new best
 
 
 @dataclass

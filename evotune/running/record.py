@@ -60,6 +60,7 @@ import numpy as np
 from rich.console import Console
 from rich.progress import Progress
 
+from evotune.core.budget import Budget
 from evotune.core.landscape import (
     Landscape,
     LandscapeError,
@@ -72,7 +73,7 @@ from evotune.core.result import EvalResult
 from evotune.core.space import FeasibleSet
 from evotune.measurement.base import Evaluator
 from evotune.running.confirmation import confirm_best, confirmation_turn
-from evotune.running.experiment import Budget, Experiment
+from evotune.running.experiment import Experiment
 from evotune.running.runner import (
     Evaluators,
     cache_summary,

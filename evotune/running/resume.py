@@ -24,7 +24,8 @@ from typing import Any
 import optuna
 from rich.console import Console
 
-from evotune.running.experiment import Budget, Experiment, ExperimentError, StrategySpec
+from evotune.core.budget import Budget
+from evotune.running.experiment import Experiment, ExperimentError, StrategySpec
 from evotune.running.target import Target, study_name
 from evotune.storage.study import StudyStore
 

@@ -32,11 +32,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from evotune.core.budget import Budget
 from evotune.core.problem import Problem
 from evotune.core.result import EvalResult, Status
 from evotune.core.space import Context, Point, SearchSpace
 from evotune.measurement.base import DeadlinePassed, Evaluator
-from evotune.running.experiment import Budget
 from evotune.search.strategies.base import Strategy
 from evotune.storage.claims import Claims, NoClaims
 from evotune.storage.study import Record, StudyStore
@@ -196,7 +196,7 @@ class _Run:
         if self.claims.shared and time.monotonic() - self.state.synced > self.sync_s:
             self.sync()
         s = self.state
-        reason = _stop_reason(self.budget, s.trials, self.now(), s.since_best)
+        reason = self.budget.stop_reason(s.trials, self.now(), s.since_best)
         if reason is None and self.deadline and self.walls:
             # the time left cannot fit a typical evaluation: the user would wait past the budget for it
             if self.time_left() < statistics.median(self.walls[-FIT_WINDOW:]):
@@ -322,14 +322,5 @@ def finished(history: list[Record], budget: Budget, feasible: int) -> bool:
     state = _State()
     for r in history:
         state.add(r.number, r.key, r.point, r.value, r.clock_s)
-    return state.trials >= feasible or _stop_reason(budget, state.trials, state.clock, state.since_best) is not None
+    return state.trials >= feasible or budget.stop_reason(state.trials, state.clock, state.since_best) is not None
 
-
-def _stop_reason(budget: Budget, trials: int, clock: float, since_best: int) -> str | None:
-    if budget.trials is not None and trials >= budget.trials:
-        return "trials"
-    if budget.seconds is not None and clock >= budget.seconds:
-        return "seconds"
-    if budget.plateau is not None and trials > 0 and since_best >= budget.plateau:
-        return "plateau"
-    return None

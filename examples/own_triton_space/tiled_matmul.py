@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from evotune.core.problem import Problem
-from evotune.core.space import Context, Point, SearchSpace, constraint, hardware_limit, ordinal, power_of_two
+from evotune.authoring import Context, Point, Problem, SearchSpace, constraint, hardware_limit, ordinal, power_of_two
 
 BYTES = {"fp16": 2, "bf16": 2}
 

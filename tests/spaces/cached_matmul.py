@@ -15,9 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from evotune.core.problem import Problem
-from evotune.core.space import Point, SearchSpace, ordinal
-from evotune.measurement.kernel_cache import KernelCache
+from evotune.authoring import KernelCache, Point, Problem, SearchSpace, ordinal
 
 
 def _take_token() -> None:

@@ -13,10 +13,17 @@ from typing import Any
 
 import numpy as np
 
-from evotune.core.problem import Problem
-from evotune.core.space import Point, SearchSpace, categorical, ordinal
-from evotune.measurement.workloads.conv2d import conv2d_nhwc
-from evotune.measurement.workloads.conv2d_shape import ConvShape, to_layout, to_nhwc
+from evotune.authoring import (
+    ConvShape,
+    Point,
+    Problem,
+    SearchSpace,
+    categorical,
+    conv2d_nhwc,
+    ordinal,
+    to_layout,
+    to_nhwc,
+)
 
 
 def _im2col(x: Any, w: Any, s: ConvShape) -> Any:

@@ -7,8 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from evotune.core.problem import Problem
-from evotune.core.space import Point
+from evotune.authoring import Point, Problem
 from search_spaces import cutlass_conv2d_int8
 
 

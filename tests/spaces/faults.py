@@ -50,8 +50,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from evotune.core.problem import Problem
-from evotune.core.space import Point, SearchSpace, categorical, constraint, ordinal
+from evotune.authoring import Point, Problem, SearchSpace, categorical, constraint, ordinal
 
 MODES = ("ok_fast", "ok_slow", "abort", "segfault", "hang", "compile_error", "wrong", "oom")
 CHUNK = 64 * 2**20  # bytes per allocation of the oom mode
@@ -140,7 +139,7 @@ def gpu_build(point: Point, problem: Problem):
             held = [torch.empty(2**30, dtype=torch.uint8, device="cuda") for _ in range(1 << 16)]
             raise RuntimeError(f"allocated {len(held)} GiB without running out")  # torch raises first
         return oom
-    from evotune.core.plugins import load_space
+    from evotune.authoring import load_space
 
     return load_space(str(GPU_FAULTS)).build({"mode": GPU_MODES[mode]}, problem)
 

@@ -19,8 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from evotune.core.problem import Problem
-from evotune.core.space import Point, SearchSpace, ordinal
+from evotune.authoring import Point, Problem, SearchSpace, ordinal
 
 PARENT = os.getpid(), os.getppid()  # (this process, its parent) when the module was loaded
 

@@ -7,8 +7,7 @@ GEMM plus one), ``crash`` (writes far outside its buffer: an illegal address),
 
 from __future__ import annotations
 
-from evotune.core.problem import Problem
-from evotune.core.space import Point, SearchSpace, categorical
+from evotune.authoring import Point, Problem, SearchSpace, categorical
 
 
 def build(point: Point, problem: Problem):
