@@ -173,13 +173,11 @@ def _open_source(args: argparse.Namespace) -> tuple[Any, str, str | None, Experi
 
 def cmd_run(args: argparse.Namespace) -> int:
     from evotune.reporting.report import best_table, collect_best, export_best
-    from evotune.running.runner import preflight, run_experiment, targets
+    from evotune.running.run import run_experiment
 
     exp = load_experiment(args.experiment)
-    resolved = targets(exp)
-    preflight(exp, resolved)
     console = _console(stderr=True)
-    results = run_experiment(exp, console, progress=not args.no_progress, resolved=resolved)
+    results = run_experiment(exp, console, progress=not args.no_progress)
     for r in results:
         fails = ", ".join(f"{k} {v}" for k, v in sorted(r.failures.items()))
         console.print(f"  {r.study_name}: {r.trials} trials ({r.new_trials} new), stopped on {r.stopped}"
@@ -209,15 +207,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
     """The tuning loop alone: claims problems, studies and points in the shared storage, so any number of
     workers can join."""
     from evotune.running.cost_model import WorkerCosts
-    from evotune.running.runner import preflight, run_experiment, targets
+    from evotune.running.run import run_experiment
 
     costs = WorkerCosts()
     exp = load_experiment(args.experiment)
-    resolved = targets(exp)
-    preflight(exp, resolved)
     console = _console(stderr=True)
     draw_seed = os.getpid()  # each worker explores its own way; the study stays the one of the seed
-    for r in run_experiment(exp, console, progress=not args.no_progress, resolved=resolved, draw_seed=draw_seed,
+    for r in run_experiment(exp, console, progress=not args.no_progress, draw_seed=draw_seed,
                             split=args.split, costs=costs, resume_finished=False):
         console.print(f"  {r.study_name}: {r.new_trials} measured by this worker, {r.trials} in the study, "
                       f"stopped on {r.stopped}")

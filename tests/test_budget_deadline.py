@@ -16,7 +16,7 @@ from evotune.core.problem import Problem
 from evotune.core.result import EvalResult, Status
 from evotune.core.space import Context
 from evotune.measurement.base import DeadlinePassed, Evaluator
-from evotune.running import runner, tuner
+from evotune.running import run, session, tuner
 from evotune.running.experiment import load_experiment
 from evotune.running.tuner import tune
 from evotune.search.strategies import make_strategy
@@ -143,9 +143,9 @@ url = "sqlite:///{tmp_path / 'd.db'}"
 ''')
     clock = FakeClock()
     monkeypatch.setattr(tuner, "wall_clock", clock)
-    monkeypatch.setattr(runner, "make_evaluator", lambda exp, target, worker=None: Confirming(clock, cost=10.0))
+    monkeypatch.setattr(session, "make_evaluator", lambda exp, target, worker=None: Confirming(clock, cost=10.0))
     Confirming.asked = []
-    results = runner.run_experiment(load_experiment(exp_path), progress=False)
+    results = run.run_experiment(load_experiment(exp_path), progress=False)
     # each problem: 80 s of search (eight 10 s points), then its confirmation in the 20 s held back for it
     assert [(r.trials, r.stopped, r.clock_s) for r in results] == [(8, "seconds", 80.0), (8, "seconds", 80.0)]
     assert Confirming.asked == [20.0, 20.0]  # the second problem's confirmation ran too

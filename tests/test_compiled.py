@@ -198,7 +198,7 @@ def test_the_sm100_shared_memory_model_reproduces_every_binary(dtype):
 def test_an_experiment_hands_the_compiled_resources_to_the_estimate(tmp_path):
     from evotune.core.compile_results import CompiledTable
     from evotune.running.experiment import ExperimentError, load_experiment
-    from evotune.running.runner import targets
+    from evotune.running.targets import targets
 
     exp = tmp_path / "e.toml"
     body = ('space = "cute_blackwell_gemm"\nhardware = "B200"\n[oracle]\nkind = "gpu"\n'

@@ -154,14 +154,14 @@ def test_the_best_the_report_gives_is_the_confirmed_one(tmp_path, monkeypatch):
     from conftest import replay_experiment
 
     from evotune.reporting.report import best_table, collect_best, export_best
-    from evotune.running import runner
+    from evotune.running import run, session
     from evotune.running.experiment import load_experiment
 
-    monkeypatch.setattr(runner, "make_evaluator", lambda exp, target, worker=None: ConfirmingReplay(target.landscape))
+    monkeypatch.setattr(session, "make_evaluator", lambda exp, target, worker=None: ConfirmingReplay(target.landscape))
     url = f"sqlite:///{tmp_path / 'c.db'}"
     exp = load_experiment(replay_experiment(tmp_path / "c.toml", name="c", url=url, trials=40, strategy="random",
                                             repeats=2))
-    runner.run_experiment(exp, progress=False)
+    run.run_experiment(exp, progress=False)
     (best,) = collect_best(url, "c")
     assert best.confirmed and best.baselines == pytest.approx({"fake.blas": 1.0}, rel=0.01)
     # the search's lucky best re-timed 10% slower: the confirmed winner is the runner-up, at 1.01 x its search time
@@ -195,9 +195,9 @@ def test_a_recorded_landscape_holds_its_confirmed_optimum_and_baselines(tmp_path
 
     from evotune.cli import main
     from evotune.core.landscape import load_landscape
-    from evotune.running import runner
+    from evotune.running import session
 
-    monkeypatch.setattr(runner, "make_evaluator", lambda exp, target, worker=None: ConfirmingReplay(target.landscape))
+    monkeypatch.setattr(session, "make_evaluator", lambda exp, target, worker=None: ConfirmingReplay(target.landscape))
     exp = replay_experiment(tmp_path / "rec.toml", name="rec", url=f"journal:{tmp_path / 'rec.journal'}",
                             trials=10, strategy="random")
     assert main(["record", str(exp), "--out", str(tmp_path / "out"), "--seconds", "40"]) == 0

@@ -114,7 +114,7 @@ def test_int8_reference_is_exact_then_scaled_and_verification_allows_one_step():
 
 def test_cpu_oracle_runs_the_numpy_conv_space_against_the_reference(tmp_path):
     from evotune.running.experiment import load_experiment
-    from evotune.running.runner import run_experiment
+    from evotune.running.run import run_experiment
 
     exp = load_experiment(ROOT / "tests/experiments/conv_cpu.toml")
     assert [p.kind for p in exp.problems] == ["conv2d", "conv2d"]

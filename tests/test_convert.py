@@ -13,7 +13,7 @@ from conftest import KT_EXCERPT
 from evotune.cli import main
 from evotune.core.landscape import FORMAT, load_landscape
 from evotune.running.experiment import load_experiment
-from evotune.running.runner import run_experiment
+from evotune.running.run import run_experiment
 from evotune.storage.study import make_storage, study_names
 
 

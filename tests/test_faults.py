@@ -143,7 +143,7 @@ def test_a_space_without_build_is_refused():
 def test_the_fault_experiment_runs_to_its_end_with_its_oracle_options(space, tmp_path):
     """The experiment names the space by a path relative to itself; its timeout_s reaches the CPU worker."""
     from evotune.running.experiment import load_experiment
-    from evotune.running.runner import run_experiment
+    from evotune.running.run import run_experiment
 
     exp = load_experiment(EXPERIMENT)
     assert exp.oracle == "cpu" and exp.oracle_options == OracleOptions(timeout_s=10.0)

@@ -9,7 +9,7 @@ from conftest import PNPOLY, replay_experiment
 
 from evotune.measurement.replay import ReplayEvaluator
 from evotune.running.experiment import load_experiment
-from evotune.running.runner import run_experiment
+from evotune.running.run import run_experiment
 from evotune.storage.study import StudyStore
 
 

@@ -6,7 +6,8 @@ from conftest import ROOT
 
 from evotune.core.result import Status
 from evotune.running.experiment import load_experiment
-from evotune.running.runner import Evaluators, targets
+from evotune.running.session import Evaluators
+from evotune.running.targets import targets
 
 SHIFTED = '''
 import numpy as np

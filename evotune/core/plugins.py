@@ -39,9 +39,10 @@ class SpaceInvalid(SpaceLoadError):
 
 
 def builtin_names() -> list[str]:
-    import search_spaces
-
-    return sorted(m.name for m in pkgutil.iter_modules(search_spaces.__path__) if not m.name.startswith("_"))
+    # the built-in spaces are found where the package is, not imported: each is loaded by name when asked for
+    spec = importlib.util.find_spec("search_spaces")
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    return sorted(m.name for m in pkgutil.iter_modules(folders) if not m.name.startswith("_"))
 
 
 def entry_point_names() -> list[str]:

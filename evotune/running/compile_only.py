@@ -44,7 +44,7 @@ from evotune.core.problem import Problem
 from evotune.core.space import Point, SearchSpace
 from evotune.measurement.isolation import WorkerProcess, serve
 from evotune.running.experiment import Experiment, ExperimentError
-from evotune.running.runner import check_needs, targets
+from evotune.running.session import Session
 
 WRITE_EVERY_S = 60.0
 # where the files go without --out: never the shipped ones under experiments/landscapes/compile, which only an
@@ -87,12 +87,12 @@ def first_error_line(text: str) -> str:
     return (lines[0] if lines else "unknown error")[:300]
 
 
-def plan(exp: Experiment, opts: CompileOptions) -> list[Plan]:
-    """What to compile for each (space, dtype, layout) of ``exp``; bad inputs name their field."""
-    resolved = targets(exp)
-    check_needs(exp, resolved)
+def plan(session: Session, opts: CompileOptions) -> list[Plan]:
+    """What to compile for each (space, dtype, layout) of the session's experiment; bad inputs name their
+    field."""
+    exp = session.exp
     groups: dict[tuple[str, str, str], list[Any]] = {}
-    for t in resolved:
+    for t in session.targets:
         if t.ctx.hardware is None:
             raise ExperimentError(exp.path, "hardware", "compile-only needs the hardware to compile for")
         if t.space.compile_only is None:
@@ -220,7 +220,7 @@ def compile_experiment(exp: Experiment, opts: CompileOptions, progress: Callable
     """Compile every planned point of ``exp``; the files written."""
     written = []
     started = time.monotonic()
-    for p in plan(exp, opts):
+    for p in plan(Session(exp, compile_only=True), opts):
         left = None if opts.seconds is None else opts.seconds - (time.monotonic() - started)
         if left is not None and left <= 0:
             progress(f"{p.path.name}: not started, the {opts.seconds:.0f} s of this piece are spent")

@@ -27,11 +27,11 @@ import optuna
 from rich.console import Console
 
 from evotune.core.budget import Budget
+from evotune.core.problem import Problem
 from evotune.measurement.base import Evaluator
 from evotune.measurement.options import ConfirmOptions
-from evotune.running.experiment import Experiment
 from evotune.running.schedule import Schedule
-from evotune.running.target import Target
+from evotune.running.targets import Target
 from evotune.running.tuner import finished
 from evotune.storage.claims import wait_for_others
 from evotune.storage.study import StudyStore
@@ -39,39 +39,42 @@ from evotune.storage.study import StudyStore
 CONFIRM_SHARE = 0.2  # of a run's seconds, held back for its target's confirmation stage
 
 
-def reserves(exp: Experiment, evaluator: Evaluator) -> bool:
-    """Whether the runs of ``exp`` on ``evaluator`` hold time back for a confirmation stage: it confirms, the stage
-    is on, the budget has seconds and the clock is the wall clock (not replay's recorded costs)."""
-    return (evaluator.confirms and exp.oracle_options.confirm.top_k > 0 and exp.budget.seconds is not None
+def reserves(budget: Budget, opts: ConfirmOptions, evaluator: Evaluator) -> bool:
+    """Whether runs with ``budget`` on ``evaluator`` hold time back for a confirmation stage: it confirms, the stage
+    is on (``opts``), the budget has seconds and the clock is the wall clock (not replay's recorded costs)."""
+    return (evaluator.confirms and opts.top_k > 0 and budget.seconds is not None
             and evaluator.kind != "replay")
 
 
-def search_budget(exp: Experiment, evaluator: Evaluator) -> Budget:
-    """The budget each run's search gets: ``exp.budget`` less the confirmation's share of its seconds."""
-    if not reserves(exp, evaluator):
-        return exp.budget
-    assert exp.budget.seconds is not None
-    return replace(exp.budget, seconds=exp.budget.seconds * (1.0 - CONFIRM_SHARE))
+def search_budget(budget: Budget, opts: ConfirmOptions, evaluator: Evaluator) -> Budget:
+    """The budget each run's search gets: ``budget`` less the confirmation's share of its seconds."""
+    if not reserves(budget, opts, evaluator):
+        return budget
+    assert budget.seconds is not None
+    return replace(budget, seconds=budget.seconds * (1.0 - CONFIRM_SHARE))
 
 
-def confirmation_seconds(exp: Experiment, evaluator: Evaluator, runs: int) -> float | None:
-    """What the confirmation stage of a target with ``runs`` runs may take; None: its own limits only."""
-    if not reserves(exp, evaluator):
+def confirmation_seconds(budget: Budget, opts: ConfirmOptions, evaluator: Evaluator, runs: int) -> float | None:
+    """What the confirmation stage of a target with ``runs`` runs of ``budget`` may take; None: its own limits
+    only."""
+    if not reserves(budget, opts, evaluator):
         return None
-    assert exp.budget.seconds is not None
-    return exp.budget.seconds * CONFIRM_SHARE * runs
+    assert budget.seconds is not None
+    return budget.seconds * CONFIRM_SHARE * runs
 
 
 @contextmanager
-def confirmation_turn(exp: Experiment, target: Target, evaluator: Evaluator, storage: optuna.storages.BaseStorage,
-                      schedule: Schedule, group: int, ended: set[str]) -> Iterator[list[StudyStore] | None]:
+def confirmation_turn(target: Target, evaluator: Evaluator, storage: optuna.storages.BaseStorage,
+                      schedule: Schedule, group: int, ended: set[str], budget: Budget,
+                      opts: ConfirmOptions) -> Iterator[list[StudyStore] | None]:
     """The studies of ``target`` (group ``group`` of ``schedule``) when this worker is to confirm it, else None.
 
     It is this worker's turn when every study of the target is finished (ended by this worker, ``ended`` being
     study names, or spent as the study says), the points others are measuring are stored, and no worker has
-    confirmed the target at this number of trials. The turn is kept once the block ends, given back if it raises.
+    confirmed the target at this number of trials (the studies' ``budget`` and the stage's ``opts`` as the run
+    has them). The turn is kept once the block ends, given back if it raises.
     """
-    if not evaluator.confirms or exp.oracle_options.confirm.top_k <= 0:
+    if not evaluator.confirms or opts.top_k <= 0:
         yield None
         return
     names = schedule.groups[group][1]
@@ -82,7 +85,7 @@ def confirmation_turn(exp: Experiment, target: Target, evaluator: Evaluator, sto
         if store is None:
             break  # not started yet: whoever runs it confirms
         stores.append(store)
-        if name not in ended and not finished(stores[-1].history(), search_budget(exp, evaluator), feasible):
+        if name not in ended and not finished(stores[-1].history(), search_budget(budget, opts, evaluator), feasible):
             break  # another worker is at it: the last to finish confirms
     else:
         wait_for_others(schedule.url, names)  # their last points stored, so the count below is final
@@ -92,39 +95,23 @@ def confirmation_turn(exp: Experiment, target: Target, evaluator: Evaluator, sto
     yield None
 
 
-def confirm_target(exp: Experiment, target: Target, evaluator: Evaluator, stores: list[StudyStore],
-                   console: Console) -> dict | None:
-    """The confirmation stage for one problem and space: its best configurations over ``stores`` (every study of
-    the experiment for it), re-timed beside the baselines within the runs' share
-    (:func:`confirmation_seconds`); the record is kept in each of those studies."""
-    best: dict[str, tuple[float, dict]] = {}
-    for store in stores:
-        for r in store.history():
-            if r.value is not None and (r.key not in best or r.value < best[r.key][0]):
-                best[r.key] = (r.value, r.point)
-    record = confirm_best(exp, target, evaluator, list(best.values()), target.space.to_storage, console,
-                          confirmation_seconds(exp, evaluator, len(stores)))
-    for store in stores if record is not None else []:
-        store.study.set_user_attr("confirmation", record)
-    return record
-
-
-def confirm_best(exp: Experiment, target: Target, evaluator: Evaluator, measured: list[tuple[float, dict]],
-                 config_form: Callable[[dict], Any], console: Console, seconds: float | None = None) -> dict | None:
+def confirm_best(problem: Problem, evaluator: Evaluator, measured: list[tuple[float, dict]],
+                 config_form: Callable[[dict], Any], console: Console, opts: ConfirmOptions,
+                 seconds: float | None = None) -> dict | None:
     """Confirm the fastest of ``measured`` (search time, point) on ``evaluator``: the ``confirm.top_k`` fastest
     and the others within ``confirm.screen`` of the fastest (at most ``confirm.screen_max``), raced down to
     ``top_k``, within ``seconds`` when given. The record, dated, its configurations written by ``config_form``,
     its warnings printed; None when off."""
-    top = screened(measured, exp.oracle_options.confirm)
-    record = evaluator.confirm([p for _, p in top], target.problem, [t for t, _ in top], seconds=seconds)
+    top = screened(measured, opts)
+    record = evaluator.confirm([p for _, p in top], problem, [t for t, _ in top], seconds=seconds)
     if record is None:
         return None
     record["configs"] = {k: config_form(p) for k, p in record.get("configs", {}).items()}
     record["date"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     if "error" in record:
-        console.print(f"  [yellow]confirmation of {target.problem.key} failed:[/] {record['error']}")
+        console.print(f"  [yellow]confirmation of {problem.key} failed:[/] {record['error']}")
     for warning in record.get("warnings", []):
-        console.print(f"  [yellow]{target.problem.key}:[/] {warning}")
+        console.print(f"  [yellow]{problem.key}:[/] {warning}")
     return record
 
 

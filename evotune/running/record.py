@@ -58,7 +58,6 @@ from typing import Any
 
 import numpy as np
 from rich.console import Console
-from rich.progress import Progress
 
 from evotune.core.budget import Budget
 from evotune.core.landscape import (
@@ -71,28 +70,14 @@ from evotune.core.landscape import (
 )
 from evotune.core.result import EvalResult
 from evotune.core.space import FeasibleSet
-from evotune.measurement.base import Evaluator
-from evotune.running.confirmation import confirm_best, confirmation_turn
 from evotune.running.experiment import Experiment
-from evotune.running.runner import (
-    Evaluators,
-    cache_summary,
-    measure_baselines,
-    open_storage,
-    preflight,
-    progress_bar,
-    start_measuring,
-    targets,
-)
-from evotune.running.schedule import Schedule
-from evotune.running.target import Target, group_name, study_attrs, study_name, study_names
-from evotune.running.tuner import tune
+from evotune.running.session import Session, StudyPlan, open_storage
+from evotune.running.targets import Target, group_name, study_attrs, study_name, study_names
 from evotune.search.strategies import make_strategy
 from evotune.search.strategies.base import Strategy
 from evotune.search.strategies.exhaustive import Listed
-from evotune.storage.claims import Claims, make_claims, wait_for_others
+from evotune.storage.claims import Claims, wait_for_others
 from evotune.storage.study import StudyStore
-from evotune.storage.trial_writer import checkpoint
 
 # where the landscape files go without --out: never the shipped ones under experiments/landscapes, which only an
 # explicit --out rewrites
@@ -153,64 +138,51 @@ def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, con
     it is measured, so none is measured twice. With ``sampling``, each file holds the searches' points and a
     uniform sample instead of every feasible point (:class:`Sampling`). With ``progress``, a live bar per
     problem, as ``run`` shows."""
-    resolved = targets(exp)
-    preflight(exp, resolved)
-    start_measuring(exp, resolved)
-    storage = open_storage(exp, record=True)
-    console.print(f"[bold]evotune record[/] {exp.name}: space {', '.join(exp.spaces)}, oracle {exp.oracle}, "
-                  f"{len(resolved)} problem{'s' if len(resolved) != 1 else ''}"
-                  f"{'' if sampling is None else f', a sample of {sampling.size} points each'}, "
-                  f"storage {exp.record_storage}, landscapes to {out_dir}"
-                  + ("" if seconds is None else f", {seconds:.0f} s on the tuning clock"))
-    groups = [(group_name(exp, t), [study_name(exp, t, "record")]) for t in resolved]
-    schedule = Schedule(exp.record_storage, exp.name, groups, split)
-
-    of_study = {name: g for g, (_, names) in enumerate(groups) for name in names}
-
-    def unfinished(name: str) -> bool:
-        t = resolved[of_study[name]]
-        store = StudyStore.load(storage, name, t.space)
-        if store is None:
-            return True
-        fs = t.space.feasible(t.ctx)
-        if sampling is None:
-            return len(store.history()) < len(fs)
-        done = {fs.row(r.point) for r in store.history()}
-        return any(row not in done for row in sampling.plan(exp, t, fs)[0])
-
+    session = Session(exp, record=True, console=console, progress=progress)
     written: list[Path] = []
-    spent = 0.0
-    with progress_bar(console, progress) as bar, Evaluators(exp) as evaluators:
-        try:
-            for turn in schedule.turns(unfinished):
-                if seconds is not None and spent >= seconds:
-                    console.print(f"  the {seconds:.0f} s of this piece (tuning clock) are spent: the problems "
-                                  "left are a later piece's")
-                    break
-                path, used = _record_one(exp, resolved[turn.group], evaluators, storage, out_dir,
-                                         None if seconds is None else seconds - spent, console, schedule, turn.group,
-                                         sampling, bar)
-                written.append(path)
-                spent += used
-        finally:
-            schedule.release()
-    checkpoint(storage)  # not on the way out of an error: it is the error that is raised
+    with session:
+        console.print(f"[bold]evotune record[/] {exp.name}: space {', '.join(exp.spaces)}, oracle {exp.oracle}, "
+                      f"{len(session.targets)} problem{'s' if len(session.targets) != 1 else ''}"
+                      f"{'' if sampling is None else f', a sample of {sampling.size} points each'}, "
+                      f"storage {exp.record_storage}, landscapes to {out_dir}"
+                      + ("" if seconds is None else f", {seconds:.0f} s on the tuning clock"))
+        groups = [(group_name(exp, t), [study_name(exp, t, "record")]) for t in session.targets]
+
+        def unfinished(name: str) -> bool:
+            t = session.targets[next(g for g, (_, names) in enumerate(groups) if name in names)]
+            store = StudyStore.load(session.storage, name, t.space)
+            if store is None:
+                return True
+            fs = t.space.feasible(t.ctx)
+            if sampling is None:
+                return len(store.history()) < len(fs)
+            done = {fs.row(r.point) for r in store.history()}
+            return any(row not in done for row in sampling.plan(exp, t, fs)[0])
+
+        spent = 0.0
+        for g, target, _ in session.groups(groups, unfinished, split):
+            if seconds is not None and spent >= seconds:
+                console.print(f"  the {seconds:.0f} s of this piece (tuning clock) are spent: the problems "
+                              "left are a later piece's")
+                break
+            path, used = _record_one(session, target, g, out_dir, None if seconds is None else seconds - spent,
+                                     sampling)
+            written.append(path)
+            spent += used
     return written
 
 
-def _record_one(exp: Experiment, target: Target, evaluators: Evaluators, storage: Any, out_dir: Path,
-                seconds: float | None, console: Console, schedule: Schedule, group: int,
-                sampling: Sampling | None = None, bar: Progress | None = None) -> tuple[Path, float]:
+def _record_one(session: Session, target: Target, group: int, out_dir: Path, seconds: float | None,
+                sampling: Sampling | None) -> tuple[Path, float]:
     """Measure what the study of ``target`` still lacks, for at most ``seconds`` of tuning clock; (landscape file,
     tuning-clock seconds used)."""
+    exp, console = session.exp, session.console
     wall_began = time.monotonic()
-    evaluator = evaluators.get(target)
     name = study_name(exp, target, "record")
-    measure_baselines(exp, target, evaluators, storage, exp.record_storage, name)
-    store = StudyStore.open(storage, name, target.space, study_attrs(exp, target, "exhaustive", 0))
+    attrs = study_attrs(exp, target, "exhaustive", 0, session.baselines(target, name))
+    store = StudyStore.open(session.storage, name, target.space, attrs)
     path = landscape_path(out_dir, target)
-    # a claim outlives any honest evaluation; a killed worker's claims lapse at once (storage/claims/base.py)
-    claims = make_claims(exp.record_storage, name, 3.0 * exp.oracle_options.timeout_s)
+    claims = session.claims(name)
     previous = _import_recorded(store, target, path, claims)
     fs = target.space.feasible(target.ctx)
     feasible = len(fs)
@@ -227,21 +199,17 @@ def _record_one(exp: Experiment, target: Target, evaluators: Evaluators, storage
     started = max((r.clock_s for r in history), default=0.0)
     before = len(history)
     last_write = time.monotonic()
-    task = None if bar is None else bar.add_task(f"{target.problem.key[:28]} {target.space.name[:18]} record",
-                                                 total=planned, best="-")
 
-    def checkpoint(trials: int, best: float | None) -> None:
-        if bar is not None and task is not None:
-            bar.update(task, completed=trials, best="-" if best is None else f"{best:.4g} ms")
-        # a piece killed from outside (a device lease ending) keeps what it measured
+    def keep(trials: int, best: float | None) -> None:
+        # a piece killed from outside keeps what it measured
         nonlocal last_write
         if time.monotonic() - last_write >= WRITE_EVERY_S and trials > before:
             write_recorded(store, target, exp, feasible, path, previous, coverage)
             last_write = time.monotonic()
 
-    result = tune(target.space, target.ctx, evaluator, strategy, store,
-                  Budget(trials=planned, seconds=None if seconds is None else started + seconds), checkpoint,
-                  claims=claims)
+    budget = Budget(trials=planned, seconds=None if seconds is None else started + seconds)
+    label = f"{target.problem.key[:28]} {target.space.name[:18]} record"
+    result = session.tune(target, StudyPlan(name, attrs, budget, claims, label, planned), strategy, keep, store)
     used = result.clock_s - started
     if result.stopped != "seconds":  # every point stored or being stored: the file is written with them all
         wait_for_others(exp.record_storage, [name])
@@ -249,25 +217,18 @@ def _record_one(exp: Experiment, target: Target, evaluators: Evaluators, storage
                   f"{'planned' if sampling else 'feasible'} points recorded"
                   f" ({result.new_trials} new by this worker; tuning clock {used:.0f} s, "
                   f"wall time {time.monotonic() - wall_began:.0f} s)")
-    summary = cache_summary(evaluator)
+    summary = session.cache_summary(target)
     if summary:
         console.print(f"  compiled-kernel cache so far: {summary}")
-    with confirmation_turn(exp, target, evaluator, storage, schedule, group, {name}) as stores:
+    with session.confirmation_turn(group, {name}) as stores:
         if stores:
-            _confirm_recorded(exp, target, evaluator, store, console)
+            # the fastest points re-timed beside the baselines before the file is written, so that the file's
+            # optimum and its baselines come from one interleaved measurement, not from one lucky sample
+            measured = [(r.value, r.point) for r in store.history() if r.value is not None]
+            record = session.confirm(target, measured, lambda p: json_values(p, target.space.names))
+            if record is not None:
+                store.study.set_user_attr("confirmation", record)
     return write_recorded(store, target, exp, feasible, path, previous, coverage), used
-
-
-def _confirm_recorded(exp: Experiment, target: Target, evaluator: Evaluator, store: StudyStore,
-                      console: Console) -> None:
-    """Re-time the fastest points recorded so far beside the baselines, before the file is written, so that
-    the file's optimum and its baselines come from one interleaved measurement, not from one lucky sample.
-    Called in the confirmation's turn (:func:`confirmation_turn`), which only comes when the
-    evaluator confirms and the stage is on."""
-    measured = [(r.value, r.point) for r in store.history() if r.value is not None]
-    record = confirm_best(exp, target, evaluator, measured, lambda p: json_values(p, target.space.names), console)
-    if record is not None:
-        store.study.set_user_attr("confirmation", record)
 
 
 def _import_recorded(store: StudyStore, target: Target, path: Path, claims: Claims) -> Landscape | None:
@@ -307,7 +268,7 @@ def write_recorded(store: StudyStore, target: Target, exp: Experiment, feasible:
                                  error=r.attrs.get("error"), message=r.attrs.get("message", "")))
             for r in history]
     # Counted against the file, not the study: a piece may resume a study that outran an older copy
-    # of the file (a device copies the repository's file afresh each call), and the gain must still show.
+    # of the file (a fresh checkout has the file as committed), and the gain must still show.
     new = [(p, r) for p, r in rows if previous is None or previous.lookup(p) is None]
     fastest = min(((r.time_ms, p) for p, r in new if r.time_ms is not None), default=None, key=lambda t: t[0])
     piece = {"date": _dt.date.today().isoformat(), "device": attrs.get("device"),

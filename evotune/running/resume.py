@@ -1,7 +1,7 @@
 """Resuming a study from an experiment file that has changed since the study began: said before any trial.
 
 A study keeps the strategy options and the budget it was run with (its
-``options`` and ``budget`` attributes, written by :mod:`evotune.running.runner`). On
+``options`` and ``budget`` attributes, written by :mod:`evotune.running.run`). On
 resume:
 
 * a changed strategy option is refused (:class:`ExperimentError`: one line,
@@ -26,7 +26,7 @@ from rich.console import Console
 
 from evotune.core.budget import Budget
 from evotune.running.experiment import Experiment, ExperimentError, StrategySpec
-from evotune.running.target import Target, study_name
+from evotune.running.targets import Target, study_name
 from evotune.storage.study import StudyStore
 
 UNSET = object()

@@ -1,0 +1,336 @@
+"""The session: one worker's run of an experiment, owning everything the run's policies share.
+
+A session resolves the targets once (:func:`evotune.running.targets.resolve`), and while open holds the storage,
+the schedule, the measuring process and its evaluators, each problem's baselines, the transfer sources and the
+live progress. ``run`` (:mod:`evotune.running.run`), ``record`` (:mod:`evotune.running.record`) and
+``record --compile-only`` (:mod:`evotune.running.compile_only`) are policies over it: what to ask, with what
+budget, and what to write after a group.
+
+A study is handed a :class:`StudyPlan` (its name, attributes, budget and claims), never the experiment.
+
+Example::
+
+    with Session(exp) as session:
+        for group, target, turns in session.groups(session.tuning_groups(), unfinished):
+            ...
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import optuna
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from evotune.core.budget import Budget
+from evotune.core.landscape import Landscape, LandscapeError, load_landscape
+from evotune.core.tuned_cache import read_tuned
+from evotune.measurement.base import Evaluator
+from evotune.measurement.replay import ReplayEvaluator
+from evotune.measurement.space_worker import SpaceWorker
+from evotune.running import shared_baselines
+from evotune.running.confirmation import confirm_best, confirmation_seconds, confirmation_turn, search_budget
+from evotune.running.experiment import Experiment, ExperimentError
+from evotune.running.schedule import Schedule, Turn
+from evotune.running.targets import (
+    Baselines,
+    Target,
+    check_needs,
+    gpu_evaluator_class,
+    group_name,
+    resolve,
+    study_names,
+    targets,
+)
+from evotune.running.tuner import OnTrial, TuneResult, tune
+from evotune.search.strategies import STRATEGIES, Source
+from evotune.search.strategies.base import Strategy
+from evotune.search.transfer import from_cache, from_landscape, from_studies, shipped_landscapes
+from evotune.storage.claims import Claims, make_claims
+from evotune.storage.journal import JournalError
+from evotune.storage.study import StudyStore, create_database, make_storage
+from evotune.storage.trial_writer import checkpoint
+
+Groups = list[tuple[str, list[str]]]  # (group name, its study names), one per target
+
+
+@dataclass(frozen=True)
+class StudyPlan:
+    """What one study is given: its name, its attributes (what a resume is checked against), its budget, the
+    claims its points are taken through, and its progress bar's label and total."""
+
+    name: str
+    attrs: dict[str, Any]
+    budget: Budget
+    claims: Claims
+    label: str
+    total: int | None
+
+
+class Session:
+    """One worker's run of ``exp``: the targets resolved once; opened (``with``), the storage (the tuning one, or
+    with ``record`` the recording studies' own), the schedule, the evaluators, the baselines and the transfer
+    sources. ``resolved``: targets the caller resolved already. A ``compile_only`` session checks only what
+    compiling needs (no evaluator, no GPU) and is never opened: it measures nothing."""
+
+    def __init__(self, exp: Experiment, *, record: bool = False, compile_only: bool = False,
+                 console: Console | None = None, progress: bool = True, resolved: list[Target] | None = None):
+        self.exp = exp
+        self.record = record
+        self.url = exp.record_storage if record else exp.storage
+        self.console = console or Console(stderr=True)
+        if resolved is None and compile_only:
+            resolved = targets(exp)
+            check_needs(exp, resolved)
+        self.targets = resolve(exp) if resolved is None else resolved
+        self._progress = progress
+        self._stack = ExitStack()
+        self._baselines: dict[str, Baselines] = {}
+        self.schedule: Schedule | None = None
+        self.bar: Progress | None = None
+
+    # -- opening and closing -------------------------------------------------------------------------------------
+    def __enter__(self) -> Session:
+        start_measuring(self.exp, self.targets)  # its imports run while the storage opens
+        self.storage = open_storage(self.exp, self.record)
+        self.evaluators = self._stack.enter_context(Evaluators(self.exp))
+        self.bar = self._stack.enter_context(progress_bar(self.console, self._progress))
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        try:
+            if self.schedule is not None:
+                self.schedule.release()
+        finally:
+            self._stack.close()
+        if kind is None:  # not on the way out of an error: it is the error that is raised
+            checkpoint(self.storage)
+
+    # -- what the run takes up -----------------------------------------------------------------------------------
+    def tuning_groups(self) -> Groups:
+        """Each target's group and its studies, one per (strategy, seed)."""
+        return [(group_name(self.exp, t), study_names(self.exp, t)) for t in self.targets]
+
+    def groups(self, groups: Groups, unfinished: Callable[[str], bool], split: str = "problems",
+               resume_finished: bool = True) -> Iterator[tuple[int, Target, Iterable[Turn]]]:
+        """The groups this worker takes up, as the schedule hands them (``split``, see
+        :mod:`evotune.running.schedule`): (its index, its target, its turns: the studies to run now)."""
+        self.schedule = Schedule(self.url, self.exp.name, groups, split)
+        for g, turns in itertools.groupby(self.schedule.turns(unfinished, resume_finished), key=lambda t: t.group):
+            yield g, self.targets[g], turns
+
+    def evaluator(self, target: Target) -> Evaluator:
+        return self.evaluators.get(target)
+
+    def search_budget(self, target: Target) -> Budget:
+        """The budget each study of ``target`` searches with: the experiment's, less the confirmation's share of
+        its seconds (a replay evaluator never holds time back)."""
+        if self.exp.oracle == "replay":
+            return self.exp.budget
+        return search_budget(self.exp.budget, self.exp.oracle_options.confirm, self.evaluator(target))
+
+    def claims(self, name: str) -> Claims:
+        """The claims of study ``name``: a claim outlives any honest evaluation, a killed worker's lapse at once."""
+        lease = 3.0 * self.exp.oracle_options.timeout_s if self.exp.oracle in ("gpu", "cpu") else 120.0
+        return make_claims(self.url, name, lease)
+
+    # -- baselines and sources ------------------------------------------------------------------------------------
+    def baselines(self, target: Target, home: str) -> Baselines | None:
+        """On a GPU: the device and the baselines of ``target``'s problem, timed by the same oracle in the same
+        worker before the search, or taken from study ``home`` where another worker timed them on a device of
+        the same model and versions; read once per problem. None on other oracles."""
+        if self.exp.oracle != "gpu":
+            return None
+        key = target.problem.key
+        if key not in self._baselines:
+            evaluator = self.evaluator(target)
+            claims = make_claims(self.url, shared_baselines.namespace(self.exp.name))
+            found = shared_baselines.shared_baselines(self.storage, home, claims,
+                                                      self.evaluators.device_info(evaluator),
+                                                      lambda: evaluator.baselines(target.problem))
+            self._baselines[key] = Baselines(found.baselines, found.device_info, found.describe())
+        return self._baselines[key]
+
+    def sources(self, target: Target, strategy: str, options: dict[str, Any]) -> list[Source]:
+        """What a strategy that transfers learns from (:func:`transfer_sources`); none for one that does not."""
+        return transfer_sources(self.exp, target, self.storage, strategy, options)
+
+    # -- one study ------------------------------------------------------------------------------------------------
+    def tune(self, target: Target, plan: StudyPlan, strategy: Strategy, on_trial: OnTrial | None = None,
+             store: StudyStore | None = None) -> TuneResult:
+        """Run one study to its plan's budget, its trials shown on the session's live bar; ``store``: the study,
+        when the caller opened it already."""
+        store = store or StudyStore.open(self.storage, plan.name, target.space, plan.attrs)
+        task = None if self.bar is None else self.bar.add_task(plan.label, total=plan.total, best="-")
+
+        def shown(n: int, best: float | None) -> None:
+            if self.bar is not None and task is not None:
+                self.bar.update(task, completed=n, best=f"{best:.4g} ms" if best is not None else "-")
+            if on_trial is not None:
+                on_trial(n, best)
+
+        return tune(target.space, target.ctx, self.evaluator(target), strategy, store, plan.budget, shown,
+                    claims=plan.claims)
+
+    # -- the confirmation stage ----------------------------------------------------------------------------------
+    @contextmanager
+    def confirmation_turn(self, group: int, ended: set[str]) -> Iterator[list[StudyStore] | None]:
+        """The studies of ``group`` when this worker is to confirm its target, else None
+        (:func:`evotune.running.confirmation.confirmation_turn`)."""
+        assert self.schedule is not None, "confirmation_turn() is asked inside groups()"
+        target = self.targets[group]
+        with confirmation_turn(target, self.evaluator(target), self.storage, self.schedule, group, ended,
+                               self.exp.budget, self.exp.oracle_options.confirm) as stores:
+            yield stores
+
+    def confirm(self, target: Target, measured: list[tuple[float, dict]], config_form: Callable[[dict], Any],
+                runs: int | None = None) -> dict | None:
+        """Confirm the fastest of ``measured`` beside the baselines; within the share of ``runs`` runs' seconds
+        when given (:func:`evotune.running.confirmation.confirm_best`)."""
+        evaluator = self.evaluator(target)
+        opts = self.exp.oracle_options.confirm
+        seconds = None if runs is None else confirmation_seconds(self.exp.budget, opts, evaluator, runs)
+        return confirm_best(target.problem, evaluator, measured, config_form, self.console, opts, seconds)
+
+    def cache_summary(self, target: Target, before: dict[str, int] | None = None) -> str:
+        """The compiled-kernel cache's counts so far, or since ``before`` ("" for evaluators without one)."""
+        stats = self.evaluator(target).cache_stats
+        if not stats:
+            return ""
+        before = before or {}
+        hit, miss, memory = (stats.get(k, 0) - before.get(k, 0) for k in ("hit", "miss", "memory"))
+        return f"{hit} hits, {miss} misses, {memory} in memory"
+
+
+def start_measuring(exp: Experiment, resolved: list[Target]) -> None:
+    """On a GPU, start the process the measuring and compile processes fork from, so that its imports (torch,
+    the spaces' compilers: seconds) run while the caller opens its storage and studies."""
+    if exp.oracle == "gpu":
+        gpu_evaluator_class(exp)  # refuses a machine without torch first
+        from evotune.measurement.gpu import start_processes
+
+        start_processes(t.space for t in resolved)
+
+
+def make_evaluator(exp: Experiment, target: Target, worker: SpaceWorker | None = None) -> Evaluator:
+    """The evaluator of ``target``'s space; ``worker``: a measuring process another space's evaluator started."""
+    if exp.oracle == "replay":
+        assert target.landscape is not None
+        return ReplayEvaluator(target.landscape)
+    if exp.oracle == "cpu":
+        from evotune.measurement.cpu import CpuEvaluator
+
+        return CpuEvaluator(target.space, target.ctx, exp.oracle_options, worker=worker)
+    return gpu_evaluator_class(exp)(target.space, target.ctx, exp.oracle_options, worker=worker)
+
+
+class Evaluators:
+    """The evaluators of one run, made on first use. One measuring process (a GPU or CPU worker: its start-up,
+    its CUDA context) serves every problem and every space of the run, each space's evaluator through a view of
+    it (:mod:`evotune.measurement.space_worker`), and its device is read once; so those costs are paid once per
+    worker, not once per problem or space. A replay evaluator answers for its one landscape and is closed when
+    the next is asked for."""
+
+    def __init__(self, exp: Experiment):
+        self.exp = exp
+        self._open: dict[str, Evaluator] = {}
+        self._device: dict | None = None
+
+    def get(self, target: Target) -> Evaluator:
+        key = target.problem.key if self.exp.oracle == "replay" else target.space.name
+        if key not in self._open:
+            if self.exp.oracle == "replay":
+                self.close()
+            shared = next((ev.shared_worker for ev in self._open.values()), None)
+            self._open[key] = make_evaluator(self.exp, target, shared)
+        return self._open[key]
+
+    def device_info(self, evaluator: Evaluator) -> dict:
+        """The device the measuring process runs on (its clocks, versions, copy bandwidth), read once."""
+        if self._device is None:
+            self._device = evaluator.device_info()
+        return self._device
+
+    def close(self) -> None:
+        for ev in self._open.values():
+            ev.close()
+        self._open.clear()
+
+    def __enter__(self) -> Evaluators:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_storage(exp: Experiment, record: bool = False) -> optuna.storages.BaseStorage:
+    """The experiment's storage, or with ``record`` the recording studies' own (made on a server when missing)."""
+    url, where = (exp.record_storage, "storage.record_url") if record else (exp.storage, "storage.url")
+    try:
+        if record:
+            create_database(url)
+        return make_storage(url)
+    except JournalError:  # a journal's broken record: it names the file and the line already
+        raise
+    except Exception as exc:  # any storage driver error: the URL is what the user can fix
+        raise ExperimentError(exp.path, where, f"cannot open {url!r}: {exc}") from None
+
+
+@contextmanager
+def progress_bar(console: Console, enabled: bool) -> Iterator[Progress | None]:
+    """The live bars of ``run`` and ``record``: one task per study, trials against its total, best, time, ETA."""
+    if not enabled:
+        yield None
+        return
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("best {task.fields[best]}"), TimeElapsedColumn(), TextColumn("ETA"),
+               TimeRemainingColumn()]
+    with Progress(*columns, console=console, transient=False) as progress:
+        yield progress
+
+
+@functools.lru_cache(maxsize=128)
+def _source_landscape(path: Path, mtime_ns: int, size: int) -> Landscape:
+    """A landscape named as a source, read once per version of the file: every (problem, strategy, seed) of a
+    run asks for the same ones."""
+    return load_landscape(path)
+
+
+def transfer_sources(exp: Experiment, target: Target, storage: optuna.storages.BaseStorage, strategy: str,
+                     options: dict[str, Any]) -> list[Source]:
+    """For a strategy that transfers (unless its options say ``transfer = false``): the experiment's own studies
+    of the same space for other problems, and the landscapes and the tuning-result cache its ``sources`` names
+    (a landscape of this very problem on this very GPU is left out: it would be the answer); else none."""
+    if not STRATEGIES[strategy].transfers or options.get("transfer") is False:
+        return []
+    device = target.ctx.hardware.name if target.ctx.hardware else (
+        target.landscape.meta.get("device") if target.landscape is not None else None)
+    found = from_studies(storage, target.space, target.problem, device, experiment=exp.name)
+    named: list[Path | str] = []
+    for n in exp.sources:
+        named += shipped_landscapes(target.space) if n == "shipped" else [n]
+    measured_on = {p.resolve() for p in exp.landscapes}  # a replay's own files: the answer, never a source
+    for n in dict.fromkeys(named):
+        if n == "cache":
+            found += from_cache(read_tuned(), target.space, target.problem, device)
+            continue
+        assert isinstance(n, Path)
+        if n.resolve() in measured_on:
+            continue
+        try:
+            stat = n.stat()
+            ls = _source_landscape(n, stat.st_mtime_ns, stat.st_size)
+        except (LandscapeError, OSError) as exc:
+            raise ExperimentError(exp.path, "sources", str(exc)) from None
+        source = from_landscape(ls, target.problem, device)
+        if source.distance > 0 or ls.problem.key != target.problem.key:
+            found.append(source)
+    return found
