@@ -126,7 +126,7 @@ def test_compile_only_refuses_a_space_that_cannot_compile_alone_and_bad_counts(t
 
 
 def test_spaces_says_how_many_feasible_points_the_compiler_checked_and_when():
-    from evotune.cli import _compiler_check
+    from evotune.cli.results import _compiler_check
 
     ctx = Context(get_hardware("B200"), Problem.gemm(4096, 4096, 4096, "bf16"))
     line = _compiler_check(cute_blackwell_gemm.SPACE, ctx, str(COMPILED))

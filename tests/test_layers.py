@@ -68,7 +68,7 @@ def test_no_modules_import_each_other_in_a_loop():
             if n.startswith(m + ".") or m.startswith(n + "."):
                 continue
             if state.get(n) == 1:
-                return path[path.index(n):] + [n]
+                return [*path[path.index(n):], n]
             if n not in state and (loop := visit(n)):
                 return loop
         path.pop()

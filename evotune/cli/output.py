@@ -1,0 +1,32 @@
+"""What the command line prints and how it fails: consoles wide enough for tables, and the one-line error.
+
+Bad input (an experiment file, a path, a name) ends with one line on stderr that names the file and the field,
+and exit code 2 (:data:`EXIT_USAGE`).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+
+EXIT_USAGE = 2
+
+
+def make_console(stderr: bool = False) -> Console:
+    # Rich falls back to 80 columns when output is not a terminal (CI logs, pipes): too narrow for tables.
+    out = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if out.isatty() else 130)
+
+
+class UsageError(Exception):
+    """A mistake the user can fix; shown as one line, exit code 2."""
+
+
+def remember(rows: list, storage: str, console: Console) -> None:
+    """The results go into the tuning-result cache that evotune.lookup() reads, each with its oracle (gpu, cpu,
+    replay), which lookup() selects by."""
+    from evotune.core.tuned_cache import remember as merge
+
+    if rows:
+        console.print(f"tuning-result cache: {merge(rows, storage)}")

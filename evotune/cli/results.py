@@ -1,0 +1,180 @@
+"""The commands that read: ``plot``, ``best``, ``dashboard``, ``spaces``, ``compare``, ``convert``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from evotune.cli.output import UsageError, make_console, remember
+from evotune.running.experiment import Experiment, load_experiment
+from evotune.storage.url import StorageError
+
+
+def _source(args: argparse.Namespace) -> tuple[str, str | None, Experiment | None]:
+    if args.experiment:
+        exp = load_experiment(args.experiment)
+        return exp.storage, exp.name, exp
+    if args.storage:
+        return args.storage, args.name, None
+    raise UsageError("give an experiment file or --storage URL")
+
+
+def _open_source(args: argparse.Namespace) -> tuple[Any, str, str | None, Experiment | None]:
+    """(the storage, opened to read, its URL, the experiment name, the experiment) of a reading command: the
+    storage must exist, and nothing is created to open it."""
+    from evotune.storage.study import open_existing
+
+    url, name, exp = _source(args)
+    try:
+        return open_existing(url), url, name, exp
+    except StorageError as exc:
+        raise UsageError(f"{args.experiment}: storage.url: {exc}" if exp else f"--storage: {exc}") from None
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from evotune.reporting.plots import plot_experiment
+
+    storage, url, name, exp = _open_source(args)
+    out = args.out or (exp.plots_dir if exp else "plots")
+    paths = plot_experiment(storage, name, out)
+    if not paths:
+        raise UsageError(f"{args.experiment or url}: no finished trials to plot")
+    for path in paths:
+        print(path)
+    return 0
+
+
+def cmd_best(args: argparse.Namespace) -> int:
+    from evotune.reporting.report import best_table, collect_best, export_best
+
+    storage, url, name, exp = _open_source(args)
+    rows = collect_best(storage, name)
+    if not rows:
+        raise UsageError(f"{args.experiment or url}: no finished trials yet")
+    make_console().print(best_table(rows, f"Best configurations: {name or url}"))
+    target = args.json or (exp.best_path if exp else None)
+    if target:
+        print(f"exported: {export_best(rows, target)}")
+    remember(rows, url, make_console(stderr=True))
+    return 0
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from evotune.reporting.dashboard import DashboardMissing, require_dashboard, serve
+    from evotune.storage.url import shown
+
+    try:
+        require_dashboard()  # before anything is opened or a URL is printed that would not answer
+    except DashboardMissing as exc:
+        raise UsageError(str(exc)) from None
+    storage, url, _, _ = _open_source(args)
+    print(f"optuna-dashboard for {shown(url)} on http://{args.host}:{args.port}/ (Ctrl-C to stop)", flush=True)
+    serve(storage, args.host, args.port)
+    return 0
+
+
+def cmd_spaces(args: argparse.Namespace) -> int:
+    from evotune.core import hardware as hw
+    from evotune.core.plugins import builtin_names, entry_point_names, load_space
+    from evotune.core.problem import Problem
+    from evotune.core.space import Context
+
+    try:
+        hardware = hw.get_hardware(args.hardware)
+    except (hw.UnknownHardware, RuntimeError):
+        raise UsageError(f"--hardware: unknown {args.hardware!r}; accepted: auto, {', '.join(hw.names())}") from None
+    sizes = args.problem.lower().split("x")
+    if len(sizes) != 3 or not all(s.strip().isdigit() and int(s) > 0 for s in sizes):
+        raise UsageError(f"--problem: expected MxNxK, three positive integers (e.g. 4096x4096x4096), "
+                         f"got {args.problem!r}")
+    m, n, k = (int(s) for s in sizes)
+    try:
+        problem = Problem.gemm(m, n, k, args.dtype, args.layout)
+    except ValueError as exc:
+        raise UsageError(f"--dtype/--layout: {exc} (expected e.g. bf16, tn)") from None
+    table = Table(title=f"Search spaces on {hardware.name} for {problem.describe()}")
+    columns = ["space", "size", "feasible", "pruned most by (count x first reason)", "parameters"]
+    for col in columns + (["checked against the compiler"] if args.verbose else []):
+        table.add_column(col, overflow="fold")
+    for name in [*builtin_names(), *entry_point_names()]:
+        space = load_space(name)
+        # a space of another workload (a convolution) is pruned for its own default problem, and says so
+        own = space.workload != problem.kind and space.default_problem is not None
+        ctx = Context(hardware, space.default_problem if own else problem)
+        assert ctx.problem is not None  # own only for a space with a default problem
+        fs = space.feasible(ctx)
+        pruned = "; ".join(f"{c} x {fs.reasons[r]}" for r, c in fs.pruned.most_common(2)) or "-"
+        params = ", ".join(
+            f"{p.name}={list(p.choices)}" if args.verbose else p.name for p in space.params)
+        row = [f"{name} (for {ctx.problem.describe()})" if own else name, str(space.size), str(len(fs)), pruned,
+               params]
+        if args.verbose:
+            row.append(_compiler_check(space, ctx, args.compiled))
+        table.add_row(*row)
+    make_console().print(table)
+    return 0
+
+
+def _compiler_check(space: Any, ctx: Any, directory: str | None) -> str:
+    """How many feasible points a compile-only file checked, when, and what it found."""
+    from evotune.core.compile_results import DEFAULT_DIR, CompiledError, agreement, find_compiled, load_compiled
+
+    path = find_compiled(directory or DEFAULT_DIR, space.name, ctx.hardware.name, ctx.problem.dtype,
+                         ctx.problem.layout)
+    if path is None:
+        return "-"
+    try:
+        table = load_compiled(path, space)
+    except CompiledError as exc:
+        raise UsageError(str(exc)) from None
+    a = agreement(space, ctx, table)
+    builds = sum(a.false_infeasible.values())
+    unjudged = sum(a.unjudged.values())
+    return (f"{a.checked_feasible} of {a.feasible_total} feasible compiled for {table.meta.get('arch')} on "
+            f"{table.meta.get('date')} ({path.name}): {len(a.false_feasible)} false-feasible; "
+            f"{a.checked_pruned} pruned compiled, {builds} of them build"
+            + (f", {unjudged} pruned for the shape" if unjudged else ""))
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from evotune.reporting.compare import KT_CAVEAT, CompareError, compare, make_plan, summary_table
+
+    try:
+        plan = make_plan(args.landscape, args.strategy, args.budget, args.repeats, args.seed, args.out)
+        result = compare(plan, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    except CompareError as exc:
+        raise UsageError(str(exc)) from None
+    make_console().print(summary_table(result.summary))
+    if any(name.startswith("kt:") for name in args.strategy):  # the caveat is about Kernel Tuner's strategies
+        print(KT_CAVEAT)
+    for path in result.files:
+        print(path)
+    return 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from evotune.core.landscape import LandscapeError, convert_files
+
+    if not args.sources:
+        raise UsageError("convert: give at least one SRC (a Kernel Tuner cache file or an evotune landscape)")
+    if not args.out:
+        raise UsageError("--out DIR is required (where the converted landscapes go)")
+    try:
+        samples = int(args.samples)
+    except ValueError:
+        samples = -1
+    if samples < 0:
+        raise UsageError(f"--samples: expected an integer >= 0, got {args.samples!r}")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise UsageError(f"--out: {args.out} exists and is not a folder")
+    try:
+        paths = convert_files(args.sources, args.out, samples)
+    except LandscapeError as exc:
+        raise UsageError(str(exc)) from None
+    for path in paths:
+        print(path)
+    return 0
