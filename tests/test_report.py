@@ -188,14 +188,14 @@ def test_best_in_an_80_column_terminal(tmp_path, monkeypatch, capsys):
     """``best`` in a terminal 80 columns wide (Rich takes a terminal's width): the table fits it."""
     from conftest import replay_experiment
 
-    from evotune import cli
+    from evotune.cli import results
 
     monkeypatch.chdir(tmp_path)
     exp = replay_experiment(tmp_path / "q.toml", name="q", url="journal:q.journal", trials=5, repeats=2,
                             landscapes=(GEMM,))
     assert main(["run", str(exp), "--no-progress", "--no-plots"]) == 0
     capsys.readouterr()
-    monkeypatch.setattr(cli, "_console", lambda stderr=False: Console(width=80, stderr=stderr))
+    monkeypatch.setattr(results, "make_console", lambda stderr=False: Console(width=80, stderr=stderr))
     assert main(["best", str(exp)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert all(len(line) <= 80 for line in lines), "\n".join(lines)
