@@ -189,3 +189,16 @@ def agreement(space: SearchSpace, ctx: Context, table: CompiledTable) -> Agreeme
         else:
             out.agreed_pruned[name] += 1
     return out
+
+
+def compiled_context(directory: Path, space: SearchSpace, ctx: Context) -> Context:
+    """``ctx`` with the compile-only file of its space, GPU, dtype and layout from ``directory``, when there is
+    one: the space's estimate (hardware seeding) then reads registers, shared memory and stages off the
+    binaries. Raises :class:`CompiledError` for a file that does not match the space."""
+    hardware, problem = ctx.hardware, ctx.problem
+    if hardware is None or problem is None or problem.kind != "gemm":
+        return ctx
+    path = find_compiled(directory, space.name, hardware.name, problem.dtype, problem.layout)
+    if path is None:
+        return ctx
+    return Context(hardware, problem, compiled=load_compiled(path, space))

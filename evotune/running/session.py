@@ -43,12 +43,10 @@ from evotune.running.schedule import Schedule, Turn
 from evotune.running.targets import (
     Baselines,
     Target,
-    check_needs,
     gpu_evaluator_class,
     group_name,
     resolve,
     study_names,
-    targets,
 )
 from evotune.running.tuner import OnTrial, TuneResult, tune
 from evotune.search.strategies import STRATEGIES, Source
@@ -87,10 +85,7 @@ class Session:
         self.record = record
         self.url = exp.record_storage if record else exp.storage
         self.console = console or Console(stderr=True)
-        if resolved is None and compile_only:
-            resolved = targets(exp)
-            check_needs(exp, resolved)
-        self.targets = resolve(exp) if resolved is None else resolved
+        self.targets = resolve(exp, measuring=not compile_only) if resolved is None else resolved
         self._progress = progress
         self._stack = ExitStack()
         self._baselines: dict[str, Baselines] = {}

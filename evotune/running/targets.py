@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from evotune.core import hardware as hw
+from evotune.core.compile_results import CompiledError, compiled_context
 from evotune.core.landscape import Landscape, LandscapeError, load_landscape
 from evotune.core.plugins import load_space
 from evotune.core.problem import Problem
@@ -27,6 +28,9 @@ from evotune.search.strategies import make_strategy
 
 if TYPE_CHECKING:  # imported where a run measures on a GPU
     from evotune.measurement.gpu import GpuEvaluator
+
+NO_TORCH = ("'gpu' needs the gpu extra and a CUDA GPU (torch is not installed: pip install '.[gpu]' in the evotune "
+            "clone)")
 
 
 @dataclass(frozen=True)
@@ -47,31 +51,6 @@ class Baselines:
     timings: dict[str, Any]  # name -> timing
     device: dict[str, Any]
     by: str = ""
-
-
-def resolve(exp: Experiment) -> list[Target]:
-    """The experiment's targets, checked (:func:`targets`, :func:`preflight`): every error names its field."""
-    out = targets(exp)
-    preflight(exp, out)
-    return out
-
-
-def _with_compiled(exp: Experiment, t: Target) -> Target:
-    """``t`` with the compile-only file of its space, GPU, dtype and layout in its context, when there is one:
-    the space's estimate (hardware seeding) then reads registers, shared memory and stages off the binaries."""
-    from evotune.core.compile_results import CompiledError, find_compiled, load_compiled
-
-    assert exp.compiled_dir is not None  # targets() calls this only for an experiment that names the folder
-    hw_, p = t.ctx.hardware, t.problem
-    path = None if hw_ is None or p.kind != "gemm" else find_compiled(exp.compiled_dir, t.space.name, hw_.name,
-                                                                      p.dtype, p.layout)
-    if path is None:
-        return t
-    try:
-        table = load_compiled(path, t.space)
-    except CompiledError as exc:
-        raise ExperimentError(exp.path, "compiled", str(exc)) from None
-    return replace(t, ctx=Context(hw_, p, compiled=table))
 
 
 def targets(exp: Experiment) -> list[Target]:
@@ -101,7 +80,10 @@ def targets(exp: Experiment) -> list[Target]:
             space = load_space(name, exp.base_dir)
             out += [Target(p, space, Context(hardware, p)) for p in exp.problems]
     if exp.compiled_dir is not None:
-        out = [_with_compiled(exp, t) for t in out]
+        try:
+            out = [replace(t, ctx=compiled_context(exp.compiled_dir, t.space, t.ctx)) for t in out]
+        except CompiledError as exc:
+            raise ExperimentError(exp.path, "compiled", str(exc)) from None
     for t in out:
         # a recorded kernel of no workload's kind (a Kernel Tuner file's) promises nothing to check against
         if t.problem.workload is not None and t.space.workload != t.problem.kind:
@@ -114,14 +96,20 @@ def targets(exp: Experiment) -> list[Target]:
     return out
 
 
-def preflight(exp: Experiment, resolved: list[Target]) -> None:
-    """Check what the evaluator needs and build each strategy once, so that a space that cannot run or a
-    bad option fails before any storage is touched."""
-    if exp.oracle == "gpu":
-        gpu_evaluator_class(exp)
-    if exp.oracle != "replay":
-        check_needs(exp, resolved)
-    for target in resolved:
+def resolve(exp: Experiment, measuring: bool = True) -> list[Target]:
+    """The experiment's targets (:func:`targets`), checked before any storage is touched: every error names its
+    field. A space whose compiler or DSL this machine lacks (``SearchSpace.needs``) is refused in one line, else
+    every point would be compiled, fail the same way and be stored as failed. With ``measuring``, also what the
+    evaluator needs, and each strategy built once, so that a bad option fails now."""
+    resolved = targets(exp)
+    if measuring and exp.oracle == "gpu" and importlib.util.find_spec("torch") is None:
+        raise ExperimentError(exp.path, "oracle.kind", NO_TORCH)
+    for space in {t.space.name: t.space for t in resolved}.values() if exp.oracle != "replay" else ():
+        missing = space.needs.missing()
+        if missing:
+            raise ExperimentError(exp.path, "space", f"{space.name!r} cannot compile on this machine, which "
+                                  f"lacks {' and '.join(missing)}")
+    for target in resolved if measuring else ():
         if exp.oracle != "replay" and target.space.build is None:
             # the CPU and GPU evaluators build every point with it, in a worker that loads the space by source
             raise ExperimentError(exp.path, "space", f"{target.space.source or target.space.name} defines SPACE "
@@ -133,23 +121,13 @@ def preflight(exp: Experiment, resolved: list[Target]) -> None:
                               ctx=target.ctx, **spec.options)
             except ValueError as exc:
                 raise ExperimentError(exp.path, f"{spec.where}.options", str(exc)) from None
-
-
-def check_needs(exp: Experiment, resolved: list[Target]) -> None:
-    """Refuse, in one line, a space whose compiler or DSL this machine lacks (``SearchSpace.needs``): else every
-    point would be compiled, fail the same way and be stored as failed."""
-    for space in {t.space.name: t.space for t in resolved}.values():
-        missing = space.needs.missing()
-        if missing:
-            raise ExperimentError(exp.path, "space", f"{space.name!r} cannot compile on this machine, which "
-                                  f"lacks {' and '.join(missing)}")
+    return resolved
 
 
 def gpu_evaluator_class(exp: Experiment) -> type[GpuEvaluator]:
     # The GPU worker imports torch in its own process; without it every point would fail there, one by one.
     if importlib.util.find_spec("torch") is None:
-        raise ExperimentError(exp.path, "oracle.kind", "'gpu' needs the gpu extra and a CUDA GPU (torch is not "
-                                                       "installed: pip install '.[gpu]' in the evotune clone)")
+        raise ExperimentError(exp.path, "oracle.kind", NO_TORCH)
     from evotune.measurement.gpu import GpuEvaluator
 
     return GpuEvaluator
