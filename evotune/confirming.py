@@ -120,6 +120,8 @@ def confirm_best(exp: Experiment, target: Target, evaluator: Evaluator, measured
         return None
     record["configs"] = {k: config_form(p) for k, p in record.get("configs", {}).items()}
     record["date"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    if exp.oracle == "gpu":
+        record["flush"] = exp.oracle_options.timing.flush  # the L2 flush before each of its samples
     if "error" in record:
         console.print(f"  [yellow]confirmation of {target.problem.key} failed:[/] {record['error']}")
     for warning in record.get("warnings", []):

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, overload
 
 from evotune import hardware as hw
-from evotune.evaluation.options import ConfirmOptions, OracleOptions, TimingOptions
+from evotune.evaluation.options import FLUSHES, ConfirmOptions, OracleOptions, TimingOptions
 from evotune.problem import Problem
 
 ORACLES = ("replay", "gpu", "cpu")  # cpu: numpy kernels in an isolated process (the tests' fault space)
@@ -267,6 +267,8 @@ class _Parser:
         for k in ("timeout_s", "ci_target", "confirm_ci"):
             if self.positive_number(given, k, f"oracle.{k}") is not None:
                 given[k] = float(given[k])
+        if given.get("flush", FLUSHES[0]) not in FLUSHES:
+            raise self.fail("oracle.flush", f"must be one of {', '.join(FLUSHES)}, got {given['flush']!r}")
         screen = given.get("confirm_screen")
         if screen is not None and (isinstance(screen, bool) or not isinstance(screen, (int, float))
                                    or not 0 <= screen <= 10):

@@ -311,7 +311,7 @@ def write_recorded(store: StudyStore, target: Target, exp: Experiment, feasible:
     fastest = min(((r.time_ms, p) for p, r in new if r.time_ms is not None), default=None, key=lambda t: t[0])
     piece = {"date": _dt.date.today().isoformat(), "device": attrs.get("device"),
              "device_info": attrs.get("device_info", {}), "baselines": attrs.get("baselines", {}),
-             "new_points": len(new),
+             "new_points": len(new), "flush": attrs.get("flush"),
              # the fastest point this piece measured: a report finds the baselines timed beside the optimum
              "best": None if fastest is None else {"params": json_values(fastest[1], target.space.names),
                                                    "time_ms": fastest[0]}}
@@ -324,6 +324,8 @@ def write_recorded(store: StudyStore, target: Target, exp: Experiment, feasible:
         "hardware": attrs.get("hardware"), "feasible": feasible, "recorded": len(rows),
         "complete": coverage is None and len(rows) >= feasible, "experiment": exp.name, "pieces": pieces,
     }
+    if pieces[-1].get("flush"):  # the L2 flush of the latest piece (a GPU recording)
+        meta["flush"] = pieces[-1]["flush"]
     if coverage is not None:
         meta["coverage"] = coverage
     if "items" in confirmation:

@@ -17,15 +17,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+#: how the GPU oracle empties the L2 before each sample (see evotune/evaluation/oracle.py)
+FLUSHES = ("dirty", "clean")
+#: what a study, landscape or confirmation that names no flush was measured after: the only one there was
+UNRECORDED_FLUSH = "dirty"
+
 
 @dataclass(frozen=True)
 class TimingOptions:
     """How the GPU oracle samples one kernel: at least ``min_samples`` timed launches and at most
-    ``max_samples``, stopping once the 95% CI of the median is within ``ci_target`` of it."""
+    ``max_samples``, stopping once the 95% CI of the median is within ``ci_target`` of it, each after an
+    L2 flush of the kind ``flush`` names (one of :data:`FLUSHES`)."""
 
     min_samples: int = 20
     max_samples: int = 300
     ci_target: float = 0.01
+    flush: str = "dirty"
 
 
 @dataclass(frozen=True)
