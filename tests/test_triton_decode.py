@@ -131,3 +131,14 @@ def test_on_a_gpu_points_verify_a_wrong_kernel_is_rejected_and_a_second_shape_hi
     assert not ok and "relative error" in message
     # another shape with the same specialisation as the first build: the kernel index counts a hit
     assert kernels.build(POINT, Problem.gemm(32, 12288, 4096, "bf16")).cache_hit
+
+
+def test_the_decode_experiment_covers_the_decode_shapes_with_a_confirmation_stage():
+    from evotune.experiment import load_experiment
+
+    exp = load_experiment(ROOT / "experiments" / "decode_gemm.toml")
+    shapes = {(p.dtype, p.m, p.n, p.k) for p in exp.problems}
+    assert shapes == {(d, m, n, k) for d, ms in (("bf16", (16, 64)), ("int8", (16, 32, 64))) for m in ms
+                      for n, k in DECODE_NK}
+    assert exp.spaces == ["triton_decode_gemm"] and exp.oracle == "gpu"
+    assert exp.oracle_options.confirm.top_k > 0 and exp.budget.seconds is not None
