@@ -72,7 +72,7 @@ from evotune.evaluation.landscape import (
     write_landscape,
 )
 from evotune.evaluation.result import EvalResult
-from evotune.experiment import Budget, Experiment
+from evotune.experiment import Budget, Experiment, ExperimentError
 from evotune.runner import (
     Evaluators,
     cache_summary,
@@ -143,6 +143,26 @@ def safe_filename(name: str) -> str:
     return out.rstrip(". ") or "_"
 
 
+def check_landscape_flushes(exp: Experiment, resolved: list[Target], out_dir: Path) -> None:
+    """Refuse to add points to a landscape file measured after another L2 flush (one that names none had the
+    dirty one): its times and the new ones would not compare. ExperimentError on ``oracle.flush``, before
+    anything is measured or written."""
+    if exp.oracle != "gpu":
+        return
+    new = exp.oracle_options.timing.flush
+    for target in resolved:
+        path = landscape_path(out_dir, target)
+        try:
+            old = load_landscape(path) if path.is_file() else None
+        except LandscapeError:
+            continue  # an unreadable earlier piece is measured again (see _import_recorded)
+        if old is not None and old.flush is not None and old.flush[0] != new:
+            raise ExperimentError(exp.path, "oracle.flush", f"{path} was measured after the {old.flush[0]!r} flush, "
+                                                            f"this file has {new!r}: recording into it would mix "
+                                                            "two flushes (restore it, or record into another "
+                                                            "folder with --out)")
+
+
 def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, console: Console,
                       split: str = "problems", sampling: Sampling | None = None, progress: bool = True) -> list[Path]:
     """Record the problems of ``exp``, for at most ``seconds`` of tuning time in all; the files written.
@@ -154,6 +174,7 @@ def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, con
     problem, as ``run`` shows."""
     resolved = targets(exp)
     preflight(exp, resolved)
+    check_landscape_flushes(exp, resolved, out_dir)
     start_measuring(exp, resolved)
     storage = open_storage(exp, record=True)
     console.print(f"[bold]evotune record[/] {exp.name}: space {', '.join(exp.spaces)}, oracle {exp.oracle}, "

@@ -182,3 +182,41 @@ def test_resuming_a_study_measured_after_another_flush_is_refused(tmp_path):
         check_resume(exp, [t], storage, quiet())
     assert err.value.field == "oracle.flush" and "'dirty'" in err.value.message and "'clean'" in err.value.message
     check_resume(gpu_experiment(tmp_path), [t], storage, quiet())  # the same flush resumes
+
+
+def test_recording_into_a_landscape_of_another_flush_is_refused(tmp_path):
+    from evotune.record import check_landscape_flushes, landscape_path
+
+    dirty = gpu_experiment(tmp_path)
+    t = target()
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'rec.db'}")
+    store = StudyStore.open(storage, "rec", t.space, study_attrs(dirty, t, "exhaustive", 0))
+    from evotune.evaluation.result import EvalResult, Status
+
+    store.record(t.space.feasible(t.ctx).point(0), EvalResult(Status.OK, time_ms=0.05), 1.0)
+    path = write_recorded(store, t, dirty, 10, landscape_path(tmp_path / "ls", t))
+    check_landscape_flushes(dirty, [t], tmp_path / "ls")  # the same flush records on
+    clean = gpu_experiment(tmp_path, 'flush = "clean"')
+    with pytest.raises(ExperimentError) as err:
+        check_landscape_flushes(clean, [t], tmp_path / "ls")
+    assert err.value.field == "oracle.flush" and str(path) in err.value.message
+    check_landscape_flushes(clean, [t], tmp_path / "elsewhere")  # another folder is fine
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_both_flushes_time_a_decode_gemm_and_the_read_bandwidth_is_measured():
+    import torch
+
+    from evotune.evaluation.gemm import make_inputs
+    from evotune.evaluation.oracle import Oracle
+    from evotune.hardware import detect
+
+    problem = Problem.gemm(16, 4096, 11008, "bf16")
+    a, b, c = make_inputs(problem)
+    for flush in FLUSHES:
+        oracle = Oracle(TimingOptions(flush=flush))
+        assert (oracle._sweep is not None) == (flush == "clean")
+        t = oracle.time(lambda: torch.matmul(a, b, out=c))
+        assert t.graph and t.median_ms > 0
+    gbps = Oracle().read_bandwidth_gbps()  # a dirty oracle measures it after a clean flush all the same
+    assert 0.3 * detect().hbm_gbps < gbps < 1.1 * detect().hbm_gbps
