@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     weights = [{name: torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02 for name, n, k in LAYERS}
                for _ in range(2)]
 
-    def layer(block: int, name: str) -> Callable[[], object]:
+    def linear(block: int, name: str) -> Callable[[], object]:
         w = weights[block][name]
         return lambda: torch.matmul(x[name], w.t(), out=y[name])
 
@@ -107,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.synchronize()
         return g.replay
 
-    previous = [layer(0, name) for name, _, _ in LAYERS]
-    this = [layer(1, name) for name, _, _ in LAYERS]
+    previous = [linear(0, name) for name, _, _ in LAYERS]
+    this = [linear(1, name) for name, _, _ in LAYERS]
 
     def after(before: Callable[[], object], timed: Callable[[], object], n: int) -> list[float]:
         """``n`` samples (ms) of ``timed`` replayed right after ``before``, events between the two."""
