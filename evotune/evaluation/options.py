@@ -16,11 +16,13 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 #: how the GPU oracle empties the L2 before each sample (see evotune/evaluation/oracle.py)
-FLUSHES = ("dirty", "clean")
+Flush = Literal["dirty", "clean"]
+FLUSHES: tuple[Flush, ...] = get_args(Flush)
 #: what a study, landscape or confirmation that names no flush was measured after: the only one there was
-UNRECORDED_FLUSH = "dirty"
+UNRECORDED_FLUSH: Flush = "dirty"
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,7 @@ class TimingOptions:
     min_samples: int = 20
     max_samples: int = 300
     ci_target: float = 0.01
-    flush: str = "dirty"
+    flush: Flush = "dirty"
 
 
 @dataclass(frozen=True)
