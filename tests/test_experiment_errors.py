@@ -168,6 +168,11 @@ CASES: list[tuple[str, str, str, dict[str, str | bytes]]] = [
     ("oracle-min-above-default-max", gpu_doc(oracle=GPU + "min_samples = 500\n"), "oracle.min_samples", {}),
     ("oracle-timeout-with-replay", doc(oracle=REPLAY + "timeout_s = 5\n"), "oracle.timeout_s", {}),
     ("oracle-samples-with-replay", doc(oracle=REPLAY + "min_samples = 5\n"), "oracle.min_samples", {}),
+    ("oracle-flush-unknown", gpu_doc(oracle=GPU + 'flush = "warm"\n'), "oracle.flush", {}),
+    ("oracle-flush-not-a-string", gpu_doc(oracle=GPU + "flush = true\n"), "oracle.flush", {}),
+    ("oracle-flush-with-replay", doc(oracle=REPLAY + 'flush = "clean"\n'), "oracle.flush", {}),
+    ("oracle-flush-with-cpu", doc(space=f'space = "{ROOT / "tests/spaces/faults.py"}"\n',
+                                  oracle=CPU + 'flush = "clean"\n', problem=CPU_PROBLEM), "oracle.flush", {}),
     # -- hardware
     ("hardware-unknown", doc(top='hardware = "H900"\n'), "hardware", {}),
     ("hardware-not-a-string", doc(top="hardware = 100\n"), "hardware", {}),

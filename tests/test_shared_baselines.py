@@ -71,3 +71,12 @@ def test_baselines_that_could_not_be_timed_are_not_kept(tmp_path):
     assert crashed.baselines == {} and crashed.here
     again = Timer(0.010)
     assert shared_baselines(storage, STUDY, claims(url, "host-b"), H100, again).here and again.calls == 1
+
+
+def test_baselines_timed_after_another_flush_are_timed_again(tmp_path):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    storage = make_storage(url)
+    dirty, clean = Timer(0.012), Timer(0.010)
+    shared_baselines(storage, STUDY, claims(url, "host-a"), {**H100, "flush": "dirty"}, dirty)
+    found = shared_baselines(storage, STUDY, claims(url, "host-b"), {**H100, "flush": "clean"}, clean)
+    assert clean.calls == 1 and found.here and found.baselines == {"torch._int_mm": {"time_ms": 0.010}}

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from evotune.core.flush import UNRECORDED_FLUSH
 from evotune.core.problem import Problem
 from evotune.core.result import EvalResult, Status
 from evotune.core.space import Context, FeasibleSet, Param, Point, SearchSpace, categorical, constraint, ordinal
@@ -95,6 +96,16 @@ class Landscape:
     def optimum_ms(self) -> float | None:
         times = self.ok_times
         return min(times) if times else None
+
+    @property
+    def flush(self) -> tuple[str, bool] | None:
+        """(the L2 flush its times were measured after, whether the file names it): a GPU recording that names
+        none was measured after the only flush there was then (:data:`UNRECORDED_FLUSH`); None for a Kernel
+        Tuner file, which evotune's oracle did not measure."""
+        if self.meta.get("source") == "kernel_tuner":
+            return None
+        flush = self.meta.get("flush")
+        return (flush, True) if isinstance(flush, str) else (UNRECORDED_FLUSH, False)
 
     @property
     def baselines(self) -> dict[str, Any]:

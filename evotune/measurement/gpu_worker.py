@@ -77,6 +77,8 @@ class _Worker:
         if kind == "info":
             info = device_info()
             info["copy_gbps"] = self.oracle.copy_bandwidth_gbps()
+            info["read_gbps"] = self.oracle.read_bandwidth_gbps()  # what `best`'s % of read bandwidth is of
+            info["flush"] = self.oracle.timing.flush
             return {"status": "ok", "info": info}
         return {"status": "runtime_error", "message": f"unknown request {kind!r}"}
 

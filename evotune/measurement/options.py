@@ -17,15 +17,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from evotune.core.flush import Flush
+
 
 @dataclass(frozen=True)
 class TimingOptions:
     """How the GPU oracle samples one kernel: at least ``min_samples`` timed launches and at most
-    ``max_samples``, stopping once the 95% CI of the median is within ``ci_target`` of it."""
+    ``max_samples``, stopping once the 95% CI of the median is within ``ci_target`` of it, each after an
+    L2 flush of the kind ``flush`` names (one of :data:`FLUSHES`)."""
 
     min_samples: int = 20
     max_samples: int = 300
     ci_target: float = 0.01
+    flush: Flush = "dirty"
 
 
 @dataclass(frozen=True)

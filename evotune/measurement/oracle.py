@@ -5,8 +5,12 @@ Method (see benchmarks/RESULTS.md for what it measured):
 1. warm up (module load, JIT, handle creation stay out of the numbers);
 2. capture the launch in a CUDA graph when it can be captured, so launch
    overhead on the host cannot show in the samples; otherwise launch directly;
-3. before every sample, overwrite a buffer twice the size of L2, so each
-   sample reads its inputs from HBM as a real layer would;
+3. before every sample, empty the L2 (``timing.flush``), so each sample
+   reads its inputs from HBM as a real layer would: ``"dirty"`` overwrites a
+   buffer twice the size of L2, as Triton's ``do_bench`` does, and leaves the
+   L2 full of dirty lines that the timed kernel writes back as it evicts them;
+   ``"clean"`` then also reads a second such buffer, which leaves the L2 as
+   cold and holding clean lines only (see :meth:`Oracle.empty_l2`);
 4. one sample = CUDA events recorded right before and after one launch; each
    batch of samples is queued behind a short GPU spin, so the host is ahead of
    the GPU and a busy host cannot add idle time inside a sample;
@@ -30,10 +34,11 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from evotune.core.flush import FLUSHES
 from evotune.measurement.options import TimingOptions
 
 HEAD_START_CYCLES = 100_000  # GPU cycles of head start per queued sample (about 50 µs at 2 GHz)
@@ -82,13 +87,38 @@ class Oracle:
 
         self.torch = torch
         timing = timing or TimingOptions()
+        if timing.flush not in FLUSHES:
+            raise ValueError(f"flush must be one of {', '.join(FLUSHES)}, got {timing.flush!r}")
+        self.timing = timing
         self.warmup, self.min_samples, self.max_samples = warmup, timing.min_samples, timing.max_samples
         self.batch = min(batch, timing.min_samples)  # a first batch larger than asked for would waste samples
         self.ci_target, self.max_seconds, self.use_graph = timing.ci_target, max_seconds, use_graph
-        self._flush = None
+        self._flush = self._sweep = self._sink = None
         if flush_l2:
             l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 * 2**20)
             self._flush = torch.empty(2 * l2 // 4, dtype=torch.int32, device="cuda")
+            if timing.flush == "clean":
+                self._sweep = torch.ones(2 * l2 // 4, dtype=torch.int32, device="cuda")
+                self._sink = torch.empty((), dtype=torch.int64, device="cuda")
+
+    def empty_l2(self) -> None:
+        """Evict the L2 before a sample, the way ``timing.flush`` says.
+
+        Both flushes first overwrite a buffer twice the L2's size: stores allocate lines whatever the
+        replacement policy and whatever the L2 still holds, so nothing of the timed kernel's data (inputs,
+        or the outputs of the sample before) survives it. That leaves the L2 full of dirty lines, and
+        ``"dirty"`` stops there: the timed kernel's first misses then wait for their write-back. ``"clean"``
+        then reads a second buffer of twice the L2's size (a sum into one scalar). Its loads miss (the
+        writes just evicted it), so each one evicts a dirty line and the write-back happens here, before the
+        sample; what is left is the read buffer's clean lines, which the timed kernel evicts for free. A
+        read-only sweep alone could hit lines still resident from the sweep before, and hits evict nothing:
+        how much of the timed kernel's data it evicted would depend on the L2's replacement policy.
+        """
+        if self._flush is None:
+            return
+        self._flush.zero_()
+        if self._sweep is not None:
+            self.torch.sum(self._sweep, dim=0, dtype=self.torch.int64, out=self._sink)
 
     def _graph(self, fn: Callable[[], object]) -> Callable[[], object] | None:
         torch = self.torch
@@ -130,8 +160,7 @@ class Oracle:
         # on the same cores, say) would leave the GPU idle inside the sample and inflate it.
         torch.cuda._sleep(HEAD_START_CYCLES * n)
         for s, e in zip(starts, ends, strict=True):
-            if self._flush is not None:
-                self._flush.zero_()
+            self.empty_l2()
             s.record()
             launch()
             e.record()
@@ -169,4 +198,16 @@ class Oracle:
         src = torch.ones(nbytes // 8, dtype=torch.float32, device="cuda")
         dst = torch.empty_like(src)
         t = self.time(lambda: torch.neg(src, out=dst))
+        return nbytes / (t.median_ms * 1e-3) / 1e9
+
+    def read_bandwidth_gbps(self, nbytes: int = 2**30) -> float:
+        """Achievable read bandwidth: the bytes of a ``nbytes`` sum over its time, after a clean flush
+        (whatever this oracle's own flush), so no write-back is counted against the reads."""
+        torch = self.torch
+        oracle = self if self.timing.flush == "clean" else Oracle(
+            replace(self.timing, flush="clean"), warmup=self.warmup, max_seconds=self.max_seconds,
+            use_graph=self.use_graph)
+        src = torch.ones(nbytes // 4, dtype=torch.float32, device="cuda")
+        sink = torch.empty((), dtype=torch.float32, device="cuda")
+        t = oracle.time(lambda: torch.sum(src, dim=0, out=sink))
         return nbytes / (t.median_ms * 1e-3) / 1e9

@@ -25,6 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from evotune.core import hardware as hw
+from evotune.core.flush import UNRECORDED_FLUSH
 from evotune.core.problem import Problem
 from evotune.measurement.oracle import ci_half_width
 from evotune.measurement.retiming import newer
@@ -50,6 +51,10 @@ class Best:
     tflops: float | None = None
     pct_peak: float | None = None
     pct_hbm_roofline: float | None = None  # minimum bytes at the measured copy bandwidth / time
+    # memory-bound problems: minimum bytes at the read bandwidth measured in the same run (a sum) / time
+    pct_read_bw: float | None = None
+    # the L2 flush before each sample: "dirty" or "clean", "... (not recorded)" for figures that do not say
+    flush: str | None = None
     baselines: dict[str, float] = field(default_factory=dict)  # name -> time_ms
     # The confirmation stage (GPU runs): time_ms and baselines are then the confirmed medians, timed
     # side by side in one run; what the search measured is kept beside them.
@@ -103,8 +108,10 @@ def collect_best(storage: str | optuna.storages.BaseStorage, experiment: str | N
                           for k, v in (a.get("baselines") or {}).items()
                           if not isinstance(v, dict) or v.get("time_ms") is not None}
         best.by_space = _space_bests(done)
+        best.flush = flush_text(a)
         _apply_confirmation(best, done, st)
-        _add_throughput(best, (a.get("device_info") or {}).get("copy_gbps"))
+        info = a.get("device_info") or {}
+        _add_throughput(best, info.get("copy_gbps"), info.get("read_gbps"))
         out.append(best)
     return out
 
@@ -191,7 +198,30 @@ def throughput(problem: Problem, time_ms: float, peak_tflops: float | None,
     return tflops, pct_peak, pct_roofline
 
 
-def _add_throughput(best: Best, copy_gbps: float | None) -> None:
+def flush_text(attrs: dict[str, Any]) -> str | None:
+    """The L2 flush a study's times were measured after, as ``best`` shows it: what the study (or the landscape
+    it replays) recorded, else "dirty (not recorded)" for a GPU study, the one flush there was then; None where
+    no GPU oracle measured (the cpu oracle, a Kernel Tuner landscape)."""
+    flush = attrs.get("flush")
+    if not isinstance(flush, str):
+        return f"{UNRECORDED_FLUSH} (not recorded)" if attrs.get("oracle") == "gpu" else None
+    return flush if attrs.get("flush_recorded", True) else f"{flush} (not recorded)"
+
+
+def read_bw_percent(problem: Problem, time_ms: float, read_gbps: float | None,
+                    peak_tflops: float | None) -> float | None:
+    """% of the achievable read bandwidth ``read_gbps`` that a problem's fewest bytes over ``time_ms`` make, for
+    a memory-bound problem: one whose FLOP per byte is under the ridge point of ``peak_tflops`` and that
+    bandwidth (every problem with a byte count when the peak is unknown); None otherwise."""
+    if not read_gbps or problem.min_bytes is None:
+        return None
+    if peak_tflops and problem.flops is not None and \
+            problem.flops / problem.min_bytes >= peak_tflops * 1e12 / (read_gbps * 1e9):
+        return None  # compute-bound: the dense peak says more
+    return 100.0 * (problem.min_bytes / (read_gbps * 1e9)) / (time_ms * 1e-3)
+
+
+def _add_throughput(best: Best, copy_gbps: float | None, read_gbps: float | None = None) -> None:
     from evotune.core.problem import find_workload
 
     workload = find_workload(str(best.problem.get("kind")))
@@ -205,9 +235,11 @@ def _add_throughput(best: Best, copy_gbps: float | None) -> None:
         except (KeyError, RuntimeError):
             pass
     best.tflops, best.pct_peak, best.pct_hbm_roofline = throughput(problem, best.time_ms, peak, copy_gbps)
+    best.pct_read_bw = read_bw_percent(problem, best.time_ms, read_gbps, peak)
 
 
-OPTIONAL = ("space", "confirmed", "vs optimum", "vs baseline", "TFLOP/s (% peak)", "% HBM roofline")
+OPTIONAL = ("space", "flush", "confirmed", "vs optimum", "vs baseline", "TFLOP/s (% peak)", "% HBM roofline",
+            "% read BW")
 TRIALS = "all trials"  # a problem's finished trials: every strategy and seed together
 
 
@@ -221,8 +253,10 @@ def best_table(rows: list[Best], title: str = "Best configurations") -> Group:
     if len(spaces) == 1:
         title = f"{title}, space {spaces[0]}"
     cells = [{"problem": b.problem_key, "space": b.space if len(spaces) > 1 else "-", "best (ms)": f"{b.time_ms:.4g}",
+              "flush": b.flush or "-",
               "confirmed": _confirmed_text(b), "vs optimum": _optimum_text(b), "vs baseline": _baseline_text(b),
               "TFLOP/s (% peak)": _throughput_text(b), "% HBM roofline": _roofline_text(b),
+              "% read BW": f"{b.pct_read_bw:.0f}%" if b.pct_read_bw else "-",
               TRIALS: str(b.trials), "found by": f"{b.strategy} s{b.seed}"} for b in rows]
     columns = [c for c in cells[0] if c not in OPTIONAL or any(row[c] != "-" for row in cells)] if cells else []
     table = FittedTable(title, f"{TRIALS}: every strategy and seed of the problem together", columns, cells)

@@ -97,17 +97,19 @@ def confirmation_turn(target: Target, evaluator: Evaluator, storage: optuna.stor
 
 def confirm_best(problem: Problem, evaluator: Evaluator, measured: list[tuple[float, dict]],
                  config_form: Callable[[dict], Any], console: Console, opts: ConfirmOptions,
-                 seconds: float | None = None) -> dict | None:
+                 seconds: float | None = None, flush: str | None = None) -> dict | None:
     """Confirm the fastest of ``measured`` (search time, point) on ``evaluator``: the ``confirm.top_k`` fastest
     and the others within ``confirm.screen`` of the fastest (at most ``confirm.screen_max``), raced down to
-    ``top_k``, within ``seconds`` when given. The record, dated, its configurations written by ``config_form``,
-    its warnings printed; None when off."""
+    ``top_k``, within ``seconds`` when given. The record, dated, naming the L2 ``flush`` of its samples when
+    given (a GPU's), its configurations written by ``config_form``, its warnings printed; None when off."""
     top = screened(measured, opts)
     record = evaluator.confirm([p for _, p in top], problem, [t for t, _ in top], seconds=seconds)
     if record is None:
         return None
     record["configs"] = {k: config_form(p) for k, p in record.get("configs", {}).items()}
     record["date"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    if flush is not None:
+        record["flush"] = flush  # the L2 flush before each of its samples (a GPU's)
     if "error" in record:
         console.print(f"  [yellow]confirmation of {problem.key} failed:[/] {record['error']}")
     for warning in record.get("warnings", []):

@@ -25,6 +25,7 @@ from typing import Any, overload
 
 from evotune.core import hardware as hw
 from evotune.core.budget import Budget
+from evotune.core.flush import FLUSHES
 from evotune.core.problem import Problem
 from evotune.measurement.options import ConfirmOptions, OracleOptions, TimingOptions
 
@@ -261,6 +262,8 @@ class _Parser:
         for k in ("timeout_s", "ci_target", "confirm_ci"):
             if self.positive_number(given, k, f"oracle.{k}") is not None:
                 given[k] = float(given[k])
+        if given.get("flush", FLUSHES[0]) not in FLUSHES:
+            raise self.fail("oracle.flush", f"must be one of {', '.join(FLUSHES)}, got {given['flush']!r}")
         screen = given.get("confirm_screen")
         if screen is not None and (isinstance(screen, bool) or not isinstance(screen, (int, float))
                                    or not 0 <= screen <= 10):

@@ -70,7 +70,7 @@ from evotune.core.landscape import (
 )
 from evotune.core.result import EvalResult
 from evotune.core.space import FeasibleSet
-from evotune.running.experiment import Experiment
+from evotune.running.experiment import Experiment, ExperimentError
 from evotune.running.session import Session, StudyPlan, open_storage
 from evotune.running.targets import Target, group_name, study_attrs, study_name, study_names
 from evotune.search.strategies import make_strategy
@@ -129,6 +129,26 @@ def safe_filename(name: str) -> str:
     return out.rstrip(". ") or "_"
 
 
+def check_landscape_flushes(exp: Experiment, resolved: list[Target], out_dir: Path) -> None:
+    """Refuse to add points to a landscape file measured after another L2 flush (one that names none had the
+    dirty one): its times and the new ones would not compare. ExperimentError on ``oracle.flush``, before
+    anything is measured or written."""
+    if exp.oracle != "gpu":
+        return
+    new = exp.oracle_options.timing.flush
+    for target in resolved:
+        path = landscape_path(out_dir, target)
+        try:
+            old = load_landscape(path) if path.is_file() else None
+        except LandscapeError:
+            continue  # an unreadable earlier piece is measured again (see _import_recorded)
+        if old is not None and old.flush is not None and old.flush[0] != new:
+            raise ExperimentError(exp.path, "oracle.flush", f"{path} was measured after the {old.flush[0]!r} flush, "
+                                                            f"this file has {new!r}: recording into it would mix "
+                                                            "two flushes (restore it, or record into another "
+                                                            "folder with --out)")
+
+
 def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, console: Console,
                       split: str = "problems", sampling: Sampling | None = None, progress: bool = True) -> list[Path]:
     """Record the problems of ``exp``, for at most ``seconds`` of tuning time in all; the files written.
@@ -139,6 +159,7 @@ def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, con
     uniform sample instead of every feasible point (:class:`Sampling`). With ``progress``, a live bar per
     problem, as ``run`` shows."""
     session = Session(exp, record=True, console=console, progress=progress)
+    check_landscape_flushes(exp, session.targets, out_dir)
     written: list[Path] = []
     with session:
         console.print(f"[bold]evotune record[/] {exp.name}: space {', '.join(exp.spaces)}, oracle {exp.oracle}, "
@@ -273,7 +294,7 @@ def write_recorded(store: StudyStore, target: Target, exp: Experiment, feasible:
     fastest = min(((r.time_ms, p) for p, r in new if r.time_ms is not None), default=None, key=lambda t: t[0])
     piece = {"date": _dt.date.today().isoformat(), "device": attrs.get("device"),
              "device_info": attrs.get("device_info", {}), "baselines": attrs.get("baselines", {}),
-             "new_points": len(new),
+             "new_points": len(new), "flush": attrs.get("flush"),
              # the fastest point this piece measured: a report finds the baselines timed beside the optimum
              "best": None if fastest is None else {"params": json_values(fastest[1], target.space.names),
                                                    "time_ms": fastest[0]}}
@@ -286,6 +307,8 @@ def write_recorded(store: StudyStore, target: Target, exp: Experiment, feasible:
         "hardware": attrs.get("hardware"), "feasible": feasible, "recorded": len(rows),
         "complete": coverage is None and len(rows) >= feasible, "experiment": exp.name, "pieces": pieces,
     }
+    if pieces[-1].get("flush"):  # the L2 flush of the latest piece (a GPU recording)
+        meta["flush"] = pieces[-1]["flush"]
     if coverage is not None:
         meta["coverage"] = coverage
     if "items" in confirmation:

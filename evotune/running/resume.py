@@ -10,7 +10,10 @@ resume:
 * a budget lower than the one the study began with is said in a warning, and
   so is a study that already holds more than the new budget: it is past it and
   is not resumed (a budget is where a study stops, so lowering it loses
-  nothing measured).
+  nothing measured);
+* a GPU study measured after another L2 flush (``oracle.flush``; one that
+  names none had "dirty") is refused the same way: its times and the new
+  ones would not compare.
 
 Studies made before these attributes were stored are compared on what they
 hold (their trials and tuning clock) only.
@@ -25,6 +28,7 @@ import optuna
 from rich.console import Console
 
 from evotune.core.budget import Budget
+from evotune.core.flush import UNRECORDED_FLUSH
 from evotune.running.experiment import Experiment, ExperimentError, StrategySpec
 from evotune.running.targets import Target, study_name
 from evotune.storage.study import StudyStore
@@ -52,6 +56,7 @@ def check_resume(exp: Experiment, resolved: list[Target], storage: optuna.storag
                 store = StudyStore.load(storage, name, target.space)
                 if store is not None:
                     _check_options(exp, spec, name, store.study.user_attrs)
+                    _check_flush(exp, name, store.study.user_attrs)
                     _check_budget(exp, name, store, console)
 
 
@@ -71,6 +76,17 @@ def _check_options(exp: Experiment, spec: StrategySpec, name: str, attrs: dict[s
                                   f"study {name} was run with {_show(stored, key)}, this file has "
                                   f"{_show(new, key)}: resuming it would mix two searches (restore the option, "
                                   "or give the experiment another name)")
+
+
+def _check_flush(exp: Experiment, name: str, attrs: dict[str, Any]) -> None:
+    """Refuse to resume a GPU study measured after another L2 flush (one that names none had the only one)."""
+    if exp.oracle != "gpu" or attrs.get("oracle") != "gpu":
+        return
+    stored, new = attrs.get("flush", UNRECORDED_FLUSH), exp.oracle_options.timing.flush
+    if stored != new:
+        raise ExperimentError(exp.path, "oracle.flush", f"study {name} was measured after the {stored!r} flush, "
+                                                        f"this file has {new!r}: resuming it would mix two flushes "
+                                                        "(restore it, or give the experiment another name)")
 
 
 def _check_budget(exp: Experiment, name: str, store: StudyStore, console: Console) -> None:

@@ -193,7 +193,8 @@ class Session:
         evaluator = self.evaluator(target)
         opts = self.exp.oracle_options.confirm
         seconds = None if runs is None else confirmation_seconds(self.exp.budget, opts, evaluator, runs)
-        return confirm_best(target.problem, evaluator, measured, config_form, self.console, opts, seconds)
+        flush = self.exp.oracle_options.timing.flush if self.exp.oracle == "gpu" else None
+        return confirm_best(target.problem, evaluator, measured, config_form, self.console, opts, seconds, flush)
 
     def cache_summary(self, target: Target, before: dict[str, int] | None = None) -> str:
         """The compiled-kernel cache's counts so far, or since ``before`` ("" for evaluators without one)."""

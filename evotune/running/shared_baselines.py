@@ -4,8 +4,8 @@ Timing a problem's baselines (the workload's, the space's own and its named
 configurations) takes a GPU worker seconds, and every worker of a shared
 experiment would time the same ones. The first worker that needs them on its
 device times them and keeps them in a system attribute of the problem's first
-study (``evotune:baselines:SETUP``, the setup being the device model and the
-torch and CUDA versions the timings depend on), with the device information
+study (``evotune:baselines:SETUP``, the setup being the device model, the
+torch and CUDA versions and the oracle's L2 flush the timings depend on), with the device information
 of that worker, who it was (``host:pid``) and when; a worker of the same setup
 that finds them takes them as they are. While one worker times them, the
 others wait for its result rather than time them too (a claim in the
@@ -35,7 +35,9 @@ from optuna.study import StudyDirection
 from evotune.storage.claims import Claims
 
 ATTR = "evotune:baselines:"
-SETUP_KEYS = ("device", "torch", "cuda")  # what a baseline's timing depends on, beside the problem
+# what a baseline's timing depends on, beside the problem: the L2 flush too (a device_info from before it was
+# recorded has none, so its baselines are timed again rather than taken as either flush's)
+SETUP_KEYS = ("device", "torch", "cuda", "flush")
 POLL_S = 0.5  # how often a waiting worker looks for the timings another one is taking
 
 

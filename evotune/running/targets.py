@@ -159,10 +159,14 @@ def study_attrs(exp: Experiment, target: Target, strategy: str, seed: int,
         "hardware": target.ctx.hardware.name if target.ctx.hardware else None,
         "feasible": len(target.space.feasible(target.ctx)), "space_size": target.space.size,
     }
+    if exp.oracle == "gpu":
+        attrs["flush"] = exp.oracle_options.timing.flush  # the L2 flush before each sample
     if target.landscape is not None:
         ls = target.landscape
         attrs.update(landscape=str(ls.path), optimum_ms=ls.optimum_ms, device=ls.meta.get("device"),
                      baselines=ls.baselines)
+        if ls.flush is not None:  # the recorded flush; one the file does not name reads as the only one then
+            attrs["flush"], attrs["flush_recorded"] = ls.flush
     if baselines is not None:
         if baselines.device:
             attrs.update(device=baselines.device.get("device"), device_info=baselines.device)

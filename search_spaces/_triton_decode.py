@@ -1,0 +1,195 @@
+"""The Triton kernels behind ``triton_decode_gemm``: split-K over the weight stream, then a reduction.
+
+``y = x @ W^T`` with ``x`` (M, K) and ``W`` (N, K), both K-contiguous (layout ``tn``, as a linear
+layer keeps its weights). Each program computes a ``BLOCK_M x BLOCK_N`` tile over its share of K,
+``BLOCK_K`` at a time: the weight tile is a ``BLOCK_N x BLOCK_K`` slab read along K, so every thread
+loads whole 16-byte vectors, and ``num_stages`` buffers keep that stream in flight. With
+``SPLIT_K > 1`` the programs write either
+
+* ``REDUCE = "sum"``: fp32 (int32 for int8) partial tiles to a ``SPLIT_K x M x N`` workspace, which a
+  second kernel sums and casts into ``c`` (deterministic, no zeroing); or
+* ``REDUCE = "atomic"``: atomic adds into a zeroed fp32 workspace (then cast into ``c``), or straight
+  into ``c`` for int32.
+
+The workspace is allocated once per shape, on the first launch (which ``build`` makes, outside any
+timing); every launch after that is plain kernel launches, which the oracle times as one unit in one
+CUDA graph.
+
+``launcher(point, problem)`` is the seam the tests use: it takes tensors on any device, so the
+kernels run on a CPU under ``TRITON_INTERPRET=1``. ``build`` and ``precompile`` add the GPU inputs
+and the kernel cache, whose key leaves the shape out where the binary does not depend on it
+(:func:`specialization`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from evotune.authoring import Point, Problem
+
+REDUCE_BLOCK = 1024  # outputs per program of the reduction kernel
+
+
+@triton.jit
+def _partial(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_bn, s_cs, s_cm,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+             EVEN_K: tl.constexpr, INT_ACC: tl.constexpr, ATOMIC: tl.constexpr):
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    # this program's K blocks: an even share, the last split taking what is left
+    k_blocks = tl.cdiv(K, BLOCK_K)
+    per_split = tl.cdiv(k_blocks, SPLIT_K)
+    first = pid_k * per_split
+    last = tl.minimum(first + per_split, k_blocks)
+    # wrap the edge rows and columns instead of masking the loads; the store is masked
+    a_ptrs = a_ptr + (rm % M)[:, None] * s_am + (first * BLOCK_K + rk)[None, :]
+    b_ptrs = b_ptr + (rn % N)[:, None] * s_bn + (first * BLOCK_K + rk)[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32 if INT_ACC else tl.float32)
+    for kb in range(first, last):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            left = K - kb * BLOCK_K
+            a = tl.load(a_ptrs, mask=rk[None, :] < left, other=0)
+            b = tl.load(b_ptrs, mask=rk[None, :] < left, other=0)
+        acc = tl.dot(a, tl.trans(b), acc, out_dtype=tl.int32 if INT_ACC else tl.float32)
+        a_ptrs += BLOCK_K
+        b_ptrs += BLOCK_K
+    mask = (rm < M)[:, None] & (rn < N)[None, :]
+    c_ptrs = c_ptr + pid_k * s_cs + rm[:, None] * s_cm + rn[None, :]
+    if ATOMIC:
+        tl.atomic_add(c_ptrs, acc, mask=mask)
+    else:
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _reduce(p_ptr, c_ptr, MN, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < MN
+    acc = tl.load(p_ptr + offs, mask=mask, other=0)
+    for s in tl.static_range(1, SPLIT_K):
+        acc += tl.load(p_ptr + s * MN + offs, mask=mask, other=0)
+    tl.store(c_ptr + offs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+# split-K workspaces, one per (shape, dtype, device), shared by every kernel of this process that needs one:
+# a buffer per kernel would hold SPLIT_K x M x N x 4 bytes for each of the thousands a recording builds
+_WORKSPACES: dict[tuple, torch.Tensor] = {}
+
+
+def _workspace(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    key = (shape, dtype, str(device))
+    if key not in _WORKSPACES:  # a captured CUDA graph may still point at it: never freed
+        _WORKSPACES[key] = torch.empty(shape, dtype=dtype, device=device)
+    return _WORKSPACES[key]
+
+
+def launcher(point: Point, problem: Problem) -> tuple[Any, Any]:
+    """``(launch, warmup)``: ``launch(a, b, c)`` writes ``c = a @ b`` (``a`` (M, K) and ``b`` (K, N), both
+    K-contiguous; ``c`` (M, N) contiguous); ``warmup(a, b, c)`` only compiles the kernels it would launch."""
+    m, n, k, split = problem.m, problem.n, problem.k, point["SPLIT_K"]
+    atomic = split > 1 and point["REDUCE"] == "atomic"
+    int_acc = problem.dtype == "int8"
+    grid = (triton.cdiv(n, point["BLOCK_N"]), triton.cdiv(m, point["BLOCK_M"]), split)
+    meta = dict(BLOCK_M=point["BLOCK_M"], BLOCK_N=point["BLOCK_N"], BLOCK_K=point["BLOCK_K"], SPLIT_K=split,
+                EVEN_K=k % point["BLOCK_K"] == 0, INT_ACC=int_acc, ATOMIC=atomic,
+                num_warps=point["num_warps"], num_stages=point["num_stages"])
+    acc_dtype = torch.int32 if int_acc else torch.float32
+    reduce_grid = (triton.cdiv(m * n, REDUCE_BLOCK),)
+    reduce_meta = dict(SPLIT_K=split, BLOCK=REDUCE_BLOCK, num_warps=4)
+
+    def target(c: torch.Tensor) -> torch.Tensor:
+        """Where the partial kernel writes: ``c`` itself, or a workspace."""
+        if split == 1 or (atomic and not c.dtype.is_floating_point):
+            return c
+        return _workspace((m, n) if atomic else (split, m, n), acc_dtype, c.device)
+
+    def args(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor) -> tuple:
+        # b is the (K, N) view of the (N, K) weights: its stride along N is the weights' row stride; each split
+        # has a partial tile of its own (stride M x N) unless they all add into one (atomics)
+        return (a, b, t, m, n, k, a.stride(0), b.stride(1), 0 if atomic else m * n, n)
+
+    def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
+        t = target(c)
+        if atomic:
+            t.zero_()
+        _partial[grid](*args(a, b, t), **meta)
+        if split > 1 and not atomic:
+            _reduce[reduce_grid](t, c, m * n, **reduce_meta)
+        elif t is not c:
+            c.copy_(t)
+
+    def warmup(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
+        t = target(c)
+        _partial.warmup(*args(a, b, t), grid=grid, **meta)
+        if split > 1 and not atomic:
+            _reduce.warmup(t, c, m * n, grid=reduce_grid, **reduce_meta)
+
+    return launch, warmup
+
+
+def specialization(problem: Problem) -> tuple:
+    """What of the shape a binary depends on: Triton compiles M, N, K, M x N (the workspace's split stride)
+    and the row strides (K; N for the workspace and ``c``) as runtime integers, specialised only on
+    divisibility by 16 and on being 1; the kernel also on whether K is a multiple of BLOCK_K (EVEN_K)."""
+    m, n, k = problem.m, problem.n, problem.k
+    return problem.dtype, problem.layout, tuple((x % 16 == 0, x == 1) for x in (m, n, k, m * n))
+
+
+def _key(point: Point, problem: Problem) -> str:
+    from evotune.authoring import KernelCache
+
+    even_k = problem.k % point["BLOCK_K"] == 0
+    return KernelCache.key("triton-decode", triton.__version__, torch.cuda.get_device_name(0),
+                           *specialization(problem), even_k, sorted(point.items()))
+
+
+def precompile(point: Point, problem: Problem) -> bool:
+    """Compile into Triton's on-disk cache without launching anything; True when it was there already."""
+    from evotune.authoring import KernelCache, gemm_inputs
+
+    cache, key = KernelCache(), _key(point, problem)
+
+    def build() -> None:
+        started = time.perf_counter()
+        launcher(point, problem)[1](*gemm_inputs(problem, seed=0, fill=False))
+        cache.add(key, f"triton-decode {problem.key} {point}", time.perf_counter() - started)
+
+    return cache.build_once(key, build)  # once per cache: another process needing it meanwhile waits
+
+
+def build(point: Point, problem: Problem) -> Any:
+    """Compile ``point`` for ``problem`` (launching once on scratch data, which also allocates the split-K
+    workspace) and return ``fn(a, b, c)``; ``fn.cache_hit`` says whether a binary of the same
+    :func:`specialization` was built before."""
+    from evotune.authoring import KernelCache, gemm_inputs
+
+    cache, key = KernelCache(), _key(point, problem)
+    launch, _ = launcher(point, problem)
+    a, b, c = gemm_inputs(problem, seed=0)
+
+    def first_launch() -> None:  # compiles, or loads the binary from Triton's cache
+        launch(a, b, c)
+        torch.cuda.synchronize()
+
+    def build() -> None:
+        started = time.perf_counter()
+        first_launch()
+        cache.add(key, f"triton-decode {problem.key} {point}", time.perf_counter() - started)
+
+    hit = cache.build_once(key, build)
+    if hit:
+        first_launch()
+    launch.cache_hit = hit
+    return launch

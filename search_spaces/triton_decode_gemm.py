@@ -1,0 +1,201 @@
+"""A Triton GEMM for decode: few rows (M from 1 to 64), a weight matrix streamed once from HBM.
+
+At decode time ``y = x @ W^T`` is memory-bound: ``x`` is a few rows, ``W`` (N x K) is read once
+and is nearly all the bytes. The kernel (``_triton_decode.py``) is built for that stream:
+
+* the weight tile is a ``BLOCK_N x BLOCK_K`` slab read along K (layout ``tn``), so each thread
+  loads whole 16-byte vectors;
+* ``num_stages`` shared-memory buffers keep the stream in flight (software pipelining of the K loop);
+* ``SPLIT_K`` programs share each output tile's K range, so a short, wide problem still has enough
+  programs for every SM; their partial tiles are summed by a second kernel (``REDUCE = "sum"``:
+  fp32, int32 for int8, deterministic) or added with atomics (``"atomic"``);
+* rows past M are wrapped copies, never masked loads: ``BLOCK_M`` is 16 at least (the tensor-core
+  tile), and no wider than M needs.
+
+bf16, fp16 and int8 (int8 x int8 -> int32, as ``torch._int_mm``). ``build`` compiles a
+configuration; verification and timing are the GEMM defaults of ``evotune.measurement.workloads.gemm``.
+
+Example::
+
+    from evotune.core.hardware import get_hardware
+    from evotune.core.problem import Problem
+    from evotune.core.space import Context
+    from search_spaces.triton_decode_gemm import SPACE
+
+    ctx = Context(get_hardware("H100"), Problem.gemm(16, 4096, 11008, "int8"))
+    feasible = SPACE.feasible(ctx)
+    len(feasible), feasible.pruned.most_common(3)
+"""
+
+from __future__ import annotations
+
+from evotune.authoring import (
+    Context,
+    Needs,
+    Point,
+    Problem,
+    SearchSpace,
+    categorical,
+    constraint,
+    deferred,
+    hardware_limit,
+    ordinal,
+    power_of_two,
+)
+from search_spaces import _gemm_model as gm
+
+DEFAULT_PROBLEM = Problem.gemm(16, 4096, 4096, "bf16")
+DTYPES = ("bf16", "fp16", "int8")
+ACC_BYTES = 4  # fp32 accumulator, int32 for int8
+REG_OVERHEAD = 32  # registers per thread besides the accumulator: pointers, offsets, masks, loop state
+WARP = 32
+VECTOR_BYTES = 16  # the widest load a thread issues
+MIN_SM_SHARE = 2  # at least one program per this many SMs (see _enough_programs)
+
+
+def _problem(ctx: Context) -> Problem:
+    return gm.problem_or(ctx, DEFAULT_PROBLEM)
+
+
+def threads(point: Point) -> int:
+    return point["num_warps"] * WARP
+
+
+def smem_bytes(point: Point, problem: Problem) -> int:
+    """``num_stages`` buffers of the x (BLOCK_M x BLOCK_K) and weight (BLOCK_N x BLOCK_K) tiles."""
+    return point["num_stages"] * (point["BLOCK_M"] + point["BLOCK_N"]) * point["BLOCK_K"] * problem.in_bytes
+
+
+def acc_registers(point: Point) -> int:
+    """32-bit registers per thread for the accumulator tile, spread over every thread of the program."""
+    return -(-point["BLOCK_M"] * point["BLOCK_N"] * ACC_BYTES // (threads(point) * 4))
+
+
+def registers(point: Point) -> int:
+    return acc_registers(point) + REG_OVERHEAD
+
+
+def _block_regs(p: Point) -> int:
+    return -(-registers(p) // 8) * 8 * threads(p)  # allocated in units of 8 per thread
+
+
+def k_blocks(point: Point, problem: Problem) -> int:
+    return -(-problem.k // point["BLOCK_K"])
+
+
+def programs(point: Point, problem: Problem) -> int:
+    """Programs (CTAs) of the main kernel: output tiles times K splits."""
+    return -(-problem.m // point["BLOCK_M"]) * -(-problem.n // point["BLOCK_N"]) * point["SPLIT_K"]
+
+
+def _m_rows_ok(p: Point, ctx: Context) -> bool:
+    problem = gm.gemm_problem(ctx)
+    return problem is None or p["BLOCK_M"] <= max(16, 1 << (problem.m - 1).bit_length())
+
+
+def _layout_ok(p: Point, ctx: Context) -> bool:
+    problem = gm.gemm_problem(ctx)
+    return problem is None or problem.layout == "tn"
+
+
+def _reduce_ok(p: Point, ctx: Context) -> bool:
+    return p["SPLIT_K"] > 1 or p["REDUCE"] == "sum"
+
+
+def _splits_ok(p: Point, ctx: Context) -> bool:
+    """Every split gets K blocks: with ``ceil(blocks / SPLIT_K)`` blocks each, exactly SPLIT_K splits have some."""
+    problem = gm.gemm_problem(ctx)
+    if problem is None:
+        return True
+    blocks = k_blocks(p, problem)
+    return -(-blocks // -(-blocks // p["SPLIT_K"])) == p["SPLIT_K"]
+
+
+def _enough_programs(p: Point, ctx: Context) -> bool:
+    """A memory-bound kernel on fewer programs than half the SMs leaves the idle SMs' share of the bandwidth
+    unused (one SM's loads in flight cannot draw much more than its share)."""
+    problem = gm.gemm_problem(ctx)
+    return problem is None or ctx.hardware is None or \
+        programs(p, problem) * MIN_SM_SHARE >= ctx.hardware.sm_count
+
+
+def _vector_loads_ok(p: Point, ctx: Context) -> bool:
+    """Every thread loads at least one full vector of the weight tile per K step."""
+    return p["BLOCK_N"] * p["BLOCK_K"] * _problem(ctx).in_bytes >= threads(p) * VECTOR_BYTES
+
+
+def _regs_per_thread_ok(p: Point, ctx: Context) -> bool:
+    return ctx.hardware is None or registers(p) <= ctx.hardware.regs_per_thread
+
+
+def _regs_per_block_ok(p: Point, ctx: Context) -> bool:
+    return ctx.hardware is None or _block_regs(p) <= ctx.hardware.regs_per_sm
+
+
+def estimate(point: Point, ctx: Context) -> float:
+    """Predicted time in ms from the shared roofline/wave model (default problem and H100 when unknown)."""
+    problem, hw = _problem(ctx), gm.hardware_or_default(ctx)
+    async_mma = hw.has("wgmma") or hw.has("tcgen05")
+    tiling = gm.Tiling(
+        tile_m=point["BLOCK_M"], tile_n=point["BLOCK_N"], tile_k=point["BLOCK_K"], stages=point["num_stages"],
+        smem_bytes=smem_bytes(point, problem), split_k=point["SPLIT_K"], threads=threads(point),
+        regs_per_thread=registers(point),
+        # tiles under 64 rows cannot use a warpgroup MMA and fall back to mma.sync
+        mma_rate=gm.LEGACY_MMA_RATE if async_mma and point["BLOCK_M"] < 64 else 1.0, wave_overhead_us=1.0,
+    )
+    return gm.estimate_ms(tiling, problem, hw)
+
+
+SPACE = SearchSpace(
+    name="triton_decode_gemm",
+    # compile a configuration (returns fn(a, b, c)), or only fill the kernel cache: GPU-only code
+    build=deferred("search_spaces._triton_decode", "build"),
+    precompile=deferred("search_spaces._triton_decode", "precompile"),
+    needs=Needs(modules=("triton",)),
+    params=[
+        power_of_two("BLOCK_M", 16, 64, doc="rows per program (16 at least: the tensor-core tile)"),
+        power_of_two("BLOCK_N", 16, 256, doc="weight rows (outputs) per program"),
+        power_of_two("BLOCK_K", 64, 512, doc="K elements per pipeline step of the weight stream"),
+        power_of_two("SPLIT_K", 1, 32, doc="programs sharing one output tile's K range"),
+        categorical("REDUCE", ["sum", "atomic"],
+                    doc="how split-K partials meet: a reduction kernel over fp32 partials, or atomic adds"),
+        ordinal("num_warps", [2, 4, 8], doc="warps per program"),
+        ordinal("num_stages", [2, 3, 4, 5, 6], doc="software-pipeline depth of the weight stream"),
+    ],
+    constraints=[
+        gm.dtype_rule(DTYPES, "triton_decode_gemm"),
+        constraint("layout", _layout_ok, "the kernel streams K-contiguous operands: layout tn only, not "
+                                         "{ctx.problem.layout}"),
+        constraint("block-m", _m_rows_ok, "BLOCK_M={BLOCK_M} is wider than M={ctx.problem.m} needs (the rows past "
+                                          "M are wrapped copies)"),
+        constraint("reduce", _reduce_ok, "REDUCE={REDUCE} with SPLIT_K=1 has nothing to reduce (the kernel of "
+                                         "REDUCE=sum)"),
+        constraint("split-k", _splits_ok,
+                   gm.Message("K={ctx.problem.k} is {blocks} blocks of BLOCK_K={BLOCK_K}: SPLIT_K={SPLIT_K} would "
+                              "leave a split without work",
+                              lambda p, ctx: {"blocks": k_blocks(p, _problem(ctx))})),
+        constraint("vector-loads", _vector_loads_ok,
+                   "a {BLOCK_N}x{BLOCK_K} weight tile is less than one 16-byte vector per thread of {num_warps} "
+                   "warps"),
+        hardware_limit("programs", _enough_programs,
+                       gm.Message("{programs} programs leave more than half of the {ctx.hardware.sm_count} SMs, and "
+                                  "their share of the memory bandwidth, idle",
+                                  lambda p, ctx: {"programs": programs(p, _problem(ctx))})),
+        gm.smem_limit("smem", lambda p, ctx: smem_bytes(p, _problem(ctx)),
+                      "{num_stages} stages of ({BLOCK_M}+{BLOCK_N})x{BLOCK_K}"),
+        hardware_limit("regs-per-thread", _regs_per_thread_ok,
+                       gm.Message("needs about {regs} registers per thread ({acc} for the {BLOCK_M}x{BLOCK_N} "
+                                  "accumulator over {num_warps} warps + {overhead}), {ctx.hardware.name} "
+                                  "allows {ctx.hardware.regs_per_thread}",
+                                  lambda p, ctx: {"regs": registers(p), "acc": acc_registers(p),
+                                                  "overhead": REG_OVERHEAD})),
+        hardware_limit("regs-per-block", _regs_per_block_ok,
+                       gm.Message("needs {block_regs} registers per block, {ctx.hardware.name} has "
+                                  "{ctx.hardware.regs_per_sm} per SM",
+                                  lambda p, ctx: {"block_regs": _block_regs(p)})),
+    ],
+    description="Triton split-K GEMM for decode (M up to 64): a pipelined weight stream, reduced by a "
+                "second kernel or atomics",
+    estimate=estimate,
+    default_problem=DEFAULT_PROBLEM,
+)

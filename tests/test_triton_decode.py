@@ -1,0 +1,144 @@
+"""The decode GEMM space: what it prunes and why (CPU), its kernels against the torch reference under Triton's
+interpreter (CPU, tiny shapes), and on a GPU: verified, a wrong kernel rejected, a cache hit."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+from evotune.cli import main
+from evotune.core.hardware import get_hardware
+from evotune.core.problem import Problem
+from evotune.core.space import Context
+from evotune.measurement.workloads.gemm import TOLERANCE
+from search_spaces import triton_decode_gemm as decode
+
+H100 = get_hardware("H100")
+SPACE = decode.SPACE
+POINT = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 4, "REDUCE": "sum", "num_warps": 4,
+         "num_stages": 4}
+DECODE_NK = [(4096, 4096), (4096, 11008), (12288, 4096), (22016, 4096)]
+
+
+def why(point: dict, problem: Problem) -> str | None:
+    return SPACE.check(point, Context(H100, problem))
+
+
+# -- the space (no Triton needed)
+@pytest.mark.parametrize("dtype", decode.DTYPES)
+@pytest.mark.parametrize("m", [1, 16, 64])
+def test_every_decode_shape_has_feasible_points_on_an_h100(m, dtype):
+    for n, k in DECODE_NK:
+        problem = Problem.gemm(m, n, k, dtype)
+        fs = SPACE.feasible(Context(H100, problem))
+        assert len(fs) > 100, (problem.key, fs.pruned)
+        assert all(SPACE.estimate(fs.point(r), Context(H100, problem)) > 0 for r in range(0, len(fs), 97))
+
+
+def test_each_pruned_point_says_why():
+    problem = Problem.gemm(16, 4096, 4096, "bf16")
+    assert why(POINT, problem) is None
+    assert "nothing to reduce" in why({**POINT, "SPLIT_K": 1, "REDUCE": "atomic"}, problem)
+    assert "wider than M=16" in why({**POINT, "BLOCK_M": 32}, problem)
+    assert "wider than M" not in (why({**POINT, "BLOCK_M": 64}, Problem.gemm(33, 4096, 4096, "bf16")) or "")
+    # 4096 = 8 blocks of 512: a 16-way split leaves half the splits without work
+    assert "8 blocks of BLOCK_K=512" in why({**POINT, "BLOCK_K": 512, "SPLIT_K": 16}, problem)
+    assert "layout tn only" in why(POINT, Problem.gemm(16, 4096, 4096, "bf16", "nt"))
+    assert "bf16/fp16/int8" in why(POINT, Problem.gemm(16, 4096, 4096, "fp8"))
+    # 4096 / 256 columns, no split: 16 programs for 132 SMs
+    assert "16 programs leave more than half of the 132 SMs" in why({**POINT, "BLOCK_N": 256, "SPLIT_K": 1}, problem)
+    assert "16-byte vector" in why({**POINT, "BLOCK_N": 16, "BLOCK_K": 64, "num_warps": 8}, problem)
+    assert "shared memory" in why({**POINT, "BLOCK_N": 256, "BLOCK_K": 512, "SPLIT_K": 8, "num_stages": 6}, problem)
+
+
+def test_evotune_spaces_lists_it(capsys):
+    assert main(["spaces"]) == 0
+    assert "triton_decode_gemm" in capsys.readouterr().out
+
+
+# -- the kernels under Triton's interpreter, in a process of their own (tests/interpreted_decode.py)
+CASES = [{"dtype": dtype, "m": 3, "n": 40, "k": k,  # rows and columns past the edges of a 16 x 32 tile
+          "point": {**POINT, "BLOCK_N": 32, "BLOCK_K": 64, "SPLIT_K": split, "REDUCE": reduce}}
+         for dtype in decode.DTYPES for split, reduce in [(1, "sum"), (3, "sum"), (2, "atomic")]
+         for k in (256, 200)]  # K a multiple of BLOCK_K, and one with a tail
+
+
+@pytest.fixture(scope="module")
+def interpreted() -> list[dict]:
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    out = subprocess.run([sys.executable, str(ROOT / "tests" / "interpreted_decode.py"), json.dumps(CASES)],
+                         capture_output=True, text=True, env=env, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("case", range(len(CASES)),
+                         ids=[f"{c['dtype']}-split{c['point']['SPLIT_K']}-{c['point']['REDUCE']}-k{c['k']}"
+                              for c in CASES])
+def test_the_kernels_match_the_reference(interpreted, case):
+    dtype, result = CASES[case]["dtype"], interpreted[case]
+    if dtype == "int8":
+        assert result == {"error": 0, "int32": True}  # every int32 output exact
+    else:
+        assert result["same_dtype"] and result["error"] <= TOLERANCE[dtype], result
+
+
+def test_the_cache_key_leaves_out_what_the_binary_does_not_depend_on():
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    from search_spaces import _triton_decode as module
+
+    same = module.specialization(Problem.gemm(16, 4096, 4096, "bf16"))
+    assert same == module.specialization(Problem.gemm(32, 12288, 11008, "bf16"))
+    assert same != module.specialization(Problem.gemm(1, 4096, 4096, "bf16"))  # M = 1 is specialised
+    assert same != module.specialization(Problem.gemm(16, 4096, 4096, "int8"))
+
+
+# -- on a GPU
+@pytest.mark.gpu
+def test_on_a_gpu_points_verify_a_wrong_kernel_is_rejected_and_a_second_shape_hits_the_cache(tmp_path, monkeypatch):
+    import torch
+
+    from evotune.measurement.workloads.gemm import make_inputs, verify
+    from search_spaces import _triton_decode as kernels
+
+    monkeypatch.setenv("EVOTUNE_KERNEL_CACHE", str(tmp_path / "kernels"))
+    hits = []
+    for dtype in decode.DTYPES:
+        problem = Problem.gemm(16, 4096, 11008, dtype)
+        for point in (POINT, {**POINT, "SPLIT_K": 1}, {**POINT, "REDUCE": "atomic"}):
+            assert why(point, problem) is None
+            fn = kernels.build(point, problem)
+            hits.append(fn.cache_hit)
+            a, b, c = make_inputs(problem, seed=3)
+            fn(a, b, c)
+            torch.cuda.synchronize()
+            ok, _, message = verify(problem, a, b, c)
+            assert ok, (dtype, point, message)
+    assert not any(hits)  # a fresh cache: each was compiled
+    # a kernel that reduces only half of K is caught by the verification the worker runs
+    problem = Problem.gemm(16, 4096, 4096, "bf16")
+    a, b, c = make_inputs(problem, seed=3)
+    kernels.launcher(POINT, Problem.gemm(16, 4096, 2048, "bf16"))[0](a, b, c)
+    ok, _, message = verify(problem, a, b, c)
+    assert not ok and "relative error" in message
+    # another shape with the same specialisation as the first build: the kernel index counts a hit
+    assert kernels.build(POINT, Problem.gemm(32, 12288, 4096, "bf16")).cache_hit
+
+
+def test_the_decode_experiment_covers_the_decode_shapes_with_a_confirmation_stage():
+    from evotune.running.experiment import load_experiment
+
+    exp = load_experiment(ROOT / "experiments" / "decode_gemm.toml")
+    shapes = {(p.dtype, p.m, p.n, p.k) for p in exp.problems}
+    assert shapes == {(d, m, n, k) for d, ms in (("bf16", (16, 64)), ("int8", (16, 32, 64))) for m in ms
+                      for n, k in DECODE_NK}
+    assert exp.spaces == ["triton_decode_gemm"] and exp.oracle == "gpu"
+    assert exp.oracle_options.confirm.top_k > 0 and exp.budget.seconds is not None
