@@ -70,8 +70,8 @@ def test_the_flush_the_file_names_reaches_the_timing_options(tmp_path, flush):
     assert exp.oracle_options.timing == TimingOptions(flush=flush)
 
 
-def test_without_a_flush_the_default_is_todays_dirty_one(tmp_path):
-    assert gpu_experiment(tmp_path).oracle_options.timing.flush == "dirty"
+def test_without_a_flush_the_default_is_the_clean_one(tmp_path):
+    assert gpu_experiment(tmp_path).oracle_options.timing.flush == "clean"
 
 
 @pytest.mark.parametrize("value", ['"warm"', "1", '["clean"]'])
@@ -183,13 +183,13 @@ def test_resuming_a_study_measured_after_another_flush_is_refused(tmp_path):
     with pytest.raises(ExperimentError) as err:
         check_resume(exp, [t], storage, quiet())
     assert err.value.field == "oracle.flush" and "'dirty'" in err.value.message and "'clean'" in err.value.message
-    check_resume(gpu_experiment(tmp_path), [t], storage, quiet())  # the same flush resumes
+    check_resume(gpu_experiment(tmp_path, 'flush = "dirty"'), [t], storage, quiet())  # the same flush resumes
 
 
 def test_recording_into_a_landscape_of_another_flush_is_refused(tmp_path):
     from evotune.running.record import check_landscape_flushes, landscape_path
 
-    dirty = gpu_experiment(tmp_path)
+    dirty = gpu_experiment(tmp_path, 'flush = "dirty"')
     t = target()
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'rec.db'}")
     store = StudyStore.open(storage, "rec", t.space, study_attrs(dirty, t, "exhaustive", 0))

@@ -24,12 +24,13 @@ from evotune.core.flush import Flush
 class TimingOptions:
     """How the GPU oracle samples one kernel: at least ``min_samples`` timed launches and at most
     ``max_samples``, stopping once the 95% CI of the median is within ``ci_target`` of it, each after an
-    L2 flush of the kind ``flush`` names (one of :data:`FLUSHES`)."""
+    L2 flush of the kind ``flush`` names (one of :data:`FLUSHES`). The default is the clean one: its isolated
+    times predict a layer's time inside a decode step (``benchmarks/decode_step.py``), the dirty one's do not."""
 
     min_samples: int = 20
     max_samples: int = 300
     ci_target: float = 0.01
-    flush: Flush = "dirty"
+    flush: Flush = "clean"
 
 
 @dataclass(frozen=True)
