@@ -24,7 +24,6 @@ class RdbClaims(Claims):
         super().__init__(study, lease_s, owner)
         import sqlalchemy as sa
 
-        self.sa = sa
         from evotune.storage.study import schema_lock
 
         self.engine = _engine(url)
