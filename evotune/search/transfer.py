@@ -47,7 +47,7 @@ MISMATCH = 3.0
 VENDORS = ("nvidia", "amd", "intel", "apple")
 #: the recorded landscapes shipped with evotune: the repository's, beside the package (not package data, so a
 #: non-editable ``pip install`` has none and transfers from its own studies and the cache only)
-SHIPPED = Path(__file__).resolve().parents[1] / "experiments" / "landscapes"
+SHIPPED = Path(__file__).resolve().parents[2] / "experiments" / "landscapes"
 
 
 def shipped_landscapes(space: SearchSpace, folder: Path = SHIPPED) -> list[Path]:
