@@ -123,3 +123,28 @@ def test_a_failure_that_only_names_out_of_memory_in_its_message_is_not_retried(w
 def test_the_gpu_worker_answers_an_unknown_request_with_a_runtime_error(worker):
     reply = worker.handle(Stop())  # the serving loop ends on Stop before any handler sees it
     assert reply.status is ReplyStatus.RUNTIME_ERROR and "Stop" in reply.message
+
+
+def test_the_evaluator_base_declares_everything_the_running_layer_uses_of_an_evaluator():
+    """What running/ reads or calls on an evaluator is declared (and typed) on :class:`Evaluator`, never looked up
+    with getattr: an evaluator of a new kind learns its whole interface from the base."""
+    import ast
+
+    from evotune.measurement.base import Evaluator
+
+    names = {"evaluator", "ev"}
+    used: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "evotune" / "running").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in (
+                    "getattr", "hasattr") and node.args and isinstance(node.args[0], ast.Name):
+                assert node.args[0].id not in names, f"{path.name}:{node.lineno} looks an evaluator up by name"
+            if not isinstance(node, ast.Attribute):
+                continue
+            owner = node.value
+            if (isinstance(owner, ast.Name) and owner.id in names) or (
+                    isinstance(owner, ast.Attribute) and owner.attr == "evaluator"):
+                used.setdefault(node.attr, set()).add(path.name)
+    assert {"evaluate", "confirm", "baselines", "device_info", "cache_stats", "confirms"} <= set(used)
+    missing = {attr: files for attr, files in used.items() if not hasattr(Evaluator, attr)}
+    assert not missing, f"used on evaluators but not declared on Evaluator: {missing}"
