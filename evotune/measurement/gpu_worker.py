@@ -34,7 +34,7 @@ from evotune.measurement.messages import (
     UseSpace,
     unknown,
 )
-from evotune.measurement.options import TimingOptions
+from evotune.measurement.options import ConfirmOptions, TimingOptions
 from evotune.measurement.space_worker import use_space
 
 KEEP_KERNELS = 64  # built kernels a GPU worker keeps, most recently used first
@@ -158,7 +158,7 @@ class _Worker:
             reply.status, reply.fatal = ReplyStatus.CRASH, True
         return reply
 
-    def confirm(self, points: list[Point], problem: Problem, search_ms: list[float], opts: Any) -> Reply:
+    def confirm(self, points: list[Point], problem: Problem, search_ms: list[float], opts: ConfirmOptions) -> Reply:
         """The confirmation stage in this worker: every point and baseline prepared once (verified on fresh
         data first), the GPU warmed up, then interleaved rounds of samples until the medians are tight."""
         import time as _time

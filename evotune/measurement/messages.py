@@ -22,6 +22,7 @@ from typing import Any
 
 from evotune.core.result import EvalResult, Status
 from evotune.core.space import Point
+from evotune.measurement.options import ConfirmOptions
 
 
 class ReplyStatus(StrEnum):
@@ -73,13 +74,12 @@ class DeviceInfo:
 
 @dataclass(frozen=True)
 class Confirm:
-    """The confirmation stage: re-time ``points`` (measured at ``search_ms`` in the search) beside the baselines.
-    ``options`` is a :class:`evotune.measurement.options.ConfirmOptions`."""
+    """The confirmation stage: re-time ``points`` (measured at ``search_ms`` in the search) beside the baselines."""
 
     points: list[Point]
     problem: dict[str, Any]
     search_ms: list[float]
-    options: Any
+    options: ConfirmOptions
 
 
 @dataclass(frozen=True)
