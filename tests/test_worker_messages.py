@@ -13,6 +13,7 @@ from evotune.core.result import Status
 from evotune.core.space import SearchSpace, ordinal
 from evotune.measurement.messages import (
     Baselines,
+    CompileOnly,
     Confirm,
     DeviceInfo,
     Evaluate,
@@ -34,7 +35,7 @@ class FakeOutOfMemoryError(RuntimeError):
 def test_requests_and_replies_survive_pickling_as_they_cross_the_pipe():
     requests = [Evaluate({"a": 1}, PROBLEM.to_dict(), seed=3, repeats=2), Baselines(PROBLEM.to_dict()),
                 DeviceInfo(), Confirm([{"a": 1}], PROBLEM.to_dict(), [0.5], ConfirmOptions()),
-                UseSpace("tests/spaces/faults.py"), Stop()]
+                UseSpace("tests/spaces/faults.py"), CompileOnly({"a": 1}), Stop()]
     for request in requests:
         assert pickle.loads(pickle.dumps(request)) == request
     reply = Reply(ReplyStatus.OUT_OF_MEMORY, "time: OutOfMemoryError", compile_s=0.5, extra={"traceback": "..."},

@@ -90,11 +90,19 @@ class UseSpace:
 
 
 @dataclass(frozen=True)
+class CompileOnly:
+    """Compile ``point`` for the sweep's GPU without launching it (``record --compile-only``); its reply's ``extra``
+    holds the space's ``compile_only`` result (registers, stack frame, shared memory, stages)."""
+
+    point: Point
+
+
+@dataclass(frozen=True)
 class Stop:
     """End the worker's loop; no reply."""
 
 
-Request = Evaluate | Baselines | DeviceInfo | Confirm | UseSpace | Stop
+Request = Evaluate | Baselines | DeviceInfo | Confirm | UseSpace | CompileOnly | Stop
 
 
 # -- the reply --------------------------------------------------------------
