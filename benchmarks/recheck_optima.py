@@ -23,11 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evotune.core.hardware import get_hardware  # noqa: E402
 from evotune.core.landscape import Landscape, load_landscape  # noqa: E402
 from evotune.core.plugins import load_space  # noqa: E402
 from evotune.core.result import Status  # noqa: E402
-from evotune.core.space import Context  # noqa: E402
 from evotune.measurement.options import OracleOptions, TimingOptions  # noqa: E402
 
 
@@ -39,7 +37,6 @@ def top_points(ls: Landscape, top: int) -> list[dict]:
 def recheck(paths: list[Path], top: int, options: OracleOptions) -> list[dict]:
     from evotune.measurement.gpu import GpuEvaluator  # the gpu extra
 
-    hardware = get_hardware("auto")
     rows: list[dict] = []
     evaluators: dict[str, GpuEvaluator] = {}
     work = []
@@ -48,7 +45,7 @@ def recheck(paths: list[Path], top: int, options: OracleOptions) -> list[dict]:
             ls = load_landscape(path)
             space = load_space(ls.space_name)
             if space.name not in evaluators:
-                evaluators[space.name] = GpuEvaluator(space, Context(hardware, ls.problem), options)
+                evaluators[space.name] = GpuEvaluator(space, options)
             ev, points = evaluators[space.name], top_points(ls, top)
             ev.prefetch(points, ls.problem)
             work.append((path, ls, ev, points))

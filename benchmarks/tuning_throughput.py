@@ -90,14 +90,14 @@ def serial_loop(points, problem, space_name) -> tuple[float, float]:
     return time.perf_counter() - started, first
 
 
-def evotune_loop(points, problem, space, ctx, workers) -> tuple[float, float, dict, dict]:
+def evotune_loop(points, problem, space, workers) -> tuple[float, float, dict, dict]:
     from evotune.measurement.gpu import GpuEvaluator
     from evotune.measurement.options import OracleOptions
 
     started = time.perf_counter()
     first = None
     parts = {"wait_s": 0.0, "compile_s": 0.0, "build_s": 0.0, "verify_s": 0.0, "bench_s": 0.0}
-    with GpuEvaluator(space, ctx, OracleOptions(workers=workers)) as ev:
+    with GpuEvaluator(space, OracleOptions(workers=workers)) as ev:
         handed = 0  # as the tuner does: points handed to the pool ahead, as many as the evaluator asks for
         for i, p in enumerate(points):
             more = ev.to_ask(max(0, handed - i))
@@ -162,12 +162,12 @@ def main() -> None:
     problem, space, ctx, points = _setup(args)
     workers = default_workers() if args.workers is None else args.workers
     if args.loop_only:
-        total, first, stats, _ = evotune_loop(points, problem, space, ctx, workers)
+        total, first, stats, _ = evotune_loop(points, problem, space, workers)
         print(json.dumps({"seconds": total, "first_config_s": first, "cache": stats}))
         return
     os.environ["EVOTUNE_KERNEL_CACHE"] = tempfile.mkdtemp(prefix="evotune-kernels-")
-    cold, cold_first, cold_stats, cold_parts = evotune_loop(points, problem, space, ctx, workers)
-    warm, warm_first, warm_stats, warm_parts = evotune_loop(points, problem, space, ctx, workers)
+    cold, cold_first, cold_stats, cold_parts = evotune_loop(points, problem, space, workers)
+    warm, warm_first, warm_stats, warm_parts = evotune_loop(points, problem, space, workers)
     argv = ["--space", args.space, "--configs", str(args.configs), "--problem", args.problem, "--dtype", args.dtype,
             "--workers", str(workers)]
     fresh, fresh_loop = fresh_process_loop(argv)

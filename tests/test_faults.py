@@ -59,7 +59,7 @@ def test_a_run_over_the_whole_fault_space_completes(space, tmp_path):
     store = StudyStore.open(f"sqlite:///{tmp_path / 'faults.db'}", "faults/exhaustive", space)
     strategy = make_strategy("exhaustive", space, space.feasible(CTX), seed=0)
     parent = os.getpid()
-    with CpuEvaluator(space, CTX, OPTIONS, repeats=3, memory_limit_mb=512) as ev:
+    with CpuEvaluator(space, OPTIONS, repeats=3, memory_limit_mb=512) as ev:
         result = tune(space, CTX, ev, strategy, store, Budget(trials=100))
         restarts = ev.restarts
     assert os.getpid() == parent  # the tuner process is the one that started
@@ -93,13 +93,13 @@ def test_a_run_over_the_whole_fault_space_completes(space, tmp_path):
     assert lost == 0 and duplicates == 0
 
     # resuming measures nothing again
-    again = tune(space, CTX, CpuEvaluator(space, CTX, OPTIONS), make_strategy(
+    again = tune(space, CTX, CpuEvaluator(space, OPTIONS), make_strategy(
         "exhaustive", space, space.feasible(CTX), seed=0), store, Budget(trials=100))
     assert again.new_trials == 0 and again.trials == 12
 
 
 def test_the_worker_carries_on_after_each_fault(space):
-    with CpuEvaluator(space, CTX, OPTIONS, memory_limit_mb=512) as ev:
+    with CpuEvaluator(space, OPTIONS, memory_limit_mb=512) as ev:
         for mode in ("wrong", "compile_error", "oom", "abort"):
             assert ev.evaluate({"mode": mode, "size": 1}, PROBLEM).status.failed
             r = ev.evaluate({"mode": "ok_fast", "size": 2}, PROBLEM)
@@ -118,7 +118,7 @@ def test_a_space_the_worker_cannot_load_is_a_crash_not_an_exception(space, tmp_p
         "spec.loader.exec_module(faults)\n"
         "SPACE = faults._make_space('cpu')  # a space of its own, so the worker loads this file\n")
     flaky = load_space(str(path))
-    with CpuEvaluator(flaky, CTX, OPTIONS) as ev:
+    with CpuEvaluator(flaky, OPTIONS) as ev:
         r = ev.evaluate({"mode": "ok_fast", "size": 1}, PROBLEM)
     assert r.status is Status.CRASH and "could not load the space" in r.message and "not in a worker" in r.message
 
@@ -137,7 +137,7 @@ def test_a_space_without_build_is_refused():
     from evotune.core.space import SearchSpace, ordinal
 
     with pytest.raises(ValueError, match="no build function"):
-        CpuEvaluator(SearchSpace("x", [ordinal("a", (1, 2))]), CTX)
+        CpuEvaluator(SearchSpace("x", [ordinal("a", (1, 2))]))
 
 
 def test_the_fault_experiment_runs_to_its_end_with_its_oracle_options(space, tmp_path):

@@ -50,8 +50,7 @@ def test_space_metadata(space: SearchSpace):
     assert space.description and "\n" not in space.description
     assert space.default_problem == Problem.gemm(4096, 4096, 4096, "bf16")
     assert space.estimate is not None
-    # GEMM spaces use the shared GEMM inputs, launch convention and reference (evotune.measurement.workloads.gemm)
-    assert space.run is None and space.reference is None
+    assert space.workload == "gemm"  # the GEMM workload's inputs, launch convention and reference
     assert all(p.doc for p in space.params)
     assert len({c.name for c in space.constraints}) == len(space.constraints)
     assert space.size < 100_000

@@ -28,7 +28,7 @@ def faults():
     from evotune.measurement.gpu import GpuEvaluator
 
     space = load_space(FAULTS)
-    ev = GpuEvaluator(space, Context(detect(), PROBLEM), OracleOptions(timeout_s=60))
+    ev = GpuEvaluator(space, OracleOptions(timeout_s=60))
     yield ev
     ev.close()
 
@@ -63,7 +63,7 @@ def test_a_hanging_kernel_times_out_and_is_isolated():
     from evotune.measurement.gpu import GpuEvaluator
 
     space = load_space(FAULTS)
-    with GpuEvaluator(space, Context(detect(), PROBLEM), OracleOptions(timeout_s=20)) as ev:
+    with GpuEvaluator(space, OracleOptions(timeout_s=20)) as ev:
         assert ev.evaluate({"mode": "ok"}, PROBLEM).status is Status.OK  # worker warm: CUDA and Triton loaded
         r = ev.evaluate({"mode": "hang"}, PROBLEM)
         assert r.status is Status.TIMEOUT
@@ -80,7 +80,7 @@ def test_triton_matmul_points_verify_against_the_reference(dtype):
     fs = space.feasible(ctx)
     points = [{"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "SPLIT_K": s, "num_warps": 4,
                "num_stages": 3, "num_ctas": 1} for s in (1, 4)]
-    with GpuEvaluator(space, ctx) as ev:
+    with GpuEvaluator(space) as ev:
         for p in points:
             assert p in fs
             r = ev.evaluate(p, problem)
@@ -106,7 +106,7 @@ def test_cute_hopper_points_verify_against_the_reference(dtype, point):
     problem = Problem.gemm(2048, 2048, 2048, dtype)
     ctx = Context(detect(), problem)
     assert point in space.feasible(ctx)
-    with GpuEvaluator(space, ctx) as ev:
+    with GpuEvaluator(space) as ev:
         r = ev.evaluate(point, problem)
         assert r.status is Status.OK, r.message
         assert r.compile_s > 0 and r.time_ms > 0
@@ -130,7 +130,7 @@ def test_second_run_compiles_nothing_and_lookup_returns_a_correct_kernel(tmp_pat
     points = [fs.point(r) for r in range(0, len(fs), max(1, len(fs) // 3))][:3]
     runs = []
     for _ in range(2):
-        with GpuEvaluator(space, ctx, OracleOptions(workers=2)) as ev:
+        with GpuEvaluator(space, OracleOptions(workers=2)) as ev:
             ev.prefetch(points, problem)
             results = [ev.evaluate(p, problem) for p in points]
             runs.append((dict(ev.cache_stats), results))
@@ -164,7 +164,7 @@ def test_a_run_over_the_gpu_fault_space_loses_nothing(tmp_path, monkeypatch):
     assert space.name == "faults_gpu"
     ctx = Context(detect(), PROBLEM)
     store = StudyStore.open(f"sqlite:///{tmp_path / 'faults.db'}", "faults_gpu/exhaustive", space)
-    with GpuEvaluator(space, ctx, OracleOptions(timeout_s=30)) as ev:
+    with GpuEvaluator(space, OracleOptions(timeout_s=30)) as ev:
         result = tune(space, ctx, ev, make_strategy("exhaustive", space, space.feasible(ctx), seed=0), store,
                       Budget(trials=100))
         restarts = ev.restarts

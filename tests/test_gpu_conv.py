@@ -64,7 +64,7 @@ def test_cutlass_conv_kernels_verify_and_a_second_evaluator_compiles_nothing(tmp
         assert list(pool.map(_precompile, CASES)) == [False] * len(CASES)
     stats: dict[str, int] = {}
     for problem, point in CASES:  # a fresh evaluator (and GPU worker) per case: each loads from disk
-        with GpuEvaluator(space, Context(detect(), problem), OracleOptions(timeout_s=300)) as ev:
+        with GpuEvaluator(space, OracleOptions(timeout_s=300)) as ev:
             r = ev.evaluate(point, problem)
             assert r.status is Status.OK, (problem.key, point, r.message)
             assert r.time_ms > 0 and r.error <= 1, (problem.key, r.error)
@@ -73,7 +73,7 @@ def test_cutlass_conv_kernels_verify_and_a_second_evaluator_compiles_nothing(tmp
     assert stats == {"hit": len(CASES)}, stats
     # shape-free: another convolution, and another swizzle, reuse the hand-picked binary
     problem = _conv(N=3, C=96, H=17, W=23, K=160, stride=2)
-    with GpuEvaluator(space, Context(detect(), problem), OracleOptions(timeout_s=300)) as ev:
+    with GpuEvaluator(space, OracleOptions(timeout_s=300)) as ev:
         r = ev.evaluate(dict(HAND_PICKED, swizzle=2), problem)
         assert r.status is Status.OK and ev.cache_stats == {"hit": 1}, (r.message, ev.cache_stats)
 
@@ -83,7 +83,7 @@ def test_a_conv_kernel_reading_the_filter_in_the_wrong_layout_is_rejected(tmp_pa
 
     monkeypatch.setenv("EVOTUNE_KERNEL_CACHE", str(tmp_path / "kernels"))
     problem = CASES[0][0]
-    with GpuEvaluator(load_space(UNREORDERED), Context(detect(), problem), OracleOptions(timeout_s=300)) as ev:
+    with GpuEvaluator(load_space(UNREORDERED), OracleOptions(timeout_s=300)) as ev:
         r = ev.evaluate(HAND_PICKED, problem)
     assert r.status is Status.WRONG_RESULT and r.time_ms is None, r.message
 
@@ -93,7 +93,7 @@ def test_the_hand_picked_configuration_and_cudnn_are_timed_as_baselines(tmp_path
 
     monkeypatch.setenv("EVOTUNE_KERNEL_CACHE", str(tmp_path / "kernels"))
     problem = CASES[0][0]
-    with GpuEvaluator(load_space("cutlass_conv2d_int8"), Context(detect(), problem), OracleOptions()) as ev:
+    with GpuEvaluator(load_space("cutlass_conv2d_int8"), OracleOptions()) as ev:
         baselines = ev.baselines(problem)
     print(baselines)
     hand = baselines["cutlass_conv2d_int8: hand-picked 128x128x64 4-stage"]
@@ -134,12 +134,12 @@ def test_sm90_conv_kernels_verify_and_the_cutlass_2x_hand_picked_kernel_is_timed
     with ProcessPoolExecutor(len(SM90_CASES), mp_context=mp.get_context("spawn")) as pool:
         list(pool.map(_precompile_sm90, SM90_CASES))  # into the session's kernel cache: about a minute each
     for problem, point in SM90_CASES:
-        with GpuEvaluator(space, Context(detect(), problem), OracleOptions(timeout_s=300)) as ev:
+        with GpuEvaluator(space, OracleOptions(timeout_s=300)) as ev:
             r = ev.evaluate(point, problem)
             assert r.status is Status.OK, (problem.key, point, r.message)
             assert r.time_ms > 0 and r.error <= 1 and ev.cache_stats == {"hit": 1}, (r.error, ev.cache_stats)
     problem = SM90_CASES[0][0]
-    with GpuEvaluator(space, Context(detect(), problem), OracleOptions()) as ev:
+    with GpuEvaluator(space, OracleOptions()) as ev:
         baselines = ev.baselines(problem)
     label = "cutlass_conv2d_int8 hand-picked 128x128x64 4-stage"
     assert baselines[f"{label} (nhwc)"]["verified"] is True, baselines

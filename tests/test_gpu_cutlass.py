@@ -58,7 +58,7 @@ def test_cutlass_kernels_verify_and_a_second_evaluator_compiles_nothing(tmp_path
         assert list(pool.map(_precompile, CASES)) == [False] * len(CASES)  # none was in the cache before
     stats: dict[str, int] = {}
     for problem, point in CASES:  # a fresh evaluator (and GPU worker) per case: each loads from disk
-        with GpuEvaluator(space, Context(detect(), problem), OracleOptions(timeout_s=400)) as ev:
+        with GpuEvaluator(space, OracleOptions(timeout_s=400)) as ev:
             r = ev.evaluate(point, problem)
             assert r.status is Status.OK, (problem.key, point, r.message)
             assert r.time_ms > 0 and (r.error == 0.0 if problem.dtype == "int8" else r.error < 2e-2)
@@ -67,7 +67,7 @@ def test_cutlass_kernels_verify_and_a_second_evaluator_compiles_nothing(tmp_path
     assert stats == {"hit": len(CASES)}, stats
     # shape-free: another shape and other launch arguments reuse the first case's binary
     problem = Problem.gemm(2048, 1024, 1024, "bf16")
-    with GpuEvaluator(space, Context(detect(), problem), OracleOptions(timeout_s=400)) as ev:
+    with GpuEvaluator(space, OracleOptions(timeout_s=400)) as ev:
         r = ev.evaluate(dict(BASE, raster="n", swizzle=4), problem)
         assert r.status is Status.OK and ev.cache_stats == {"hit": 1}, (r.message, ev.cache_stats)
 
@@ -77,6 +77,6 @@ def test_a_cutlass_kernel_that_computes_the_wrong_product_is_rejected(tmp_path, 
 
     monkeypatch.setenv("EVOTUNE_KERNEL_CACHE", str(tmp_path / "kernels"))
     problem = Problem.gemm(1024, 2048, 4096, "bf16")
-    with GpuEvaluator(load_space(WRONG), Context(detect(), problem), OracleOptions(timeout_s=400)) as ev:
+    with GpuEvaluator(load_space(WRONG), OracleOptions(timeout_s=400)) as ev:
         r = ev.evaluate(BASE, problem)
     assert r.status is Status.WRONG_RESULT and r.time_ms is None, r.message

@@ -10,7 +10,7 @@ import optuna
 import pytest
 from conftest import replay_experiment
 
-from evotune.storage.claims import FileClaims, RdbClaims
+from evotune.storage.claims import Claim, FileClaims, RdbClaims
 from evotune.storage.journal import JournalError, JournalWarning, cut_torn_tail
 from evotune.storage.study import make_storage, study_names
 
@@ -103,15 +103,15 @@ def test_begin_frees_a_key_marked_done_whose_trial_is_gone(tmp_path, kind):
 
     me, other = make(None), make("another-host:1:0")
     for key in ("a", "b", "lost"):
-        assert me.claim(key, budget=3) == "new"
+        assert me.claim(key, budget=3) is Claim.NEW
         me.finish(key)
-    assert other.claim("late", budget=4) == "new"
+    assert other.claim("late", budget=4) is Claim.NEW
     other.finish("late")  # stored by another worker after this one read the study
-    assert me.claim("c", budget=4) == "full"
+    assert me.claim("c", budget=4) is Claim.FULL
     me.begin({"a", "b"}, look=lambda: {"a", "b", "late"})
     assert me.room(4) == 1  # a, b and late are done; lost is free again
-    assert me.claim("lost", budget=4) == "new"
-    assert me.claim("late", budget=9) == ""
+    assert me.claim("lost", budget=4) is Claim.NEW
+    assert me.claim("late", budget=9) is Claim.TAKEN
 
 
 def with_lines(path, lines: dict[int, bytes]) -> list[bytes]:

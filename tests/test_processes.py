@@ -19,16 +19,20 @@ SCRIPT = textwrap.dedent('''
     from concurrent.futures import ProcessPoolExecutor
 
     from evotune.measurement.isolation import WorkerProcess, serve
+    from evotune.measurement.messages import DeviceInfo, Evaluate, Reply, ReplyStatus
     from evotune.measurement.processes import INHERITED_CUDA, pool_initializer, start_method
 
     PRELOADED = "xml.dom.minidom"
 
     class Handler:
-        def handle(self, message):
-            if message[0] == "state":
-                return {"status": "ok", "value": os.environ.get("EVOTUNE_TEST_VALUE"),
-                        "preloaded": PRELOADED in sys.modules, "pid": os.getpid()}
+        def handle(self, request):
+            if isinstance(request, DeviceInfo):
+                return Reply(ReplyStatus.OK, info={"value": os.environ.get("EVOTUNE_TEST_VALUE"),
+                                                   "preloaded": PRELOADED in sys.modules, "pid": os.getpid()})
             os.kill(os.getpid(), signal.SIGSEGV)
+
+    def flat(reply):
+        return {"status": reply.status.value, "message": reply.message, **reply.info}
 
     def main(conn):
         serve(conn, Handler)
@@ -51,12 +55,12 @@ SCRIPT = textwrap.dedent('''
         out = {"method": ctx.get_start_method(), "parent_has_it": PRELOADED in sys.modules}
         os.environ["EVOTUNE_TEST_VALUE"] = "later"  # a child takes its parent's environment of its own start
         worker = WorkerProcess(main, (), "test worker", 600, start=ctx)
-        out["first"] = worker.call(("state",))
-        out["crash"] = worker.call(("segfault",))
-        out["after_crash"] = worker.call(("state",))
+        out["first"] = flat(worker.call(DeviceInfo()))
+        out["crash"] = flat(worker.call(Evaluate({}, {}, seed=1)))
+        out["after_crash"] = flat(worker.call(DeviceInfo()))
         worker.close()
         refusing = WorkerProcess(refusing_main, (), "test worker", 600, start=ctx)
-        out["refused"] = refusing.call(("state",))
+        out["refused"] = flat(refusing.call(DeviceInfo()))
         out["refused"]["restarts"] = refusing.restarts
         refusing.close()
         with ProcessPoolExecutor(1, mp_context=ctx, initializer=pool_initializer,

@@ -7,7 +7,7 @@ import threading
 from optuna.study import StudyDirection
 
 from evotune.running.shared_baselines import ATTR, namespace, setup_of, shared_baselines
-from evotune.storage.claims import make_claims
+from evotune.storage.claims import Claim, make_claims
 from evotune.storage.study import make_storage
 
 STUDY = "e/gemm_int8_tn_16x4096x4096/cute_hopper_gemm/ga/seed0"
@@ -50,7 +50,7 @@ def test_a_worker_waits_for_the_one_timing_them(tmp_path):
     url = f"sqlite:///{tmp_path / 's.db'}"
     storage = make_storage(url)
     timing = claims(url, "host-a")
-    assert timing.claim(f"{STUDY}|{setup_of(H100)}") == "new"  # host-a is timing them
+    assert timing.claim(f"{STUDY}|{setup_of(H100)}") is Claim.NEW  # host-a is timing them
     waiting, got = Timer(0.5), {}
     worker = threading.Thread(target=lambda: got.update(found=shared_baselines(
         storage, STUDY, claims(url, "host-b"), H100, waiting)))

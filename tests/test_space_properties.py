@@ -140,7 +140,7 @@ def test_nearest_lands_on_a_free_feasible_row_at_the_least_distance(case, data):
 def test_ask_never_hands_out_an_infeasible_or_taken_point(space, name, seed, data):
     fs = space.feasible(CTX)
     options = {"population": 4, "offspring": 3} if name == "ga" else {}
-    strategy = make_strategy(name, space, fs, seed=seed, ctx=CTX, budget=len(fs), **options)
+    strategy = make_strategy(name, space, fs, seed=seed, ctx=CTX, **options)
     seen = set()
     # resume: some points were measured before
     warm = [fs.point(r) for r in range(len(fs)) if data.draw(st.booleans(), label="warm") and r % 3 == 0]

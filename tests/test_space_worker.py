@@ -5,6 +5,7 @@ from __future__ import annotations
 from conftest import ROOT
 
 from evotune.core.result import Status
+from evotune.measurement.messages import Reply, ReplyStatus, UseSpace
 from evotune.running.experiment import load_experiment
 from evotune.running.session import Evaluators
 from evotune.running.targets import targets
@@ -75,10 +76,10 @@ def test_the_gpu_worker_switches_space_on_request(monkeypatch, tmp_path):
     monkeypatch.setattr(gpu_worker, "_first_blas_call", lambda: None)
     worker = gpu_worker._Worker(str(ROOT / "tests" / "spaces" / "faults.py"), TimingOptions())
     worker.kernels[("p", "k")] = object()
-    assert worker.handle(("space", str(tmp_path / "shifted.py"))) == {"status": "ok"}
+    assert worker.handle(UseSpace(str(tmp_path / "shifted.py"))) == Reply(ReplyStatus.OK)
     assert worker.space.name == "shifted" and not worker.kernels
-    assert worker.handle(("space", str(ROOT / "tests" / "spaces" / "faults.py")))["status"] == "ok"
+    assert worker.handle(UseSpace(str(ROOT / "tests" / "spaces" / "faults.py"))).status is ReplyStatus.OK
     assert worker.space.name == "faults"
-    failed = worker.handle(("space", str(tmp_path / "missing.py")))
-    assert failed["status"] == "runtime_error" and "missing.py" in failed["message"]
+    failed = worker.handle(UseSpace(str(tmp_path / "missing.py")))
+    assert failed.status is ReplyStatus.RUNTIME_ERROR and "missing.py" in failed.message
     assert worker.space.name == "faults"

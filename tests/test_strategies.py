@@ -125,3 +125,19 @@ def test_unknown_option_is_refused():
     space, ctx = constrained_space()
     with pytest.raises(ValueError, match="unknown option"):
         make_strategy("ga", space, space.feasible(ctx), popsize=3)
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_a_strategy_takes_no_budget_its_tuner_keeps_it(name):
+    """The budget is the tuner's to keep (trials, seconds, plateau): a strategy given one would ignore it."""
+    space, ctx = constrained_space()
+    with pytest.raises(ValueError, match="budget: unknown option"):
+        make_strategy(name, space, space.feasible(ctx), budget=10)
+
+
+def test_a_space_declares_how_to_build_not_how_to_run_or_check():
+    """A kernel is launched and checked through its problem's workload, never through fields of the space."""
+    from dataclasses import fields
+
+    names = {f.name for f in fields(SearchSpace)}
+    assert "build" in names and not names & {"run", "reference", "make_inputs"}

@@ -13,7 +13,7 @@ from conftest import PNPOLY
 
 from evotune.core.landscape import load_landscape
 from evotune.core.result import EvalResult, Status
-from evotune.storage.claims import RdbClaims
+from evotune.storage.claims import Claim, RdbClaims
 from evotune.storage.study import StudyStore, make_storage
 from evotune.storage.trial_writer import TrialWriter
 
@@ -82,17 +82,17 @@ def test_a_queued_trial_keeps_its_claim_until_it_is_stored(tmp_path, space):
     mine, other = RdbClaims(url, "s", lease_s=600), RdbClaims(url, "s", lease_s=600, owner=OTHER)
     point = dict(zip(space.names, next(iter(load_landscape(PNPOLY).entries)), strict=True))
     key = space.key(point)
-    assert mine.claim(key, budget=1) == "new"
+    assert mine.claim(key, budget=1) is Claim.NEW
     slow, stored = SlowStore(store), []
     writer = TrialWriter(slow, mine, on_stored=stored.append)
     writer.put(key, store.trial(point, results()[0], clock_s=1.0))  # returns while the write waits
     assert writer.pending == 1 and store.history() == []
-    assert other.claim(key) == ""  # held by a live worker: nobody else measures it
-    assert other.claim("another point", budget=1) == "full"  # and it counts against the budget
+    assert other.claim(key) is Claim.TAKEN  # held by a live worker: nobody else measures it
+    assert other.claim("another point", budget=1) is Claim.FULL  # and it counts against the budget
     slow.go.set()
     writer.close()
     assert [r.key for r in store.history()] == [key] and stored == [1]
-    assert other.claim(key) == "" and other.room(2) == 1  # done now: counted once, never measured again
+    assert other.claim(key) is Claim.TAKEN and other.room(2) == 1  # done now: counted once, never measured again
     assert writer.busy_s > 0 and writer.pending == 0
 
 
@@ -104,7 +104,7 @@ def test_a_failed_write_stops_the_writer_and_is_raised_in_the_loop(tmp_path, spa
     slow = SlowStore(store, error=OSError("disk full"))
     writer = TrialWriter(slow, mine)
     for p in points:
-        assert mine.claim(space.key(p)) == "new"
+        assert mine.claim(space.key(p)) is Claim.NEW
         writer.put(space.key(p), store.trial(p, results()[0], clock_s=1.0))
     slow.go.set()
     with pytest.raises(RuntimeError, match="disk full"):

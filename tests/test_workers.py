@@ -13,7 +13,7 @@ import optuna
 import pytest
 from conftest import ROOT, int8_landscapes, landscape_excerpt, replay_experiment
 
-from evotune.storage.claims import FileClaims, RdbClaims
+from evotune.storage.claims import Claim, FileClaims, NoClaims, RdbClaims
 from evotune.storage.study import make_storage, study_names
 
 pytestmark = pytest.mark.slow  # several worker processes on one study
@@ -156,25 +156,36 @@ def test_a_claim_is_exclusive_until_its_owner_dies(tmp_path, kind):
     me = make(None)
     dead = make(f"{os.uname().nodename}:999999999:0")  # a pid that does not exist on this host
     alive_elsewhere = make("another-host:1:0")
-    assert me.claim("a") == "new"
-    assert alive_elsewhere.claim("a") == ""  # held by a live worker
-    assert alive_elsewhere.claim("b") == "new"
-    assert me.claim("b") == ""  # a live worker on another host: only its lease can free it
-    assert dead.claim("c") == "new"
-    assert me.claim("c") == "takeover"  # its owner is a dead process of this host
+    assert me.claim("a") is Claim.NEW
+    assert alive_elsewhere.claim("a") is Claim.TAKEN  # held by a live worker
+    assert alive_elsewhere.claim("b") is Claim.NEW
+    assert me.claim("b") is Claim.TAKEN  # a live worker on another host: only its lease can free it
+    assert dead.claim("c") is Claim.NEW
+    assert me.claim("c") is Claim.TAKEOVER  # its owner is a dead process of this host
     assert me.active() == {"b"}
+
+
+def test_a_claim_answer_says_whether_this_worker_measures_the_key(tmp_path):
+    assert [c for c in Claim if c.mine] == [Claim.NEW, Claim.TAKEOVER]
+    assert Claim.NEW != "new" and not isinstance(Claim.TAKEN, str)  # an answer, compared by identity
+    alone = NoClaims("s", lease_s=60)  # one process: the tuner counts its own trials
+    assert alone.claim("a", budget=0) is Claim.NEW and alone.claim("a") is Claim.NEW
+    shared = claims_of("file", tmp_path, None)
+    with shared.holding("lock"):  # holding() waits for an answer that is this worker's
+        assert claims_of("file", tmp_path, "another-host:1:0").claim("lock") is Claim.TAKEN
+    assert claims_of("file", tmp_path, "another-host:1:0").claim("lock") is Claim.NEW
 
 
 def test_a_claim_after_a_torn_line_is_still_seen(tmp_path):
     path = tmp_path / "c.claims"
     first = FileClaims(path, "s", lease_s=60, owner="another-host:1:0")
-    assert first.claim("a") == "new"
+    assert first.claim("a") is Claim.NEW
     with path.open("a") as f:
         f.write('{"study": "s", "key": "dead-wri')  # a writer killed inside its write
-    assert first.claim("b") == "new"
+    assert first.claim("b") is Claim.NEW
     fresh = FileClaims(path, "s", lease_s=60)
-    assert fresh.claim("b") == ""  # the claim after the torn line is read, not lost in a glued line
-    assert fresh.claim("a") == ""
+    assert fresh.claim("b") is Claim.TAKEN  # the claim after the torn line is read, not lost in a glued line
+    assert fresh.claim("a") is Claim.TAKEN
 
 
 @pytest.mark.parametrize("kind", ["file", "rdb"])
@@ -185,16 +196,16 @@ def test_the_budget_counts_keys_done_or_held_live_once(tmp_path, kind):
     me, other = make(None), make("another-host:1:0")
     dead = make(f"{os.uname().nodename}:999999999:0")  # a pid that does not exist on this host
     me.begin({"old"})  # a trial stored before claims were kept
-    assert me.claim("a", budget=4) == "new"
+    assert me.claim("a", budget=4) is Claim.NEW
     me.finish("a")
-    assert other.claim("b", budget=4) == "new"  # live, not finished: holds a slot
-    assert dead.claim("stored", budget=4) == "new"
+    assert other.claim("b", budget=4) is Claim.NEW  # live, not finished: holds a slot
+    assert dead.claim("stored", budget=4) is Claim.NEW
     dead.finish("stored")
-    assert dead.claim("lost", budget=4) == "full"  # old, a, b and stored fill the budget
+    assert dead.claim("lost", budget=4) is Claim.FULL  # old, a, b and stored fill the budget
     assert me.room(4) == 0 and me.room(6) == 2
-    assert me.claim("c", budget=5) == "new"
+    assert me.claim("c", budget=5) is Claim.NEW
     # the dead worker's claims: one it stored before dying, without saying so; one it never finished
-    assert dead.claim("x", budget=10) == "new" and dead.claim("y", budget=10) == "new"
+    assert dead.claim("x", budget=10) is Claim.NEW and dead.claim("y", budget=10) is Claim.NEW
     looked = []
 
     def look():
@@ -202,9 +213,9 @@ def test_the_budget_counts_keys_done_or_held_live_once(tmp_path, kind):
         return {"old", "a", "stored", "x"}  # the study holds x (stored by the dead worker), not y
 
     # done: old, a, stored, x; held live: b, c; y is free again
-    assert other.claim("d", budget=6, finished={"old", "a"}, look=look) == "full" and looked == [1]
-    assert other.claim("y", budget=7, finished={"old", "a", "stored", "x"}) == "new"
-    assert me.claim("x", budget=99) == ""  # marked done under the lock: nobody measures it again
+    assert other.claim("d", budget=6, finished={"old", "a"}, look=look) is Claim.FULL and looked == [1]
+    assert other.claim("y", budget=7, finished={"old", "a", "stored", "x"}) is Claim.NEW
+    assert me.claim("x", budget=99) is Claim.TAKEN  # marked done under the lock: nobody measures it again
 
 
 def test_a_claims_table_made_before_claims_had_states_is_upgraded(tmp_path):
@@ -217,5 +228,5 @@ def test_a_claims_table_made_before_claims_had_states_is_upgraded(tmp_path):
         conn.execute(sa.text("INSERT INTO evotune_claims VALUES ('s', 'h', 'a', 'another-host:1:0', 1e300)"))
     claims = RdbClaims(url, "s", lease_s=60)
     assert claims.active() == {"a"}  # a row without a state is a held claim
-    assert claims.claim("b", budget=2) == "new"
-    assert claims.claim("c", budget=2) == "full"
+    assert claims.claim("b", budget=2) is Claim.NEW
+    assert claims.claim("c", budget=2) is Claim.FULL

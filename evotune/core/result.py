@@ -53,13 +53,6 @@ class EvalResult:
         """The objective (lower is better), or None for a failed point."""
         return self.time_ms if self.status is Status.OK else None
 
-    @classmethod
-    def from_reply(cls, reply: dict[str, Any]) -> EvalResult:
-        """The result carried by an isolated worker's reply (see ``evaluation/isolation.py``)."""
-        return cls(Status(reply["status"]), time_ms=reply.get("time_ms"), samples_ms=reply.get("samples_ms", []),
-                   compile_s=reply.get("compile_s", 0.0), bench_s=reply.get("bench_s", 0.0),
-                   error=reply.get("error"), message=reply.get("message", ""), extra=reply.get("extra", {}))
-
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["status"] = self.status.value

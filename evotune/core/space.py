@@ -82,11 +82,14 @@ class Needs:
 
 @dataclass
 class SearchSpace:
-    """Parameters, constraints and (for real kernels) how to build, run and check them.
+    """Parameters, constraints and (for real kernels) how to build them.
 
-    ``build(point, problem)`` returns a compiled kernel, ``run(kernel, inputs)``
-    launches it and ``reference(problem, inputs)`` gives the expected output;
-    they are optional so that recorded landscapes and CPU tests need no GPU.
+    ``build(point, problem)`` returns a compiled kernel; it is optional so that
+    recorded landscapes need no compiler. On a GPU the kernel is launched as
+    ``kernel(*inputs)`` (or on what its ``prepare(inputs)`` returns:
+    :func:`evotune.core.problem.call_args`) on the inputs of the problem's
+    workload (:class:`evotune.core.problem.Workload`), which also checks the
+    output and gives the library baselines.
 
     For the CPU oracle (``oracle.kind = "cpu"``, :mod:`evotune.measurement.cpu`)
     ``build(point, problem)`` is all that is needed: it returns a callable
@@ -137,9 +140,6 @@ class SearchSpace:
     built: Callable[..., bool] | None = None
     # compile for any GPU of the table with no GPU present: (point, problem, hardware) -> resource use
     compile_only: Callable[..., Any] | None = None
-    run: Callable[..., Any] | None = None
-    reference: Callable[..., Any] | None = None
-    make_inputs: Callable[..., Any] | None = None
     # configurations worth naming (a library default, a hand-picked deployment): timed beside the baselines
     named: dict[str, Point] = field(default_factory=dict)
     baselines: Callable[..., Any] | None = None  # (problem) -> {label: fn}, timed beside the workload's

@@ -25,7 +25,7 @@ Timing is a median of a few ``time.perf_counter`` runs: only a value to rank by.
 
 Example::
 
-    with CpuEvaluator(load_space("tests/spaces/faults.py"), Context(problem=problem), OracleOptions(timeout_s=5)) as ev:
+    with CpuEvaluator(load_space("tests/spaces/faults.py"), OracleOptions(timeout_s=5)) as ev:
         ev.evaluate({"mode": "ok_fast", "size": 1}, problem).status   # Status.OK
 """
 
@@ -37,9 +37,10 @@ from typing import Any
 
 from evotune.core.problem import Problem
 from evotune.core.result import EvalResult
-from evotune.core.space import Context, Point, SearchSpace
+from evotune.core.space import Point, SearchSpace
 from evotune.measurement.base import Evaluator
 from evotune.measurement.isolation import WorkerProcess, serve
+from evotune.measurement.messages import Evaluate, Reply, ReplyStatus, Request, UseSpace, unknown
 from evotune.measurement.options import OracleOptions
 from evotune.measurement.space_worker import SpaceWorker, use_space
 
@@ -50,13 +51,13 @@ class CpuEvaluator(Evaluator):
     kind = "cpu"
     shared_worker: SpaceWorker
 
-    def __init__(self, space: SearchSpace, ctx: Context, options: OracleOptions | None = None,
+    def __init__(self, space: SearchSpace, options: OracleOptions | None = None,
                  repeats: int = 5, memory_limit_mb: int = MEMORY_LIMIT_MB, startup_timeout_s: float = 120.0,
                  worker: SpaceWorker | None = None):
         if not space.source or space.build is None:
             raise ValueError(f"space {space.name!r} cannot run on the CPU: it has no build function")
         options = options or OracleOptions()
-        self.space, self.ctx, self.options = space, ctx, options
+        self.space = space
         self.timeout_s, self.startup_timeout_s = float(options.timeout_s), float(startup_timeout_s)
         self.repeats, self.memory_limit_mb = max(1, int(repeats)), int(memory_limit_mb)
         # another space's evaluator may lend its worker process: one process for a run's spaces
@@ -77,8 +78,7 @@ class CpuEvaluator(Evaluator):
     # -- the interface -------------------------------------------------------
     def evaluate(self, point: Point, problem: Problem) -> EvalResult:
         self._seed += 1
-        reply = self._worker.call(("eval", point, problem.to_dict(), self._seed, self.repeats))
-        return EvalResult.from_reply(reply)
+        return self._worker.call(Evaluate(point, problem.to_dict(), self._seed, self.repeats)).result()
 
 
 # -- inside the worker process ----------------------------------------------
@@ -119,17 +119,17 @@ class _Worker:
         _limit_resources(memory_limit_mb)
         self.kernels: dict[tuple[str, str], Any] = {}
 
-    def handle(self, message: tuple) -> dict[str, Any]:
-        if message[0] == "space":  # from now on, requests are for another space of the run
-            return use_space(self, message[1])
-        if message[0] != "eval":
-            return {"status": "runtime_error", "message": f"unknown request {message[0]!r}"}
-        _, point, problem, seed, repeats = message
-        return _evaluate(self.space, self.kernels, point, Problem.from_dict(problem), seed, repeats)
+    def handle(self, request: Request) -> Reply:
+        if isinstance(request, UseSpace):  # from now on, requests are for another space of the run
+            return use_space(self, request.source)
+        if not isinstance(request, Evaluate):
+            return unknown(request)
+        return _evaluate(self.space, self.kernels, request.point, Problem.from_dict(request.problem), request.seed,
+                         request.repeats)
 
 
 def _evaluate(space: SearchSpace, kernels: dict, point: Point, problem: Problem, seed: int,
-              repeats: int) -> dict[str, Any]:
+              repeats: int) -> Reply:
     key = (problem.key, space.key(point))
     compile_s = 0.0
     fn = kernels.get(key)
@@ -139,7 +139,7 @@ def _evaluate(space: SearchSpace, kernels: dict, point: Point, problem: Problem,
             assert space.build is not None  # CpuEvaluator refuses a space without one
             fn = space.build(point, problem)
         except Exception as exc:
-            return _failure("compile_error", "compile", exc, time.perf_counter() - started)
+            return _failure(ReplyStatus.COMPILE_ERROR, "compile", exc, time.perf_counter() - started)
         compile_s = time.perf_counter() - started
         kernels[key] = fn
     stage = "verify"
@@ -150,7 +150,7 @@ def _evaluate(space: SearchSpace, kernels: dict, point: Point, problem: Problem,
         inputs = workload.cpu_inputs(problem, seed)
         ok, err, why = workload.cpu_verify(problem, inputs, fn(*inputs))
         if not ok:
-            return {"status": "wrong_result", "error": err, "message": why, "compile_s": compile_s}
+            return Reply(ReplyStatus.WRONG_RESULT, why, error=err, compile_s=compile_s)
         stage = "time"
         samples = []
         bench_started = time.perf_counter()
@@ -160,13 +160,13 @@ def _evaluate(space: SearchSpace, kernels: dict, point: Point, problem: Problem,
             samples.append((time.perf_counter() - t0) * 1e3)
         bench_s = time.perf_counter() - bench_started
     except Exception as exc:  # MemoryError (the RLIMIT_AS cap) included
-        return _failure("runtime_error", stage, exc, compile_s)
+        return _failure(ReplyStatus.RUNTIME_ERROR, stage, exc, compile_s)
     median = sorted(samples)[len(samples) // 2]
-    return {"status": "ok", "time_ms": median, "samples_ms": samples, "compile_s": compile_s,
-            "bench_s": bench_s, "error": err}
+    return Reply(ReplyStatus.OK, time_ms=median, samples_ms=samples, compile_s=compile_s, bench_s=bench_s,
+                 error=err)
 
 
-def _failure(status: str, stage: str, exc: BaseException, compile_s: float) -> dict[str, Any]:
+def _failure(status: ReplyStatus, stage: str, exc: BaseException, compile_s: float) -> Reply:
     text = f"{stage}: {type(exc).__name__}: {exc}".strip()
-    return {"status": status, "message": text[:2000], "compile_s": compile_s,
-            "extra": {"traceback": traceback.format_exc(limit=4)[-2000:]}}
+    return Reply(status, text[:2000], compile_s=compile_s,
+                 extra={"traceback": traceback.format_exc(limit=4)[-2000:]})

@@ -32,7 +32,7 @@ imported torch and the space's ``preload`` once (:mod:`evotune.measurement.proce
 
 Example::
 
-    with GpuEvaluator(space, Context(get_hardware("auto"), problem), OracleOptions(timeout_s=60)) as ev:
+    with GpuEvaluator(space, OracleOptions(timeout_s=60)) as ev:
         ev.evaluate(point, problem).time_ms
 """
 
@@ -47,10 +47,11 @@ from typing import Any
 
 from evotune.core.problem import Problem
 from evotune.core.result import EvalResult
-from evotune.core.space import Context, Point, SearchSpace
+from evotune.core.space import Point, SearchSpace
 from evotune.measurement.base import DeadlinePassed, Evaluator
 from evotune.measurement.gpu_worker import worker_main
 from evotune.measurement.isolation import WorkerProcess
+from evotune.measurement.messages import Baselines, Confirm, DeviceInfo, Evaluate, ReplyStatus
 from evotune.measurement.options import OracleOptions
 from evotune.measurement.processes import StartContext, pool_initializer, start_method
 from evotune.measurement.space_worker import SpaceWorker
@@ -61,12 +62,11 @@ class GpuEvaluator(Evaluator):
     confirms = True
     shared_worker: SpaceWorker
 
-    def __init__(self, space: SearchSpace, ctx: Context, options: OracleOptions | None = None,
-                 worker: SpaceWorker | None = None):
+    def __init__(self, space: SearchSpace, options: OracleOptions | None = None, worker: SpaceWorker | None = None):
         if not space.source or space.build is None:
             raise ValueError(f"space {space.name!r} cannot run on a GPU: it has no build function")
         options = options or OracleOptions()
-        self.space, self.ctx, self.options = space, ctx, options
+        self.space, self.options = space, options
         self.timeout_s = float(options.timeout_s)
         # the GPU worker and the compile pool fork from a server that imported torch and the space's compiler
         start = start_processes([space])
@@ -168,31 +168,30 @@ class GpuEvaluator(Evaluator):
         # pool compiled it; otherwise it compiles itself, so an error is reported as the GPU sees it.
         left = self._left()
         called = time.perf_counter()
-        reply = self._worker.call(("eval", point, problem.to_dict(), self._seed), timeout_s=left)
-        if left is not None and reply.get("status") == "timeout":
+        reply = self._worker.call(Evaluate(point, problem.to_dict(), self._seed), timeout_s=left)
+        if left is not None and reply.status is ReplyStatus.TIMEOUT:
             raise DeadlinePassed(f"{self.space.key(point)} was still being evaluated at the run's deadline")
-        extra = reply.setdefault("extra", {})
+        extra = reply.extra
         extra["worker_s"] = time.perf_counter() - called  # the GPU worker's time on the point: build, verify, time
         if pool_error:
             extra["pool_error"] = pool_error
         elif pool_hit is not None:  # prefetched: the pool found it in the cache, or compiled it there
-            extra["build_s"] = reply.get("compile_s", 0.0)  # the GPU worker's own part: loading it
-            reply["compile_s"] = pool_s + reply.get("compile_s", 0.0)
+            extra["build_s"] = reply.compile_s  # the GPU worker's own part: loading it
+            reply.compile_s = pool_s + reply.compile_s
             extra["compiled_in"] = "pool"
             if "kernel_cache" in extra:
                 extra["kernel_cache"] = "hit" if pool_hit else "miss"
         cached = extra.get("kernel_cache")
         if cached:
             self.cache_stats[cached] = self.cache_stats.get(cached, 0) + 1
-        return EvalResult.from_reply(reply)
+        return reply.result()
 
     def baselines(self, problem: Problem) -> dict[str, dict[str, Any]]:
         """cuBLAS (through torch) timed by the same oracle in the same worker: name -> timing."""
-        reply = self._worker.call(("baselines", problem.to_dict()))
-        return reply.get("baselines", {})
+        return self._worker.call(Baselines(problem.to_dict())).baselines
 
     def device_info(self) -> dict[str, Any]:
-        return self._worker.call(("info",)).get("info", {})
+        return self._worker.call(DeviceInfo()).info
 
     def confirm(self, points: list[Point], problem: Problem, search_ms: list[float],
                 seconds: float | None = None) -> dict[str, Any] | None:
@@ -211,10 +210,10 @@ class GpuEvaluator(Evaluator):
             opts = replace(opts, warmup_s=warmup, max_seconds=max(1.0, min(opts.max_seconds, seconds - warmup)))
         self._settle()
         budget = opts.max_seconds + opts.warmup_s + self.timeout_s * (len(points) + 1)
-        reply = self._worker.call(("confirm", points, problem.to_dict(), search_ms, opts), timeout_s=budget)
-        if reply.get("status") != "ok":
-            return {"error": reply.get("message", reply.get("status"))}
-        return reply["confirmation"]
+        reply = self._worker.call(Confirm(points, problem.to_dict(), search_ms, opts), timeout_s=budget)
+        if not reply.ok or reply.confirmation is None:
+            return {"error": reply.message or reply.status.value}
+        return reply.confirmation
 
 
 def start_processes(spaces: Iterable[SearchSpace]) -> StartContext:

@@ -2,11 +2,13 @@
 
 :class:`evotune.measurement.gpu.GpuEvaluator` starts it (through
 :class:`evotune.measurement.isolation.WorkerProcess`) and talks to it over a pipe;
-the requests are ``eval`` (one point), ``baselines``, ``info`` (device, clocks,
-versions, copy bandwidth), ``confirm`` (the confirmation stage) and ``space``
-(serve another space from now on: :mod:`evotune.measurement.space_worker`). A candidate
+the requests (:mod:`evotune.measurement.messages`) are ``Evaluate`` (one point), ``Baselines``,
+``DeviceInfo`` (device, clocks, versions, copy bandwidth), ``Confirm`` (the confirmation stage) and
+``UseSpace`` (serve another space from now on: :mod:`evotune.measurement.space_worker`). A candidate
 that breaks the CUDA context makes the reply ``fatal``: the process exits and
-the evaluator starts another.
+the evaluator starts another. A point that runs the device out of memory is answered
+``OUT_OF_MEMORY`` (recorded as a runtime error); the first time, when the worker holds kernels built
+for earlier points, it lets them go and measures the point again.
 """
 
 from __future__ import annotations
@@ -21,7 +23,18 @@ from typing import Any
 from evotune.core.problem import Problem, Workload, call_args
 from evotune.core.space import Point
 from evotune.measurement.isolation import serve
-from evotune.measurement.options import TimingOptions
+from evotune.measurement.messages import (
+    Baselines,
+    Confirm,
+    DeviceInfo,
+    Evaluate,
+    Reply,
+    ReplyStatus,
+    Request,
+    UseSpace,
+    unknown,
+)
+from evotune.measurement.options import ConfirmOptions, TimingOptions
 from evotune.measurement.space_worker import use_space
 
 KEEP_KERNELS = 64  # built kernels a GPU worker keeps, most recently used first
@@ -52,35 +65,36 @@ class _Worker:
         self.kernels: OrderedDict[tuple[str, str], Any] = OrderedDict()
         self.inputs: dict[str, Any] = {}
 
-    def handle(self, message: tuple) -> dict[str, Any]:
-        kind = message[0]
-        if kind == "space":  # from now on, requests are for another space of the run
-            return use_space(self, message[1])
-        if kind == "eval":
-            reply = self.evaluate(message[1], Problem.from_dict(message[2]), message[3])
-            if "OutOfMemoryError" in reply.get("message", "") and self.kernels and not reply.get("fatal"):
+    def handle(self, request: Request) -> Reply:
+        if isinstance(request, UseSpace):  # from now on, requests are for another space of the run
+            return use_space(self, request.source)
+        if isinstance(request, Evaluate):
+            problem = Problem.from_dict(request.problem)
+            reply = self.evaluate(request.point, problem, request.seed)
+            if reply.status is ReplyStatus.OUT_OF_MEMORY and self.kernels and not reply.fatal:
                 # memory this worker holds (kernels built earlier, their buffers) is not the point's fault:
                 # let it all go and measure the point again; a second OOM is the point's own
                 self.kernels.clear()
                 self.inputs.clear()
                 self._free()
-                reply = self.evaluate(message[1], Problem.from_dict(message[2]), message[3])
-                reply.setdefault("extra", {})["retried_after_oom"] = True
+                reply = self.evaluate(request.point, problem, request.seed)
+                reply.extra["retried_after_oom"] = True
             return reply
-        if kind == "baselines":
-            return {"status": "ok", "baselines": self.baselines(Problem.from_dict(message[1]))}
-        if kind == "confirm":
+        if isinstance(request, Baselines):
+            return Reply(ReplyStatus.OK, baselines=self.baselines(Problem.from_dict(request.problem)))
+        if isinstance(request, Confirm):
             try:
-                return self.confirm(message[1], Problem.from_dict(message[2]), message[3], message[4])
+                return self.confirm(request.points, Problem.from_dict(request.problem), request.search_ms,
+                                    request.options)
             except Exception as exc:  # a launch that failed mid-race: the record says why, the worker lives on
-                return self._failure("runtime_error", exc, 0.0, stage="confirm")
-        if kind == "info":
+                return self._failure(ReplyStatus.RUNTIME_ERROR, exc, 0.0, stage="confirm")
+        if isinstance(request, DeviceInfo):
             info = device_info()
             info["copy_gbps"] = self.oracle.copy_bandwidth_gbps()
             info["read_gbps"] = self.oracle.read_bandwidth_gbps()  # what `best`'s % of read bandwidth is of
             info["flush"] = self.oracle.timing.flush
-            return {"status": "ok", "info": info}
-        return {"status": "runtime_error", "message": f"unknown request {kind!r}"}
+            return Reply(ReplyStatus.OK, info=info)
+        return unknown(request)
 
     @staticmethod
     def _free() -> None:
@@ -96,12 +110,12 @@ class _Worker:
             self.inputs = {problem.key: _workload(problem).make_inputs(problem, seed=12345)}
         return self.inputs[problem.key]
 
-    def evaluate(self, point: Point, problem: Problem, seed: int) -> dict[str, Any]:
+    def evaluate(self, point: Point, problem: Problem, seed: int) -> Reply:
         workload = _workload(problem)
         kept = (problem.key, self.space.key(point)) in self.kernels
         started = time.perf_counter()
         kernel = self._kernel(point, problem)
-        if isinstance(kernel, dict):
+        if isinstance(kernel, Reply):
             return kernel
         compile_s = 0.0 if kept else time.perf_counter() - started
         stage = "verify"
@@ -109,7 +123,7 @@ class _Worker:
         try:
             ok, err, why = _check(kernel, workload, problem, seed)  # fresh data for every check
             if not ok:
-                return {"status": "wrong_result", "error": err, "message": why, "compile_s": compile_s}
+                return Reply(ReplyStatus.WRONG_RESULT, why, error=err, compile_s=compile_s)
             stage = "time"
             verify_s = time.perf_counter() - checked
             inputs = self._inputs(problem)
@@ -117,7 +131,7 @@ class _Worker:
             args = call_args(kernel, inputs)
             timing = self.oracle.time(lambda: kernel(*args))
         except Exception as exc:
-            return self._failure("runtime_error", exc, 0.0, compile_s, stage)
+            return self._failure(ReplyStatus.RUNTIME_ERROR, exc, 0.0, compile_s, stage)
         # what the point cost beside compiling: verification and timing (preparing the graph included)
         extra: dict[str, Any] = {"ci95_ms": list(timing.ci95_ms), "graph": timing.graph, "trimmed": timing.trimmed,
                                  "verify_s": verify_s}
@@ -128,11 +142,11 @@ class _Worker:
             extra["kernel_cache"] = "memory"
         elif hit is not None:
             extra["kernel_cache"] = "hit" if hit else "miss"
-        return {"status": "ok", "time_ms": timing.median_ms, "samples_ms": timing.samples_ms,
-                "compile_s": compile_s, "bench_s": timing.bench_s, "error": err, "extra": extra}
+        return Reply(ReplyStatus.OK, time_ms=timing.median_ms, samples_ms=timing.samples_ms, compile_s=compile_s,
+                     bench_s=timing.bench_s, error=err, extra=extra)
 
-    def _failure(self, status: str, exc: Exception, seconds: float, compile_s: float = 0.0,
-                 stage: str = "compile") -> dict[str, Any]:
+    def _failure(self, status: ReplyStatus, exc: Exception, seconds: float, compile_s: float = 0.0,
+                 stage: str = "compile") -> Reply:
         # compilers wrap the real error (Triton's CompilationError shows source, its cause says why)
         causes: list[str] = []
         e: BaseException | None = exc
@@ -140,13 +154,13 @@ class _Worker:
             causes.append(f"{type(e).__name__}: {e}".strip())
             e = e.__cause__ or e.__context__
         text = f"{stage}: " + " <- ".join(reversed(causes)) if len(causes) > 1 else f"{stage}: {causes[0]}"
-        reply = {"status": status, "message": text[:2000], "compile_s": compile_s or seconds,
-                 "extra": {"traceback": traceback.format_exc(limit=4)[-2000:]}}
+        reply = Reply(out_of_memory_or(status, exc), text[:2000], compile_s=compile_s or seconds,
+                      extra={"traceback": traceback.format_exc(limit=4)[-2000:]})
         if _context_poisoned():
-            reply.update(status="crash", fatal=True)
+            reply.status, reply.fatal = ReplyStatus.CRASH, True
         return reply
 
-    def confirm(self, points: list[Point], problem: Problem, search_ms: list[float], opts: Any) -> dict[str, Any]:
+    def confirm(self, points: list[Point], problem: Problem, search_ms: list[float], opts: ConfirmOptions) -> Reply:
         """The confirmation stage in this worker: every point and baseline prepared once (verified on fresh
         data first), the GPU warmed up, then interleaved rounds of samples until the medians are tight."""
         import time as _time
@@ -164,8 +178,8 @@ class _Worker:
         for point, ms in zip(points, search_ms, strict=True):
             name = self.space.key(point)
             reply_or_kernel = self._kernel(point, problem)
-            if isinstance(reply_or_kernel, dict):
-                skipped[name] = reply_or_kernel.get("message", "could not be built")
+            if isinstance(reply_or_kernel, Reply):
+                skipped[name] = reply_or_kernel.message or "could not be built"
                 continue
             why = self._prepare_checked(launches, name, reply_or_kernel, workload, problem, inputs)
             if why:
@@ -175,7 +189,7 @@ class _Worker:
         for name, point in self.space.named.items():  # a user's own configuration, timed like a baseline
             label = f"{self.space.name}: {name}"
             built = self._kernel(point, problem)
-            why = (built.get("message", "could not be built") if isinstance(built, dict)
+            why = ((built.message or "could not be built") if isinstance(built, Reply)
                    else self._prepare_checked(launches, label, built, workload, problem, inputs))
             if why:
                 skipped[label] = why
@@ -199,7 +213,7 @@ class _Worker:
         result = confirm_rounds(names, lambda n, k: self.oracle.sample(launches[n], k), opts, search, warm)
         doc = result.to_dict()
         doc.update(configs=configs, baselines=[n for n in names if n not in configs], skipped=skipped)
-        return {"status": "ok", "confirmation": doc}
+        return Reply(ReplyStatus.OK, confirmation=doc)
 
     def _prepare_checked(self, launches: dict[str, Any], name: str, kernel: Any, workload: Workload,
                          problem: Problem, inputs: tuple[Any, ...]) -> str:
@@ -226,7 +240,7 @@ class _Worker:
             assert self.space.build is not None  # GpuEvaluator refuses a space without one
             kernel = self.space.build(point, problem)
         except Exception as exc:
-            return self._failure("compile_error", exc, time.perf_counter() - started)
+            return self._failure(ReplyStatus.COMPILE_ERROR, exc, time.perf_counter() - started)
         self.kernels[key] = kernel
         if len(self.kernels) > KEEP_KERNELS:
             self.kernels.popitem(last=False)
@@ -252,8 +266,8 @@ class _Worker:
         out: dict[str, dict[str, Any]] = {}
         for name, point in self.space.named.items():
             built = self._kernel(point, problem)
-            if isinstance(built, dict):
-                out[f"{self.space.name}: {name}"] = {"error": built.get("message", "could not be built")[:500]}
+            if isinstance(built, Reply):
+                out[f"{self.space.name}: {name}"] = {"error": (built.message or "could not be built")[:500]}
             else:
                 fns[f"{self.space.name}: {name}"] = built
         more, failed = self._baseline_fns(problem)
@@ -304,6 +318,27 @@ def _workload(problem: Problem) -> Workload:
     from evotune.core.problem import get_workload
 
     return get_workload(problem.kind)
+
+
+def out_of_memory_or(status: ReplyStatus, exc: BaseException) -> ReplyStatus:
+    """``OUT_OF_MEMORY`` when the device ran out of memory: ``exc`` or an exception it wraps (a compiler's error
+    around it) is torch's ``OutOfMemoryError``; else ``status``."""
+    oom = _out_of_memory_error()
+    e: BaseException | None = exc
+    for _ in range(4):  # as deep as a failure's message goes
+        if e is None:
+            break
+        if isinstance(e, oom):
+            return ReplyStatus.OUT_OF_MEMORY
+        e = e.__cause__ or e.__context__
+    return status
+
+
+def _out_of_memory_error() -> type[BaseException]:
+    """The exception torch raises when an allocation on the device fails."""
+    import torch
+
+    return torch.cuda.OutOfMemoryError
 
 
 def _context_poisoned() -> bool:

@@ -10,12 +10,14 @@ request's timeout never pays for imports.
 Worker side::
 
     def main(conn, *args):
-        serve(conn, lambda: Handler(*args))   # Handler(...).handle(message) -> reply dict
+        serve(conn, lambda: Handler(*args))   # Handler(...).handle(request) -> Reply
 
 Parent side::
 
     worker = WorkerProcess(main, (arg,), "GPU worker", timeout_s=300)
-    reply = worker.call(("eval", point))
+    reply = worker.call(Evaluate(point, problem.to_dict(), seed=1))
+
+The requests and the :class:`Reply` are :mod:`evotune.measurement.messages`.
 """
 
 from __future__ import annotations
@@ -26,9 +28,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from evotune.measurement.messages import Reply, ReplyStatus, Stop
 from evotune.measurement.processes import INHERITED_CUDA, StartContext, with_environment
-
-Reply = dict[str, Any]
 
 
 class WorkerProcess:
@@ -71,20 +72,18 @@ class WorkerProcess:
         parent = self._conn
         if not parent.poll(self.startup_timeout_s):
             self.kill()
-            return {"status": "crash",
-                    "message": f"the {self.name} did not start within {self.startup_timeout_s:.0f} s"}
+            return Reply(ReplyStatus.CRASH, f"the {self.name} did not start within {self.startup_timeout_s:.0f} s")
         try:
             ready = parent.recv()
         except (EOFError, OSError):
             return self._died(f"the {self.name} died while starting")
-        if ready.get("status") != "ready":
+        if ready.status is not ReplyStatus.READY:
             self.kill()
-            if INHERITED_CUDA in str(ready.get("message")) and self._mp.get_start_method() != "spawn":
+            if INHERITED_CUDA in ready.message and self._mp.get_start_method() != "spawn":
                 self._mp = mp.get_context("spawn")  # a clean interpreter cannot have inherited it
                 self.restarts -= 1  # not a replacement after a candidate's crash
                 return self._start()
-            return {"status": "crash",
-                    "message": f"the {self.name} could not load the space: {ready.get('message')}"}
+            return Reply(ReplyStatus.CRASH, f"the {self.name} could not load the space: {ready.message}")
         self._ready = True
         return None
 
@@ -100,13 +99,11 @@ class WorkerProcess:
         code = self._proc.exitcode
         self.kill()
         why = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-        reply: Reply = {"status": "crash", "message": f"{what} ({why})", "extra": {"exit_code": code}}
-        if started is not None:
-            reply["bench_s"] = time.perf_counter() - started
-        return reply
+        return Reply(ReplyStatus.CRASH, f"{what} ({why})", extra={"exit_code": code},
+                     bench_s=0.0 if started is None else time.perf_counter() - started)
 
-    def call(self, message: tuple, timeout_s: float | None = None) -> Reply:
-        """Send one request; the worker's reply, or a crash / timeout reply when it could not give one.
+    def call(self, message: object, timeout_s: float | None = None) -> Reply:
+        """Send one request; the worker's reply, or a crash / timeout :class:`Reply` when it could not give one.
 
         ``timeout_s`` replaces the worker's own limit for this request (one that does more than one point's work).
         """
@@ -119,23 +116,23 @@ class WorkerProcess:
             self._conn.send(message)
         except (BrokenPipeError, OSError):
             self.kill()
-            return {"status": "crash", "message": f"the {self.name} was gone before the request"}
+            return Reply(ReplyStatus.CRASH, f"the {self.name} was gone before the request")
         if not self._conn.poll(timeout_s):
             self.kill()
-            return {"status": "timeout", "message": f"no answer within {timeout_s:g} s; worker killed",
-                    "bench_s": time.perf_counter() - started}
+            return Reply(ReplyStatus.TIMEOUT, f"no answer within {timeout_s:g} s; worker killed",
+                         bench_s=time.perf_counter() - started)
         try:
             reply = self._conn.recv()
         except (EOFError, OSError):
             return self._died(f"the {self.name} died", started)
-        if reply.get("fatal"):  # the worker found its own state unusable and exits: start afresh next time
+        if reply.fatal:  # the worker found its own state unusable and exits: start afresh next time
             self.kill()
         return reply
 
     def close(self) -> None:
         if self._proc is not None and self._proc.is_alive():
             try:
-                self._conn.send(("stop",))
+                self._conn.send(Stop())
                 self._proc.join(10)
             except (BrokenPipeError, OSError):
                 pass
@@ -154,17 +151,17 @@ def serve(conn: Any, setup: Callable[[], Any]) -> None:
     try:
         handler = setup()
     except Exception as exc:  # the parent reports this as a crash of the start-up
-        conn.send({"status": "error", "message": f"{type(exc).__name__}: {exc}"[:2000]})
+        conn.send(Reply(ReplyStatus.START_FAILED, f"{type(exc).__name__}: {exc}"[:2000]))
         return
-    conn.send({"status": "ready"})
+    conn.send(Reply(ReplyStatus.READY))
     while True:
         try:
             message = conn.recv()
         except (EOFError, OSError):
             return
-        if message[0] == "stop":
+        if isinstance(message, Stop):
             return
         reply = handler.handle(message)
         conn.send(reply)
-        if reply.get("fatal"):
+        if reply.fatal:
             os._exit(3)

@@ -5,7 +5,7 @@ holds a CUDA context on the GPU; a CPU worker costs less, but the same holds.
 An experiment of several spaces needs no more than one: each space's
 evaluator talks to it through a :class:`SpaceView`, and a request from a view
 of another space than the last one first tells the process to switch
-(``("space", source)``; the process loads each space once, and drops the
+(:class:`~evotune.measurement.messages.UseSpace`; the process loads each space once, and drops the
 kernels it built for the other one, which are keyed by problem and point).
 A process started again after a crash loads the space of the latest switch.
 
@@ -13,13 +13,13 @@ Parent side::
 
     shared = SpaceWorker(WorkerProcess(worker_main, (space_a.source, timing), "GPU worker", 300))
     a, b = shared.view(space_a.source), shared.view(space_b.source)
-    a.call(("eval", point, problem, 1)); b.call(("eval", other, problem, 2))   # one process, two spaces
+    a.call(Evaluate(point, problem, 1)); b.call(Evaluate(other, problem, 2))   # one process, two spaces
     shared.close()
 
 Worker side, in the handler's ``handle``::
 
-    if message[0] == "space":
-        return use_space(self, message[1])
+    if isinstance(request, UseSpace):
+        return use_space(self, request.source)
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from __future__ import annotations
 from typing import Any
 
 from evotune.core.space import SearchSpace
-from evotune.measurement.isolation import Reply, WorkerProcess
+from evotune.measurement.isolation import WorkerProcess
+from evotune.measurement.messages import Reply, ReplyStatus, Request, UseSpace
 
 
 class SpaceWorker:
@@ -45,8 +46,8 @@ class SpaceWorker:
         """Make the process serve ``source``; None once it does, else the failure reply (the request fails with it)."""
         if source == self.source:
             return None
-        reply = self.process.call(("space", source))
-        if reply.get("status") != "ok":
+        reply: Reply = self.process.call(UseSpace(source))
+        if not reply.ok:
             return reply
         self.source = source
         self.process.args = (source, *self.process.args[1:])  # a replacement process starts on this space
@@ -69,9 +70,12 @@ class SpaceView:
     def spawn(self) -> None:
         self.shared.process.spawn()
 
-    def call(self, message: tuple, timeout_s: float | None = None) -> Reply:
+    def call(self, request: Request, timeout_s: float | None = None) -> Reply:
         failed = self.shared.switch(self.source)
-        return failed if failed is not None else self.shared.process.call(message, timeout_s)
+        if failed is not None:
+            return failed
+        reply: Reply = self.shared.process.call(request, timeout_s)
+        return reply
 
     def close(self) -> None:
         if self.owner:
@@ -91,8 +95,7 @@ def use_space(worker: Any, source: str) -> Reply:
         if source not in _LOADED:
             _LOADED[source] = load_space(source)
     except Exception as exc:
-        return {"status": "runtime_error", "message": f"could not load space {source}: {type(exc).__name__}: {exc}"
-                [:2000]}
+        return Reply(ReplyStatus.RUNTIME_ERROR, f"could not load space {source}: {type(exc).__name__}: {exc}"[:2000])
     worker.space = _LOADED[source]
     worker.kernels.clear()
-    return {"status": "ok"}
+    return Reply(ReplyStatus.OK)

@@ -43,6 +43,7 @@ from evotune.core.hardware import Hardware
 from evotune.core.problem import Problem
 from evotune.core.space import Point, SearchSpace
 from evotune.measurement.isolation import WorkerProcess, serve
+from evotune.measurement.messages import CompileOnly, Reply, ReplyStatus
 from evotune.running.experiment import Experiment, ExperimentError
 from evotune.running.session import Session
 
@@ -132,28 +133,26 @@ class _Handler:
         self.space = load_space(source, Path(base_dir))
         self.problem, self.hardware = problem, hardware
 
-    def handle(self, message: tuple) -> dict[str, Any]:
-        _, point = message
+    def handle(self, message: CompileOnly) -> Reply:
         started = time.perf_counter()
         try:
             assert self.space.compile_only is not None  # plan() refuses a space without one
-            res = self.space.compile_only(point, self.problem, self.hardware)
+            res = self.space.compile_only(message.point, self.problem, self.hardware)
         except Exception as exc:  # the compiler's verdict on this point, not a fault of the sweep
-            return {"status": "error", "message": first_error_line(f"{type(exc).__name__}: {exc}"),
-                    "compile_s": time.perf_counter() - started}
-        return {"status": "ok", **res}
+            return Reply(ReplyStatus.COMPILE_ERROR, first_error_line(f"{type(exc).__name__}: {exc}"),
+                         compile_s=time.perf_counter() - started)
+        return Reply(ReplyStatus.OK, compile_s=res["compile_s"], extra=res)
 
 
 def _worker_main(conn: Any, source: str, base_dir: str, problem: Problem, hardware: Hardware) -> None:
     serve(conn, lambda: _Handler(source, base_dir, problem, hardware))
 
 
-def _compiled_from(reply: dict[str, Any]) -> Compiled:
-    if reply.get("status") == "ok":
-        return Compiled(True, reply["compile_s"], reply["regs"], reply["frame_bytes"], reply["smem"],
-                        reply["stages"])
-    return Compiled(False, float(reply.get("compile_s") or reply.get("bench_s") or 0.0),
-                    error=reply.get("message") or reply.get("status"))
+def _compiled_from(reply: Reply) -> Compiled:
+    if reply.ok:
+        res = reply.extra
+        return Compiled(True, reply.compile_s, res["regs"], res["frame_bytes"], res["smem"], res["stages"])
+    return Compiled(False, reply.compile_s or reply.bench_s, error=reply.message or reply.status.value)
 
 
 def _meta(p: Plan, opts: CompileOptions) -> dict[str, Any]:
@@ -197,7 +196,7 @@ def run_plan(p: Plan, opts: CompileOptions, progress: Callable[[str], None]) -> 
                 if not queue or (deadline is not None and time.monotonic() >= deadline):
                     return
                 point = queue.pop()
-            compiled = _compiled_from(worker.call(("compile", point)))
+            compiled = _compiled_from(worker.call(CompileOnly(point)))
             with lock:
                 results[p.space.key(point)] = (point, compiled)
                 done[0] += 1

@@ -105,7 +105,7 @@ class Schedule:
                 yield Turn(g, s, whole=True)
 
     def _take(self, key: str) -> bool:
-        if self.claims.claim(key) in ("new", "takeover"):
+        if self.claims.claim(key).mine:
             self._held.append(key)
             return True
         return False
@@ -115,7 +115,7 @@ class Schedule:
         """Whether this worker confirms ``group``, whose studies hold ``trials`` trials: True for one worker
         per number of trials. The claim is kept once the block ends, and given back when it raises."""
         key = f"confirm:{self.groups[group][0]}@{trials}"
-        mine = self.claims.claim(key) in ("new", "takeover")
+        mine = self.claims.claim(key).mine
         try:
             yield mine
         except BaseException:

@@ -224,8 +224,8 @@ def make_evaluator(exp: Experiment, target: Target, worker: SpaceWorker | None =
     if exp.oracle == "cpu":
         from evotune.measurement.cpu import CpuEvaluator
 
-        return CpuEvaluator(target.space, target.ctx, exp.oracle_options, worker=worker)
-    return gpu_evaluator_class(exp)(target.space, target.ctx, exp.oracle_options, worker=worker)
+        return CpuEvaluator(target.space, exp.oracle_options, worker=worker)
+    return gpu_evaluator_class(exp)(target.space, exp.oracle_options, worker=worker)
 
 
 class Evaluators:

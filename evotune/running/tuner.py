@@ -38,7 +38,7 @@ from evotune.core.result import EvalResult, Status
 from evotune.core.space import Context, Point, SearchSpace
 from evotune.measurement.base import DeadlinePassed, Evaluator
 from evotune.search.strategies.base import Strategy
-from evotune.storage.claims import Claims, NoClaims
+from evotune.storage.claims import Claim, Claims, NoClaims
 from evotune.storage.study import Record, StudyStore
 from evotune.storage.trial_writer import TrialWriter
 
@@ -143,10 +143,10 @@ class _Run:
             if point is None:
                 return "exhausted"
             claimed = self.claim(point)
-            if claimed == "full":
+            if claimed is Claim.FULL:
                 self.sync()  # the study's own count, for the result
                 return "trials"
-            if not claimed:
+            if not claimed.mine:
                 continue  # another worker has it; its result reaches the strategy at the next sync
             measured = self.measure(point)
             if measured is None:
@@ -229,16 +229,16 @@ class _Run:
                 continue
             return point
 
-    def claim(self, point: Point) -> str:
-        """Claim ``point`` within the budget: "new" or "takeover" to measure it, "" to leave it, "full" to stop."""
+    def claim(self, point: Point) -> Claim:
+        """Claim ``point`` within the budget: NEW or TAKEOVER to measure it, TAKEN to leave it, FULL to stop."""
         key, started = self.space.key(point), time.perf_counter()
         claimed = self.claims.claim(key, self.budget.trials, self.state.done, self.sync)
         self.state.store_s += time.perf_counter() - started
-        if claimed == "takeover":
+        if claimed is Claim.TAKEOVER:
             self.sync()  # its last owner is gone: it may have stored the point after our last look
-        if claimed in ("new", "takeover") and key in self.state.done:
+        if claimed.mine and key in self.state.done:
             self.claims.finish(key)  # stored after all: it counts, and nobody measures it again
-            return ""
+            return Claim.TAKEN
         return claimed
 
     def measure(self, point: Point) -> tuple[EvalResult, _dt.datetime, float] | None:

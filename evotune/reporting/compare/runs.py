@@ -110,7 +110,7 @@ def run_evotune(target: Case, name: str, seed: int, budget: int, sources: Sequen
     the landscape, up to ``budget``."""
     space, fs, row_times = target.replay()
     ctx = Context(problem=target.landscape.problem)
-    strategy = make_strategy(name, space, fs, seed=seed, ctx=ctx, budget=budget, sources=sources, **options)
+    strategy = make_strategy(name, space, fs, seed=seed, ctx=ctx, sources=sources, **options)
     clock = time.perf_counter
     times: list[float] = []
     steps: list[float] = []

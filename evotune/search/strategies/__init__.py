@@ -33,8 +33,7 @@ def names() -> list[str]:
 
 
 def make_strategy(name: str, space: SearchSpace, feasible: FeasibleSet, *, seed: int = 0,
-                  ctx: Context | None = None, budget: int | None = None, sources: Sequence[Source] = (),
-                  **options: Any) -> Strategy:
+                  ctx: Context | None = None, sources: Sequence[Source] = (), **options: Any) -> Strategy:
     """Build a strategy by name. Raises KeyError for an unknown name, ValueError for a bad option.
 
     ``sources`` are related results (:class:`~evotune.search.prior.Source`) for the strategies
@@ -42,7 +41,7 @@ def make_strategy(name: str, space: SearchSpace, feasible: FeasibleSet, *, seed:
     """
     if name not in STRATEGIES:
         raise KeyError(name)
-    return STRATEGIES[name](space, feasible, seed=seed, ctx=ctx, budget=budget, sources=sources, **options)
+    return STRATEGIES[name](space, feasible, seed=seed, ctx=ctx, sources=sources, **options)
 
 
 __all__ = ["STRATEGIES", "Exhausted", "Source", "Strategy", "Told", "make_strategy", "names"]

@@ -100,15 +100,13 @@ class Strategy(ABC):
                 cls.schema[name].check(name, value)
 
     def __init__(self, space: SearchSpace, feasible: FeasibleSet, *, seed: int = 0,
-                 ctx: Context | None = None, budget: int | None = None, sources: Sequence[Source] = (),
-                 **options: Any):
+                 ctx: Context | None = None, sources: Sequence[Source] = (), **options: Any):
         self.check_options(options)
         self.sources = tuple(sources)
         self.space = space
         self.feasible = feasible
         self.ctx = ctx or Context()
         self.seed = seed
-        self.budget = budget
         self.options = {**{k: o.default for k, o in self.schema.items()}, **options}
         self.seeding: str = options.get("seeding", "random")
         self.rng = np.random.default_rng(seed)

@@ -176,7 +176,7 @@ class Default(GaussianProcess):
         already (a check, a transferred pick) is told to it at once and costs no evaluation."""
         if self._plain is None:
             opts = {k: v for k, v in self.options.items() if k in self.schema and k != "transfer"}
-            self._plain = Default(self.space, self.feasible, seed=self.seed, ctx=self.ctx, budget=self.budget,
+            self._plain = Default(self.space, self.feasible, seed=self.seed, ctx=self.ctx,
                                   seeding=self.seeding, **opts)
         while True:
             points = self._plain.ask(1)

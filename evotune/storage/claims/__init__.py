@@ -21,7 +21,7 @@ that serialises per study), or a ``.claims`` file beside a ``journal:`` file
 Example::
 
     claims = make_claims("sqlite:///runs/x.db", "x/gemm_bf16_tn_4096x4096x4096/ga/seed0", lease_s=600)
-    if claims.claim(space.key(point), budget=200, finished=keys_in_study) in ("new", "takeover"):
+    if claims.claim(space.key(point), budget=200, finished=keys_in_study).mine:
         ...measure it, store its trial...
         claims.finish(space.key(point))
 """
@@ -31,11 +31,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from evotune.storage.claims.base import Claims, NoClaims
+from evotune.storage.claims.base import Claim, Claims, NoClaims
 from evotune.storage.claims.file import FileClaims
 from evotune.storage.claims.rdb import RdbClaims
 
-__all__ = ["Claims", "FileClaims", "NoClaims", "RdbClaims", "make_claims", "wait_for_others"]
+__all__ = ["Claim", "Claims", "FileClaims", "NoClaims", "RdbClaims", "make_claims", "wait_for_others"]
 
 
 def make_claims(url: str, study: str, lease_s: float = 3600.0, owner: str | None = None) -> Claims:

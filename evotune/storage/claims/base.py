@@ -11,10 +11,25 @@ from collections.abc import Callable, Iterator
 from collections.abc import Set as AbstractSet
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from enum import Enum
 
 HOST = socket.gethostname()
 
 HELD, DONE, SKIP = "held", "done", "skip"  # a claim's states; a released claim is gone
+
+
+class Claim(Enum):
+    """What :meth:`Claims.claim` answers."""
+
+    NEW = "new"  # this worker holds the key now: measure it
+    TAKEOVER = "takeover"  # taken from a lapsed or dead owner, who may have finished it: look again before measuring
+    TAKEN = "taken"  # another live worker holds it, or it is done: leave it
+    FULL = "full"  # the keys done or held live already fill the budget: stop
+
+    @property
+    def mine(self) -> bool:
+        """Whether this worker holds the key now (``NEW`` or ``TAKEOVER``)."""
+        return self in (Claim.NEW, Claim.TAKEOVER)
 
 
 def owner_id() -> str:
@@ -92,33 +107,33 @@ class Claims(ABC):
         """Hold the study's claims lock; what the transaction writes is visible to others once it ends."""
 
     def claim(self, key: str, budget: int | None = None, finished: AbstractSet[str] = frozenset(),
-              look: Callable[[], AbstractSet[str]] | None = None) -> str:
+              look: Callable[[], AbstractSet[str]] | None = None) -> Claim:
         """Take ``key`` for this worker, if a slot of ``budget`` is free.
 
         ``finished``: keys the caller knows to be in the study; ``look``: reads
         the study again and returns them all (called only when a lapsed claim
-        may hide a stored trial). Returns ``"new"``, ``"takeover"`` (from a
-        lapsed or dead owner, who may have finished it: look again before
-        measuring), ``""`` when another live worker holds it or it is done, or
-        ``"full"`` when the keys done or held live already fill ``budget``.
+        may hide a stored trial). Returns :attr:`Claim.NEW`, :attr:`Claim.TAKEOVER`
+        (from a lapsed or dead owner, who may have finished it: look again before
+        measuring), :attr:`Claim.TAKEN` when another live worker holds it or it is
+        done, or :attr:`Claim.FULL` when the keys done or held live already fill ``budget``.
         """
         with self._transaction() as tx:
             now = time.time()
             row = tx.get(key)
             if row is not None and row.state != HELD:
-                return ""
+                return Claim.TAKEN
             theirs = row is not None and row.owner != self.owner
             if row is not None and theirs and not self._expired(row.owner, row.expires, now):
-                return ""
+                return Claim.TAKEN
             if budget is not None:
                 used = self._used(tx, key, finished, look, now)
                 row = tx.get(key)
                 if row is not None and row.state != HELD:
-                    return ""  # its dead owner had stored it
+                    return Claim.TAKEN  # its dead owner had stored it
                 if used >= budget:
-                    return "full"
+                    return Claim.FULL
             tx.put(key, HELD, now + self.lease_s)
-            return "takeover" if theirs else "new"
+            return Claim.TAKEOVER if theirs else Claim.NEW
 
     def finish(self, key: str, counted: bool = True) -> None:
         """The trial of ``key`` is stored (``counted``), or the point cost nothing: nobody measures it again."""
@@ -172,7 +187,7 @@ class Claims(ABC):
     def holding(self, key: str, poll_s: float = 0.5) -> Iterator[None]:
         """Hold ``key`` for the block, waiting while another live worker holds it: a lock across workers (for
         keys that are never finished)."""
-        while self.claim(key) not in ("new", "takeover"):
+        while not self.claim(key).mine:
             time.sleep(poll_s)
         try:
             yield
@@ -215,8 +230,8 @@ class NoClaims(Claims):
         raise NotImplementedError  # every method below answers without one
 
     def claim(self, key: str, budget: int | None = None, finished: AbstractSet[str] = frozenset(),
-              look: Callable[[], AbstractSet[str]] | None = None) -> str:
-        return "new"  # the tuner counts its own trials against the budget
+              look: Callable[[], AbstractSet[str]] | None = None) -> Claim:
+        return Claim.NEW  # the tuner counts its own trials against the budget
 
     def finish(self, key: str, counted: bool = True) -> None:
         pass

@@ -24,7 +24,6 @@ class RdbClaims(Claims):
         super().__init__(study, lease_s, owner)
         import sqlalchemy as sa
 
-        self.sa = sa
         from evotune.storage.study import schema_lock
 
         self.engine = _engine(url)
@@ -34,16 +33,13 @@ class RdbClaims(Claims):
             sa.Column("study", sa.String(512), primary_key=True),
             sa.Column("key_hash", sa.String(64), primary_key=True),
             sa.Column("key", sa.Text), sa.Column("owner", sa.String(256)), sa.Column("expires", sa.Float),
-            sa.Column("state", sa.String(8)))  # NULL in rows written before it existed: HELD
+            sa.Column("state", sa.String(8), nullable=False))
         self.locks = sa.Table("evotune_claim_locks", meta, sa.Column("study", sa.String(512), primary_key=True))
         self.sql = _Statements(sa, self.table, self.locks)
         for attempt in range(5):
             try:
                 with schema_lock(url):
                     meta.create_all(self.engine, checkfirst=True)
-                    if "state" not in {c["name"] for c in sa.inspect(self.engine).get_columns("evotune_claims")}:
-                        with self.engine.begin() as conn:  # a table made before claims had states
-                            conn.execute(sa.text("ALTER TABLE evotune_claims ADD COLUMN state VARCHAR(8)"))
                 break
             except (sa.exc.IntegrityError, sa.exc.ProgrammingError, sa.exc.OperationalError):
                 if attempt == 4:  # another worker made it meanwhile; the next look finds it
@@ -106,8 +102,7 @@ class _Statements:
         one = sa.and_(mine, t.c.key_hash == sa.bindparam("h"))
         self.lock = sa.select(locks.c.study).where(locks.c.study == sa.bindparam("b_study")).with_for_update()
         self.get = sa.select(t.c.owner, t.c.expires, t.c.state).where(one)
-        self.held = sa.select(t.c.key, t.c.owner, t.c.expires).where(mine, sa.or_(t.c.state.is_(None),
-                                                                                  t.c.state == HELD))
+        self.held = sa.select(t.c.key, t.c.owner, t.c.expires).where(mine, t.c.state == HELD)
         self.done_count = sa.select(sa.func.count()).select_from(t).where(mine, t.c.state == DONE)
         self.done_keys = sa.select(t.c.key).where(mine, t.c.state == DONE)
         self.update = sa.update(t).where(one).values(owner=sa.bindparam("o"), expires=sa.bindparam("e"),
@@ -126,7 +121,7 @@ class _RdbTransaction(_Transaction):
 
     def get(self, key: str) -> Row | None:
         r = self.conn.execute(self.sql.get, self._one(key)).first()
-        return None if r is None else Row(r.owner, float(r.expires), r.state or HELD)
+        return None if r is None else Row(r.owner, float(r.expires), r.state)
 
     def held(self) -> dict[str, Row]:
         rows = self.conn.execute(self.sql.held, self.study).all()
