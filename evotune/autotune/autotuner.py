@@ -76,7 +76,8 @@ class Autotuner:
         self.budget, self.mode, self.confirm = int(budget), mode, int(confirm)
         self.timer = make_timer(do_bench, warmup, rep)
         self.cache: dict[tuple[Any, ...], Any] = {}  # key -> triton.Config: the whole per-call path
-        self.decisions: dict[tuple[Any, ...], Any] = {}  # key -> the Decision it came from
+        self.decisions: dict[tuple[Any, ...], Any] = {}  # key fields' values -> the Decision it came from
+        self.last_decision: Any = None  # the decision of the last key resolved (None: a single config)
         self.best_config: Any = None
         self.nargs: dict[str, Any] | None = None
         self._cache_arg = cache
@@ -141,6 +142,10 @@ class Autotuner:
                 for p in self.candidates.points]
 
     # -- resolving a key --------------------------------------------------------------------------
+    def use_cache(self, cache: Any) -> None:
+        """Keep decisions in ``cache`` from now on (a storage URL or a folder); keys resolved so far stay."""
+        self._cache_arg, self._kernel_cache = cache, None
+
     @property
     def kernel_cache(self) -> KernelCache:
         if self._kernel_cache is None:
@@ -251,7 +256,7 @@ class Autotuner:
                      lambda p: self._measure(args, kwargs, p),
                      lambda p: self._call(args, kwargs, self.candidates.config(p)), self.timer, self.confirm)
         decision = tune(job)
-        self.decisions[tuple(fields.values())] = decision
+        self.decisions[tuple(fields.values())] = self.last_decision = decision
         config = self.candidates.config(space.from_storage(decision.config))
         if self.timer.calls > timings_before:  # outputs touched by timing: reset them, as triton.autotune does
             self.pre_hook({**(self.nargs or {}), **kwargs, **config.all_kwargs()}, reset_only=True)
@@ -272,7 +277,7 @@ class Autotuner:
             other, decision = near
             log.warning("%s: key %s was never tuned (cache-only): using the configuration tuned for the nearest "
                         "key %s", self.base_fn.__name__, fields, other)
-        self.decisions[tuple(fields.values())] = decision
+        self.decisions[tuple(fields.values())] = self.last_decision = decision
         return self.candidates.config(space.from_storage(decision.config))
 
 

@@ -209,7 +209,9 @@ def choose(job: KeyJob, store: StudyStore) -> Decision:
     wanted = {job.space.key(p) for p in job.points}
     timed = sorted((v, k, p) for k, (p, v) in _measured(store).items() if k in wanted and v is not None)
     if not timed:
-        raise TuningError(f"every configuration of {job.space.name} failed for key {job.key}; see the study "
+        failed = [r for r in store.history() if r.key in wanted]
+        why = f" (the first: {failed[0].attrs.get('message', failed[0].status.value)})" if failed else ""
+        raise TuningError(f"every configuration of {job.space.name} failed for key {job.key}{why}; see the study "
                           f"{store.study.study_name}")
     top = timed[: max(1, job.confirm)]
     if len(top) < 2:
