@@ -89,6 +89,11 @@ class BenchTimer(Timer):
     def _samples(self, call: Call, n: int) -> list[float]:
         return [self._one(call) for _ in range(n)]
 
+    def confirm_options(self, top_k: int) -> ConfirmOptions:
+        """Each ``do_bench`` figure is already a median of many launches: one per configuration a round."""
+        return ConfirmOptions(top_k=top_k, per_round=1, min_rounds=3, max_rounds=5, ci_target=0.02,
+                              max_seconds=30.0, warmup_s=0.0)
+
 
 class OracleTimer(Timer):
     """evotune's GPU oracle: CUDA graphs, cold L2, adaptive CI (see :mod:`evotune.evaluation.oracle`)."""
