@@ -301,3 +301,28 @@ def test_tune_kernel_cli_and_its_errors(tmp_path: Path, capsys: pytest.CaptureFi
         assert len(err.splitlines()) == 1 and message in err, (args, err)
     assert main(["export-configs", "--cache", str(tmp_path / "none")]) == 2
     assert "no study database" in capsys.readouterr().err
+
+
+def test_prune_configs_by_and_keyword_launches(kernels, tmp_path: Path) -> None:
+    import evotune
+
+    seen = []
+
+    def early(configs, named_args, **kwargs):
+        seen.append((len(configs), named_args["n"]))
+        return [c for c in configs if c.kwargs["BLOCK"] <= 32]
+
+    def model(**kwargs):
+        return kwargs["BLOCK"]  # smaller blocks first
+
+    n = 40
+    x, y = torch.randn(n), torch.randn(n)
+    kern = evotune.autotune(configs=kernels.ADD_CONFIGS, key=["n"], do_bench=kernels.counting_bench, cache=tmp_path,
+                            prune_configs_by={"early_config_prune": early, "perf_model": model, "top_k": 1})(
+        kernels.add)
+    out = torch.empty(n)
+    kern[kernels.grid_1d(n)](x, y, out, n)
+    assert seen == [(3, n)] and kernels.counting_bench.calls == 0  # one config left: nothing to time
+    assert kern.best_config.kwargs["BLOCK"] == 16 and torch.equal(out, x + y)
+    kern[kernels.grid_1d(n)](x, y, out=out, n=n)  # the same key, given by keyword: looked up, not resolved again
+    assert seen == [(3, n)] and len(kern.cache) == 1

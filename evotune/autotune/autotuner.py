@@ -27,6 +27,7 @@ from typing import Any
 from evotune.autotune.cache import KernelCache, KernelId, cache_url
 from evotune.autotune.configs import Candidates, LaunchContext
 from evotune.autotune.neighbours import nearest_tuned
+from evotune.autotune.pruning import PruneBy, prune
 from evotune.autotune.resources import over_limits
 from evotune.autotune.search import KeyJob, tune
 from evotune.autotune.timers import make_timer
@@ -75,7 +76,11 @@ class Autotuner:
         self.early_config_prune = prune.get("early_config_prune")
         self.budget, self.mode, self.confirm = int(budget), mode, int(confirm)
         self.timer = make_timer(do_bench, warmup, rep)
-        self.cache: dict[tuple[Any, ...], Any] = {}  # key -> triton.Config: the whole per-call path
+        self.cache: dict[tuple[Any, ...], Any] = {}  # key -> triton.Config, as triton.autotune keeps it
+        self._launch: dict[tuple[Any, ...], tuple[Any, dict[str, Any]]] = {}  # key -> (config, its launch options)
+        self._arg_set = frozenset(self.arg_names)
+        self._key_pos = [self.arg_names.index(k) for k in self.keys]
+        self._last_key_pos = max(self._key_pos, default=-1)
         self.decisions: dict[tuple[Any, ...], Any] = {}  # key fields' values -> the Decision it came from
         self.last_decision: Any = None  # the decision of the last key resolved (None: a single config)
         self.best_config: Any = None
@@ -111,26 +116,31 @@ class Autotuner:
 
     # -- launching --------------------------------------------------------------------------------
     def key_of(self, nargs: dict[str, Any], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        """Triton's key: the ``key`` arguments' values, then ``str(dtype)`` of every argument that has one."""
         all_args = {**nargs, **kwargs}
-        args = {k: v for k, v in all_args.items() if k in self.arg_names}
+        args = {k: v for k, v in all_args.items() if k in self._arg_set}
         key = [args[k] for k in self.keys if k in args]
         key += [str(a.dtype) for a in args.values() if hasattr(a, "dtype")]
         return tuple(key)
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
-        nargs = dict(zip(self.arg_names, args, strict=False))
-        key = self.key_of(nargs, kwargs)
-        config = self.cache.get(key)
-        if config is None:
-            self.nargs = nargs
+        if len(args) > self._last_key_pos and self._arg_set.isdisjoint(kwargs):  # every argument positional
+            key = (*[args[i] for i in self._key_pos], *[str(a.dtype) for a in args if hasattr(a, "dtype")])
+        else:
+            key = self.key_of(dict(zip(self.arg_names, args, strict=False)), kwargs)
+        launch = self._launch.get(key)
+        if launch is None:
+            self.nargs = dict(zip(self.arg_names, args, strict=False))
             try:
                 config = self._resolve(key, args, kwargs)
             finally:
                 self.nargs = None
+            launch = self._launch[key] = (config, config.all_kwargs())
+        config, options = launch
         self.best_config = config
         if config.pre_hook is not None:
-            config.pre_hook({**nargs, **kwargs, **config.all_kwargs()})
-        return self.fn.run(*args, **kwargs, **config.all_kwargs())
+            config.pre_hook({**dict(zip(self.arg_names, args, strict=False)), **kwargs, **options})
+        return self.fn.run(*args, **kwargs, **options)
 
     def __getitem__(self, grid: Any) -> Callable[..., Any]:
         """``kernel[grid](*args)``, as a Triton kernel is launched."""
@@ -171,34 +181,9 @@ class Autotuner:
         return config
 
     def _candidates(self, kwargs: dict[str, Any]) -> FeasibleSet:
-        """The feasible points after the constraints, ``early_config_prune`` and ``perf_model``/``top_k``."""
-        space = self.candidates.space
-        ctx = LaunchContext(args={**(self.nargs or {}), **kwargs})
-        fs = self.candidates.feasible(ctx)
-        for reason, count in fs.pruned.most_common():
-            log.info("%s: %d configurations pruned by %s", self.base_fn.__name__, count, fs.reasons[reason])
-        points = [fs.point(r) for r in range(len(fs))]
-        if self.candidates.listed is not None:
-            order = {space.key(p): i for i, p in enumerate(self.candidates.listed)}
-            points.sort(key=lambda p: order[space.key(p)])
-        configs = {space.key(p): self.candidates.config(p) for p in points}
-        if self.early_config_prune:
-            kept = self.early_config_prune(list(configs.values()), self.nargs, **kwargs)
-            if not kept:
-                raise ValueError("early_config_prune returned no configuration (it must return at least one)")
-            ids = {id(c) for c in kept}
-            points = [p for p in points if id(configs[space.key(p)]) in ids]
-        if self.perf_model:
-            top_k = self.top_k
-            if isinstance(top_k, float) and top_k <= 1.0:
-                top_k = max(1, int(len(points) * top_k))
-            est = {space.key(p): self.perf_model(**(self.nargs or {}), **kwargs,
-                                                 **configs[space.key(p)].all_kwargs()) for p in points}
-            points = sorted(points, key=lambda p: est[space.key(p)])[: int(top_k)]
-        if len(points) < len(fs):
-            log.info("%s: %d of %d configurations left by prune_configs_by", self.base_fn.__name__, len(points),
-                     len(fs))
-        return FeasibleSet.from_codes(space, [space.encode(p) for p in points])
+        args = {**(self.nargs or {}), **kwargs}
+        return prune(self.candidates, args, self.nargs or {}, kwargs,
+                     PruneBy(self.early_config_prune, self.perf_model, self.top_k), self.base_fn.__name__)
 
     def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any], config: Any) -> Callable[[], None]:
         """One launch of ``config`` with the hooks around it, as ``triton.autotune`` benchmarks it."""
