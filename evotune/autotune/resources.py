@@ -28,8 +28,10 @@ def over_limits(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], config: 
     kernel = fn.warmup(*args, **launch, **config.all_kwargs())
     if kernel is None or not hasattr(kernel, "metadata"):
         return None
+    load = getattr(kernel, "_init_handles", None)  # loads the binary: OutOfResources for too much shared memory
     try:
-        kernel._init_handles()  # loads the binary: raises OutOfResources for shared memory over the device's
+        if load is not None:
+            load()
     except OutOfResources as exc:
         return f"shared memory: {exc}"
     from triton.runtime.driver import driver
