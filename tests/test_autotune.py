@@ -235,6 +235,11 @@ def test_space_with_named_constraints_and_a_budget(kernels, tmp_path: Path,
     trials = study_of(kern, add_key(n)).history()
     assert len(trials) == 5 and all(t.point["BLOCK"] <= n for t in trials)
     assert kern.best_config.kwargs["BLOCK"] <= n
+    from evotune.report import collect_best
+
+    (row,) = collect_best(kern.kernel_cache.storage)  # what `python -m evotune best --storage` shows
+    assert row.confirmed and row.problem_key.startswith("n=64,")
+    assert {k: v for k, v in row.config.items() if k in kern.best_config.kwargs} == kern.best_config.kwargs
 
 
 def test_export_json_and_vllm_moe(kernels, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -188,6 +188,8 @@ def decide(job: KeyJob, store: StudyStore) -> Decision:
         if decision is not None and decision.candidates == job.candidates_hash:
             return decision  # another process decided while this one waited
         decision = choose(job, store)
+        if decision.confirmation is not None:
+            job.cache.storage.set_study_user_attr(store.study_id, "confirmation", decision.confirmation)
         job.cache.write_decision(store, decision)
         return decision
 
@@ -226,5 +228,8 @@ def choose(job: KeyJob, store: StudyStore) -> Decision:
         log.info("key %s: %s", job.key, w)
     best = min(result.items, key=lambda k: result.items[k].median_ms)
     point = next(p for _, k, p in top if k == best)
+    # the record ``python -m evotune best`` reads (see report.py): the items, their configurations, no baselines
+    record = {**result.to_dict(), "configs": {k: job.space.to_storage(p) for _, k, p in top}, "baselines": [],
+              "date": now()}
     return Decision(job.space.to_storage(point), result.items[best].median_ms, job.candidates_hash, "confirmed",
-                    owner_id(), now(), result.to_dict())
+                    owner_id(), now(), record)
