@@ -156,6 +156,8 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--batch-key", default="M", help="vllm-moe: the key field holding the batch size (default M)")
     ex.add_argument("--experts-key", default="E", help="vllm-moe: the key field holding E (default E)")
     ex.add_argument("--n-key", default="N", help="vllm-moe: the key field holding N (default N)")
+    ex.add_argument("--n-divisor", default="1", help="vllm-moe: the file's N is the key's over this (2 for a "
+                                                     "kernel keyed by the gate-and-up GEMM's N)")
     ex.set_defaults(func=cmd_export_configs)
     return p
 
@@ -456,6 +458,6 @@ def cmd_export_configs(args: argparse.Namespace) -> int:
 
     try:
         return export_command(args.cache, args.kernel, args.format, args.out, args.batch_key, args.experts_key,
-                              args.n_key)
+                              args.n_key, args.n_divisor)
     except CommandError as exc:
         raise UsageError(str(exc)) from None

@@ -259,6 +259,9 @@ def test_export_json_and_vllm_moe(kernels, tmp_path: Path, monkeypatch: pytest.M
     assert main(["export-configs", "--cache", str(tmp_path / "c"), "--format", "vllm-moe", "--out", "vllm"]) == 0
     (path,) = (tmp_path / "vllm").iterdir()
     assert path.name == "E=8,N=32,device_name=cpu-interpreter.json"
+    assert main(["export-configs", "--cache", str(tmp_path / "c"), "--format", "vllm-moe", "--out", "half",
+                 "--n-divisor", "2"]) == 0
+    assert [p.name for p in (tmp_path / "half").iterdir()] == ["E=8,N=16,device_name=cpu-interpreter.json"]
     doc = json.loads(path.read_text())
     assert set(doc) == {"triton_version", "1", "16"}
     for batch in ("1", "16"):
@@ -306,6 +309,11 @@ def test_tune_kernel_cli_and_its_errors(tmp_path: Path, capsys: pytest.CaptureFi
         assert len(err.splitlines()) == 1 and message in err, (args, err)
     assert main(["export-configs", "--cache", str(tmp_path / "none")]) == 2
     assert "no study database" in capsys.readouterr().err
+    assert main(["export-configs", "--cache", str(cache), "--format", "vllm-moe", "--out", str(tmp_path / "v")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "key field 'M' missing" in err and not (tmp_path / "v").exists()
+    assert main(["export-configs", "--cache", str(cache), "--format", "vllm-moe", "--n-divisor", "0"]) == 2
+    assert "--n-divisor: expected an integer >= 1" in capsys.readouterr().err
 
 
 def test_prune_configs_by_and_keyword_launches(kernels, tmp_path: Path) -> None:

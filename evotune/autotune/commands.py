@@ -39,7 +39,13 @@ def tune_kernel_command(kernel: str, keys: str | None, cache: str | None, consol
 
 
 def export_command(cache: str | None, kernel: str | None, fmt: str, out: str | None, batch: str, experts: str,
-                   n: str) -> int:
+                   n: str, n_divisor: str = "1") -> int:
+    try:
+        divisor = int(n_divisor)
+    except ValueError:
+        divisor = 0
+    if divisor < 1:
+        raise CommandError(f"--n-divisor: expected an integer >= 1, got {n_divisor!r}")
     url = cache_url(cache)
     assert url is not None  # only cache=False has none
     try:
@@ -53,7 +59,7 @@ def export_command(cache: str | None, kernel: str | None, fmt: str, out: str | N
         if fmt == "json":
             print(write_json(rows, Path(out or "autotune_configs.json")))
         else:
-            for path in write_vllm_moe(rows, Path(out or "."), batch, experts, n):
+            for path in write_vllm_moe(rows, Path(out or "."), batch, experts, n, divisor):
                 print(path)
     except ExportError as exc:
         raise CommandError(str(exc)) from None

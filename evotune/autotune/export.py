@@ -11,8 +11,9 @@
 one file per (E, N, device), ``E=8,N=14336,device_name=NVIDIA_H100_80GB_HBM3.json``, holding
 ``{"triton_version": "...", "<batch size>": {"BLOCK_SIZE_M": .., "BLOCK_SIZE_N": .., "BLOCK_SIZE_K": ..,
 "GROUP_SIZE_M": .., "num_warps": .., "num_stages": ..}, ...}``. E, N and the batch size are read off each key's
-fields (``E``, ``N``, ``M`` unless told otherwise); vLLM's N is the intermediate size per shard of the
-layer's down projection (``shard_intermediate_size // 2``), so key the kernel by that.
+fields (``E``, ``N``, ``M`` unless told otherwise). vLLM's N is ``shard_intermediate_size // 2`` (the
+intermediate size per shard): a kernel keyed by the gate-and-up GEMM's N (twice that) exports with
+``--n-divisor 2``.
 
 Where one kernel's key was decided more than once (another source version or Triton version), the newest
 decision is exported.
@@ -65,9 +66,9 @@ def vllm_file_name(experts: Any, n: Any, device: str) -> str:
     return f"E={experts},N={n},device_name={device.replace(' ', '_')}.json"
 
 
-def vllm_moe(rows: list[dict[str, Any]], batch: str = "M", experts: str = "E",
-             n: str = "N") -> dict[str, dict[str, Any]]:
-    """File name -> contents, in vLLM's fused-MoE layout."""
+def vllm_moe(rows: list[dict[str, Any]], batch: str = "M", experts: str = "E", n: str = "N",
+             n_divisor: int = 1) -> dict[str, dict[str, Any]]:
+    """File name -> contents, in vLLM's fused-MoE layout; the file's N is the key's ``n`` field over ``n_divisor``."""
     files: dict[str, dict[str, Any]] = {}
     owner: dict[str, str] = {}
     for e in rows:
@@ -79,7 +80,7 @@ def vllm_moe(rows: list[dict[str, Any]], batch: str = "M", experts: str = "E",
         if missing:
             raise ExportError(f"{e['study']}: config field {missing[0]!r} missing: vLLM's fused MoE takes "
                               f"{', '.join(VLLM_FIELDS)}")
-        name = vllm_file_name(e["key"][experts], e["key"][n], str(e["device"]))
+        name = vllm_file_name(e["key"][experts], int(e["key"][n]) // n_divisor, str(e["device"]))
         if owner.setdefault(name, e["kernel"]) != e["kernel"]:
             raise ExportError(f"{name}: kernels {owner[name]} and {e['kernel']} both have it; choose one with --kernel")
         doc = files.setdefault(name, {"triton_version": e["triton_version"]})
@@ -91,8 +92,8 @@ def vllm_moe(rows: list[dict[str, Any]], batch: str = "M", experts: str = "E",
 
 
 def write_vllm_moe(rows: list[dict[str, Any]], out: Path, batch: str = "M", experts: str = "E",
-                   n: str = "N") -> list[Path]:
-    files = vllm_moe(rows, batch, experts, n)
+                   n: str = "N", n_divisor: int = 1) -> list[Path]:
+    files = vllm_moe(rows, batch, experts, n, n_divisor)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, doc in sorted(files.items()):
