@@ -104,17 +104,18 @@ def load_keys(path: Path, module: ModuleType) -> KeysFile:
         raise AheadError(f"{path}: key: expected at least one [[key]] table")
     sig = inspect.signature(launch)
     open_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values())
+    accepted = f"{name}({', '.join(sig.parameters)})"
     for i, key in enumerate(keys):
         for field, value in key.items():
             if not open_kwargs and field not in sig.parameters:
-                raise AheadError(f"{path}: key[{i}].{field}: not an argument of {name}{sig}")
+                raise AheadError(f"{path}: key[{i}].{field}: not an argument of {accepted}")
             if not isinstance(value, (int, float, str, bool)):
                 raise AheadError(f"{path}: key[{i}].{field}: expected a number, a string or a boolean, got "
                                  f"{type(value).__name__}")
         try:
             sig.bind(**key)
         except TypeError as exc:
-            raise AheadError(f"{path}: key[{i}]: {exc} (the arguments of {name}{sig})") from None
+            raise AheadError(f"{path}: key[{i}]: {exc} (the arguments of {accepted})") from None
     return KeysFile(path, launch, name, keys)
 
 

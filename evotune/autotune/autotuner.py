@@ -159,8 +159,15 @@ class Autotuner:
     @property
     def kernel_cache(self) -> KernelCache:
         if self._kernel_cache is None:
-            self._kernel_cache = KernelCache(cache_url(self._cache_arg), KernelId.of(self.base_fn))
+            self._kernel_cache = KernelCache(cache_url(self._cache_arg), KernelId.of(self.base_fn, self._jit()))
         return self._kernel_cache
+
+    def _jit(self) -> Any:
+        """The ``triton.jit`` object under any other wrapper (``triton.heuristics``), if there is one."""
+        fn = self.fn
+        while fn is not None and not hasattr(fn, "cache_key"):
+            fn = getattr(fn, "fn", None)
+        return fn
 
     def key_fields(self, nargs: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
         """The key as named fields (stored with the study): the key arguments, then ``ARG.dtype`` of each tensor."""

@@ -1,7 +1,9 @@
 """Where tuned kernels are kept: one Optuna study per (kernel, key), with the decision in its attributes.
 
 A study is named by what makes a measurement valid, and not by the list of
-configurations: ``autotune/KERNEL/SOURCE_HASH/DEVICE/triton-VERSION/KEY``
+configurations: ``autotune/KERNEL/SOURCE_HASH/DEVICE/triton-VERSION/KEY`` (the hash is of
+Triton's own ``cache_key`` of the kernel where it has one: the source, the jit functions it
+calls, the globals it reads; under the interpreter, of the kernel's source)
 (:func:`study_name`), so a changed list keeps every point measured before. Its
 trials are the measured configurations (``python -m evotune best``, ``plot`` and
 ``dashboard --storage URL`` read them), and its user attribute ``autotune`` holds
@@ -84,11 +86,16 @@ class KernelId:
     device: str
 
     @classmethod
-    def of(cls, fn: Any, device: str | None = None) -> KernelId:
-        source = textwrap.dedent(inspect.getsource(fn))
+    def of(cls, fn: Any, jit: Any = None, device: str | None = None) -> KernelId:
+        """The identity of kernel ``fn`` (the Python function); ``jit`` is its ``triton.jit`` object, whose
+        ``cache_key`` (Triton's hash of the source, the jit functions it calls, the globals it reads and its
+        line) is hashed when it has one. The interpreter's has none: the function's own source is hashed."""
+        text = getattr(jit, "cache_key", None)
+        if not isinstance(text, str):
+            text = textwrap.dedent(inspect.getsource(fn))
         import triton
 
-        return cls(fn.__name__, hashlib.sha256(source.encode()).hexdigest()[:16], str(triton.__version__),
+        return cls(fn.__name__, hashlib.sha256(text.encode()).hexdigest()[:16], str(triton.__version__),
                    device or device_name())
 
     @property
