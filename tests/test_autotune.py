@@ -64,6 +64,7 @@ def test_outputs_identical_to_triton_autotune(kernels, tmp_path: Path) -> None:
     ours[kernels.grid_1d(n)](x, y, b, n)
     assert torch.equal(a, b) and torch.equal(b, x + y)
     assert ours.best_config in kernels.ADD_CONFIGS
+    assert len(ours.warmup(x, y, b, n, grid=kernels.grid_1d(n))) == len(kernels.ADD_CONFIGS)  # each compiled
 
     # out += x under timing: reset_to_zero and restore_value protect the output as Triton's do
     for protect in ({"reset_to_zero": ["out"]}, {"restore_value": ["out"]}):

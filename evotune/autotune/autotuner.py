@@ -147,9 +147,14 @@ class Autotuner:
         return lambda *args, **kwargs: self.run(*args, grid=grid, warmup=False, **kwargs)
 
     def warmup(self, *args: Any, **kwargs: Any) -> list[Any]:
-        """Compile every listed configuration (as ``triton.autotune``'s ``warmup``)."""
-        return [self.fn.warmup(*args, **kwargs, **self.candidates.config(p).all_kwargs())
-                for p in self.candidates.points]
+        """Compile every candidate left after pruning (as ``triton.autotune``'s ``warmup``)."""
+        self.nargs = dict(zip(self.arg_names, args, strict=False))
+        try:
+            fs = self._candidates({k: v for k, v in kwargs.items() if k != "grid"})
+        finally:
+            self.nargs = None
+        return [self.fn.warmup(*args, **kwargs, **self.candidates.config(fs.point(r)).all_kwargs())
+                for r in range(len(fs))]
 
     # -- resolving a key --------------------------------------------------------------------------
     def use_cache(self, cache: Any) -> None:

@@ -102,7 +102,7 @@ class Candidates:
         import triton
 
         kwargs = {k: v for k, v in point.items() if k not in LAUNCH_OPTIONS}
-        options = {o: point.get(o, default) for o, default in LAUNCH_OPTIONS.items()}
+        options = {o: point[o] for o in LAUNCH_OPTIONS if o in point}  # the others keep triton.Config's defaults
         return triton.Config(kwargs, **options)
 
     def describe(self, point: Point) -> dict[str, Any]:
