@@ -242,6 +242,12 @@ def test_space_with_named_constraints_and_a_budget(kernels, tmp_path: Path,
     assert row.confirmed and row.problem_key.startswith("n=64,")
     assert {k: v for k, v in row.config.items() if k in kern.best_config.kwargs} == kern.best_config.kwargs
 
+    caplog.clear()  # a second key learns from the first: its trials are a source of the default strategy
+    with caplog.at_level(logging.INFO, logger="evotune.autotune"):
+        kern[kernels.grid_1d(128)](torch.ones(128), torch.ones(128), torch.empty(128), 128)
+    assert "transfer from key:n=64," in caplog.text
+    assert len(study_of(kern, add_key(128)).history()) == 5
+
 
 def test_export_json_and_vllm_moe(kernels, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import evotune
