@@ -346,3 +346,26 @@ def test_prune_configs_by_and_keyword_launches(kernels, tmp_path: Path) -> None:
     assert kern.best_config.kwargs["BLOCK"] == 16 and torch.equal(out, x + y)
     kern[kernels.grid_1d(n)](x, y, out=out, n=n)  # the same key, given by keyword: looked up, not resolved again
     assert seen == [(3, n)] and len(kern.cache) == 1
+
+
+def test_a_rank_left_alone_on_a_key_decides_it(kernels, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    """Rank 1 waits for rank 0's decision only while another process works on the key (rank 0 may never
+    launch it: another batch size); alone for RANK_WAIT_S, it decides, and rank 0 later reads that."""
+    import evotune
+    from evotune.autotune import search
+
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(search, "RANK_WAIT_S", 0.3)
+    kern = evotune.autotune(configs=kernels.ADD_CONFIGS, key=["n"], do_bench=kernels.counting_bench,
+                            cache=tmp_path)(kernels.add)
+    with caplog.at_level(logging.INFO, logger="evotune.autotune"):
+        kern[kernels.grid_1d(32)](torch.ones(32), torch.ones(32), torch.empty(32), 32)
+    assert "rank 1 decides" in caplog.text and kern.last_decision.how == "confirmed"
+    monkeypatch.setenv("RANK", "0")
+    timed = kernels.counting_bench.calls
+    zero = evotune.autotune(configs=kernels.ADD_CONFIGS, key=["n"], do_bench=kernels.counting_bench,
+                            cache=tmp_path)(kernels.add)
+    zero[kernels.grid_1d(32)](torch.ones(32), torch.ones(32), torch.empty(32), 32)
+    assert kernels.counting_bench.calls == timed and zero.best_config is kern.best_config

@@ -20,6 +20,7 @@ the dtype of every tensor argument. On a key's first call (``mode="online"``):
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -84,6 +85,9 @@ class Autotuner:
         self.decisions: dict[tuple[Any, ...], Any] = {}  # key fields' values -> the Decision it came from
         self.last_decision: Any = None  # the decision of the last key resolved (None: a single config)
         self.best_config: Any = None
+        self.configs = list(configs) if configs else None  # as triton.autotune keeps them (None with a space)
+        self.configs_timings: dict[Any, list[float]] = {}  # the last key tuned here: config -> [time in ms]
+        self.bench_time = 0.0  # seconds the last key's tuning took
         self.nargs: dict[str, Any] | None = None
         self._cache_arg = cache
         self._kernel_cache: KernelCache | None = None
@@ -252,9 +256,17 @@ class Autotuner:
         job = KeyJob(self.kernel_cache, fields, space, fs, self.candidates.listed, self.budget,
                      lambda p: self._measure(args, kwargs, p),
                      lambda p: self._call(args, kwargs, self.candidates.config(p)), self.timer, self.confirm)
+        started = time.perf_counter()
         decision = tune(job)
+        self.bench_time = time.perf_counter() - started
         self.decisions[tuple(fields.values())] = self.last_decision = decision
         config = self.candidates.config(space.from_storage(decision.config))
+        store = self.kernel_cache.existing(fields, space)
+        self.configs_timings = {self.candidates.config(r.point): [r.value if r.value is not None else float("inf")]
+                                for r in (store.history() if store is not None else []) if r.point in fs}
+        if os.environ.get("TRITON_PRINT_AUTOTUNING") == "1":
+            print(f"evotune autotuning for function {self.base_fn.__name__},\nwith key as {fields},\nfinished "
+                  f"after {self.bench_time:.2f}s,\nbest config selected: {config} ({decision.how});")
         if self.timer.calls > timings_before:  # outputs touched by timing: reset them, as triton.autotune does
             self.pre_hook({**(self.nargs or {}), **kwargs, **config.all_kwargs()}, reset_only=True)
         return config

@@ -9,9 +9,11 @@
    the same key together time each point once and the budget holds for them all.
 2. **Decide** (:func:`decide`): once no other process is timing a point, one process
    (rank 0 under ``torch.distributed`` or a ``RANK`` variable; otherwise whoever takes
-   the key's decision claim first) re-times the fastest ``confirm`` configurations side
-   by side (:func:`~evotune.evaluation.confirm.confirm_rounds`) and writes the
-   decision into the study; every other process waits for it and reads it.
+   the key's decision claim first; a rank that waits RANK_WAIT_S seconds with nobody else
+   at work on the key, which rank 0 may never launch, decides itself) re-times the
+   fastest ``confirm`` configurations side by side
+   (:func:`~evotune.evaluation.confirm.confirm_rounds`) and writes the decision into
+   the study; every other process waits for it and reads it.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from evotune.study import StudyStore
 
 log = logging.getLogger("evotune.autotune")
 POLL_S = 0.1
+#: a rank other than 0 decides a key itself once no other process has worked on it for this long
+RANK_WAIT_S = 60.0
 
 
 class TuningError(RuntimeError):
@@ -178,10 +182,14 @@ def measure_points(job: KeyJob, store: StudyStore) -> int:
 
 
 def decide(job: KeyJob, store: StudyStore) -> Decision:
-    """The key's decision: made here under the key's decision claim (rank 0 only, with ranks), else waited for."""
+    """The key's decision: rank 0's under ranks (waited for), else made here under the key's decision claim."""
     mine = rank()
     if mine is not None and mine != 0:
-        return wait_for_decision(job, store)
+        decision = wait_for_decision(job, store)
+        if decision is not None:
+            return decision
+        log.warning("key %s: no other process worked on it for %.0f s (rank 0 may never launch this key, e.g. "
+                    "another batch size): rank %d decides", job.key, RANK_WAIT_S, mine)
     lock = claims_of(job, store.study.study_name + "#decide")
     with lock.holding("decide", poll_s=POLL_S):
         decision = job.cache.decision(store)
@@ -194,16 +202,22 @@ def decide(job: KeyJob, store: StudyStore) -> Decision:
         return decision
 
 
-def wait_for_decision(job: KeyJob, store: StudyStore) -> Decision:
-    waited = 0.0
+def wait_for_decision(job: KeyJob, store: StudyStore) -> Decision | None:
+    """The decision another process makes, or None once no other process has been timing a point of the key
+    or holding its decision claim for RANK_WAIT_S seconds."""
+    name = store.study.study_name
+    points, lock = claims_of(job, name), claims_of(job, name + "#decide")
+    log.info("key %s: waiting for rank 0's decision", job.key)
+    idle_since = time.monotonic()
     while True:
         decision = job.cache.decision(store)
         if decision is not None and decision.candidates == job.candidates_hash:
             return decision
-        if waited == 0.0:
-            log.info("key %s: waiting for rank 0's decision", job.key)
+        if points.active() or lock.active():
+            idle_since = time.monotonic()
+        elif time.monotonic() - idle_since > RANK_WAIT_S:
+            return None
         time.sleep(POLL_S)
-        waited += POLL_S
 
 
 def choose(job: KeyJob, store: StudyStore) -> Decision:
