@@ -27,6 +27,7 @@ from typing import Any
 
 from evotune.autotune.cache import KernelCache, KernelId, cache_url
 from evotune.autotune.configs import Candidates, LaunchContext
+from evotune.autotune.hooks import Hooks
 from evotune.autotune.neighbours import nearest_tuned
 from evotune.autotune.pruning import PruneBy, prune
 from evotune.autotune.resources import over_limits
@@ -71,7 +72,8 @@ class Autotuner:
             self.candidates = Candidates.from_space(space)
         else:
             self.candidates = Candidates.from_configs(name, list(configs or [triton.Config({})]))
-        self._hooks(pre_hook, post_hook)
+        hooks = Hooks(self.reset_to_zero, self.restore_value, pre_hook, post_hook)
+        self.pre_hook, self.post_hook = hooks.pre, hooks.post
         prune = prune_configs_by or {}
         self.perf_model, self.top_k = prune.get("perf_model"), prune.get("top_k", 1.0)
         self.early_config_prune = prune.get("early_config_prune")
@@ -91,32 +93,6 @@ class Autotuner:
         self.nargs: dict[str, Any] | None = None
         self._cache_arg = cache
         self._kernel_cache: KernelCache | None = None
-
-    # -- the hooks, as triton.autotune has them ---------------------------------------------------
-    def _hooks(self, pre_hook: Callable[..., Any] | None, post_hook: Callable[..., Any] | None) -> None:
-        self.restore_copies: dict[str, Any] = {}
-        self.pre_hook: Callable[..., Any] = lambda kwargs, reset_only=False: 0
-        self.post_hook: Callable[..., Any] = lambda kwargs, exception: 0
-        if pre_hook:
-            self.pre_hook = pre_hook
-        elif self.reset_to_zero or self.restore_value:
-            def _pre_hook(kwargs: dict[str, Any], reset_only: bool = False) -> None:
-                for n in self.reset_to_zero:
-                    if kwargs[n] is not None:
-                        kwargs[n].zero_()
-                if not reset_only:
-                    self.restore_copies = {n: kwargs[n].clone() for n in self.restore_value if kwargs[n] is not None}
-
-            self.pre_hook = _pre_hook
-        if post_hook:
-            self.post_hook = post_hook
-        elif self.restore_value:
-            def _post_hook(kwargs: dict[str, Any], exception: BaseException | None) -> None:
-                for n, value in self.restore_copies.items():
-                    kwargs[n].copy_(value)
-                self.restore_copies = {}
-
-            self.post_hook = _post_hook
 
     # -- launching --------------------------------------------------------------------------------
     def key_of(self, nargs: dict[str, Any], kwargs: dict[str, Any]) -> tuple[Any, ...]:
