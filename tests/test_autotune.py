@@ -369,3 +369,16 @@ def test_a_rank_left_alone_on_a_key_decides_it(kernels, tmp_path: Path, monkeypa
                             cache=tmp_path)(kernels.add)
     zero[kernels.grid_1d(32)](torch.ones(32), torch.ones(32), torch.empty(32), 32)
     assert kernels.counting_bench.calls == timed and zero.best_config is kern.best_config
+
+
+def test_where_the_cache_lives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from evotune.autotune.cache import cache_url
+
+    monkeypatch.delenv("EVOTUNE_AUTOTUNE_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_url(None) == f"sqlite:///{tmp_path}/xdg/evotune/autotune/autotune.db"
+    monkeypatch.setenv("EVOTUNE_AUTOTUNE_CACHE", str(tmp_path / "env"))
+    assert cache_url(None) == f"sqlite:///{tmp_path}/env/autotune.db"
+    assert cache_url(tmp_path / "arg") == f"sqlite:///{tmp_path}/arg/autotune.db"  # the argument wins
+    assert cache_url("journal:/x/y.journal") == "journal:/x/y.journal"
+    assert cache_url(False) is None

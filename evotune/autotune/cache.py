@@ -28,6 +28,7 @@ import datetime as _dt
 import hashlib
 import inspect
 import json
+import marshal
 import os
 import textwrap
 from dataclasses import asdict, dataclass
@@ -92,7 +93,10 @@ class KernelId:
         line) is hashed when it has one. The interpreter's has none: the function's own source is hashed."""
         text = getattr(jit, "cache_key", None)
         if not isinstance(text, str):
-            text = textwrap.dedent(inspect.getsource(fn))
+            try:
+                text = textwrap.dedent(inspect.getsource(fn))
+            except (OSError, TypeError):  # defined where no source is kept (an interactive session, exec)
+                text = marshal.dumps(fn.__code__).hex()
         import triton
 
         return cls(fn.__name__, hashlib.sha256(text.encode()).hexdigest()[:16], str(triton.__version__),
