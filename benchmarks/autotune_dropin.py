@@ -125,6 +125,7 @@ def main() -> None:
     ours = evotune.autotune(configs=configs, key=KEY, cache=cache)(mm.matmul_kernel.fn)
     triton_s, c_triton = tune_seconds(theirs, a, b)
     evotune_s, c_ours = tune_seconds(ours, a, b)
+    how = ours.last_decision.how if ours.last_decision else None  # "confirmed": the top few re-timed side by side
     same_config = triton.autotune(configs=[ours.best_config], key=KEY)(mm.matmul_kernel.fn)
     c_same = mm.matmul(a, b, kernel=same_config)
     ref = (a.float() @ b.float())
@@ -161,7 +162,7 @@ def main() -> None:
            "pick_vs_fastest": {k: timed[v]["median_ms"] / best_ms for k, v in picks.items()},
            "outputs": {"evotune_pick_bitwise_equal_under_triton": identical, "max_rel_error_vs_torch": err},
            "second_process": second, "host_per_launch": host,
-           "evotune_decision": ours.last_decision.how if ours.last_decision else None}
+           "evotune_decision": how}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1))
     print(f"{out['device']}, triton {out['triton']}, matmul {args.size}^3 fp16, {len(configs)} configurations")
