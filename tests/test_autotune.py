@@ -181,10 +181,11 @@ def test_cache_only_takes_the_nearest_key_and_says_so(kernels, tmp_path: Path,
 
 @pytest.fixture(scope="module")
 def four_processes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
-    """4 processes started together on one key of one cache: (the cache, what each printed)."""
+    """4 ranks (torch.distributed's variables) started together on one key of one cache, rank 0 last: (the
+    cache, what each printed)."""
     tmp = tmp_path_factory.mktemp("four")
-    env = {"AT_PAUSE": "0.02"}
-    procs = [run_add(tmp / "cache", tmp / "count", env=env) for _ in range(4)]
+    procs = [run_add(tmp / "cache", tmp / "count", env={"AT_PAUSE": "0.02", "RANK": str(r), "WORLD_SIZE": "4"})
+             for r in (3, 2, 1, 0)]
     return tmp / "cache", [finish(p) for p in procs]
 
 
@@ -200,12 +201,16 @@ def test_processes_started_together_agree_and_measure_each_point_once(
     assert len(trials) == len(kernels.ADD_CONFIGS) == len({t.key for t in trials})
 
 
-def test_ranks_agree_rank_0_decides(tmp_path: Path) -> None:
-    """Under torch.distributed's variables, rank 1 (started first) waits for rank 0's decision and reads it."""
-    ranked = [run_add(tmp_path / "cache", tmp_path / "count", env={"RANK": str(r), "WORLD_SIZE": "2"})
-              for r in (1, 0)]
-    one, zero = finish(ranked[0]), finish(ranked[1])
-    assert one["config"] == zero["config"]
+def test_processes_without_ranks_agree(kernels, tmp_path: Path) -> None:
+    """Two programs on one cache, no ranks: whichever takes the key's decision claim first decides."""
+    import evotune
+
+    procs = [run_add(tmp_path / "cache", tmp_path / "count", env={"AT_PAUSE": "0.02"}) for _ in range(2)]
+    first, second = finish(procs[0]), finish(procs[1])
+    assert first["config"] == second["config"]
+    probe = evotune.autotune(configs=kernels.ADD_CONFIGS, key=["n"], cache=tmp_path / "cache")(kernels.add)
+    trials = study_of(probe, add_key(100)).history()
+    assert len(trials) == len(kernels.ADD_CONFIGS) == len({t.key for t in trials})
 
 
 def test_second_process_reuses_the_cache_without_timing(four_processes: tuple[Path, list[dict]],
