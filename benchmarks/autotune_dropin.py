@@ -11,7 +11,7 @@
 (c) host time per launch of a cached key, ``--launches`` launches of a small matmul (GPU work far below
     the launch cost): the plain kernel with the config given, ``triton.autotune`` and ``evotune.autotune``.
 
-Prints a compact table and writes everything as JSON to ``--out``. On an H100 it takes about a minute::
+Prints a compact table and writes everything as JSON to ``--out``; meant to finish within 3 minutes on an H100::
 
     python benchmarks/autotune_dropin.py --out runs/autotune_dropin.json
 """

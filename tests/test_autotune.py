@@ -387,3 +387,19 @@ def test_where_the_cache_lives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert cache_url(tmp_path / "arg") == f"sqlite:///{tmp_path}/arg/autotune.db"  # the argument wins
     assert cache_url("journal:/x/y.journal") == "journal:/x/y.journal"
     assert cache_url(False) is None
+
+
+def test_a_journal_file_cache(kernels, tmp_path: Path) -> None:
+    """cache="journal:PATH": Optuna's journal file, its claims in a file beside it."""
+    import evotune
+
+    url = f"journal:{tmp_path / 'tuned.journal'}"
+    first = evotune.autotune(configs=kernels.ADD_CONFIGS, key=["n"], do_bench=kernels.counting_bench, cache=url)(
+        kernels.add)
+    first[kernels.grid_1d(16)](torch.ones(16), torch.ones(16), torch.empty(16), 16)
+    timed = kernels.counting_bench.calls
+    assert timed >= 3 and (tmp_path / "tuned.journal.claims").exists()
+    again = evotune.autotune(configs=kernels.ADD_CONFIGS, key=["n"], do_bench=kernels.counting_bench, cache=url)(
+        kernels.add)
+    again[kernels.grid_1d(16)](torch.ones(16), torch.ones(16), torch.empty(16), 16)
+    assert kernels.counting_bench.calls == timed and again.best_config is first.best_config
