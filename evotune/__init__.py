@@ -2,11 +2,17 @@
 
 __version__ = "0.1.0"
 
+from typing import TYPE_CHECKING, Any
+
 from evotune.lookup import compile_best, lookup  # the runtime API
 
+if TYPE_CHECKING:
+    from evotune.autotune import autotune
 
-def __getattr__(name: str) -> object:
-    """``evotune.autotune``, imported on first use: it needs triton, which the rest of evotune does not."""
+
+def __getattr__(name: str) -> Any:
+    """``evotune.autotune``, imported on first use: it brings the strategies and the study storage, which
+    ``import evotune`` alone does not load."""
     if name == "autotune":
         from evotune.autotune import autotune
 
