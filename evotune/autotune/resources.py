@@ -28,12 +28,12 @@ def over_limits(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], config: 
     kernel = fn.warmup(*args, **launch, **config.all_kwargs())
     if kernel is None or not hasattr(kernel, "metadata"):
         return None
-    load = getattr(kernel, "_init_handles", None)  # loads the binary: OutOfResources for too much shared memory
-    try:
+    load = getattr(kernel, "_init_handles", None)  # loads the binary: OutOfResources for shared memory over the
+    try:  # device's, or more threads than its registers leave room for
         if load is not None:
             load()
     except OutOfResources as exc:
-        return f"shared memory: {exc}"
+        return f"{getattr(exc, 'name', 'resources')}: {exc}"
     from triton.runtime.driver import driver
 
     props = driver.active.utils.get_device_properties(driver.active.get_current_device())
