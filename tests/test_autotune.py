@@ -403,3 +403,34 @@ def test_a_journal_file_cache(kernels, tmp_path: Path) -> None:
         kernels.add)
     again[kernels.grid_1d(16)](torch.ones(16), torch.ones(16), torch.empty(16), 16)
     assert kernels.counting_bench.calls == timed and again.best_config is first.best_config
+
+
+def test_compiled_kernel_over_the_device_is_pruned_with_its_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check after compiling, on a stand-in for Triton's compiled kernel (the interpreter compiles none)."""
+    import triton
+
+    from evotune.autotune import resources
+
+    class Compiled:
+        def __init__(self, shared: int, regs: int):
+            self.metadata = type("Metadata", (), {"shared": shared})()
+            self.n_regs = regs
+
+    class Fn:
+        def __init__(self, compiled: Compiled):
+            self.compiled = compiled
+
+        def warmup(self, *args, grid, **kwargs):
+            return self.compiled
+
+    monkeypatch.delenv("TRITON_INTERPRET")
+    monkeypatch.setattr(resources, "device_limits", lambda: {"max_shared_mem": 232448, "max_num_regs": 65536})
+    config = triton.Config({"BLOCK": 64}, num_warps=8)
+    check = resources.over_limits
+    assert check(Fn(Compiled(200_000, 128)), (), {"grid": (1,)}, config) is None
+    assert check(Fn(Compiled(300_000, 128)), (), {"grid": (1,)}, config) == \
+        "shared memory: 300000 bytes, the device allows 232448"
+    assert check(Fn(Compiled(1024, 255)), (), {"grid": (1,)}, triton.Config({}, num_warps=16)).startswith(
+        "registers: 255 per thread x 16 warps = 130560")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert check(Fn(Compiled(300_000, 255)), (), {"grid": (1,)}, config) is None  # the interpreter: no check

@@ -34,9 +34,7 @@ def over_limits(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], config: 
             load()
     except OutOfResources as exc:
         return f"{getattr(exc, 'name', 'resources')}: {exc}"
-    from triton.runtime.driver import driver
-
-    props = driver.active.utils.get_device_properties(driver.active.get_current_device())
+    props = device_limits()
     shared = int(getattr(kernel.metadata, "shared", 0) or 0)
     if shared > int(props.get("max_shared_mem", shared)):
         return f"shared memory: {shared} bytes, the device allows {props['max_shared_mem']}"
@@ -45,3 +43,10 @@ def over_limits(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], config: 
         return (f"registers: {kernel.n_regs} per thread x {config.num_warps} warps = {regs}, the device has "
                 f"{props['max_num_regs']} per block")
     return None
+
+
+def device_limits() -> dict[str, Any]:
+    """The current device's properties as Triton's driver reports them (``max_shared_mem``, ``max_num_regs``...)."""
+    from triton.runtime.driver import driver
+
+    return dict(driver.active.utils.get_device_properties(driver.active.get_current_device()))
