@@ -1,4 +1,5 @@
-"""Command line: ``python -m evotune run | worker | record | best | plot | dashboard | spaces | compare | convert``.
+"""Command line: ``python -m evotune run | worker | record | best | plot | dashboard | spaces | compare | convert |
+tune-kernel | export-configs``.
 
 Bad input (an experiment file, a path, a name) ends with one line on stderr
 that names the file and the field, and exit code 2. Nothing already finished
@@ -10,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from evotune.cli import results, tuning
+from evotune.cli import kernels, results, tuning
 from evotune.cli.output import EXIT_USAGE, UsageError
 from evotune.running.experiment import ExperimentError
 from evotune.running.schedule import SPLITS
@@ -118,6 +119,8 @@ def _parser() -> argparse.ArgumentParser:
     conv.add_argument("--samples", default="0", metavar="N",
                       help="timing samples kept per point, spread over their range (default 0: replay reads none)")
     conv.set_defaults(func=results.cmd_convert)
+
+    kernels.add_commands(sub)
     return p
 
 

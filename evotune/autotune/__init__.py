@@ -1,0 +1,27 @@
+"""``evotune.autotune``: a drop-in for ``triton.autotune`` (see :mod:`evotune.autotune.autotuner`).
+
+Modules: ``autotuner.py`` (the decorator and the tuned kernel), ``configs.py`` (configurations as a search
+space), ``search.py`` (one key: measure, confirm, decide), ``timers.py`` (Oracle, do_bench, wall clock),
+``resources.py`` (shared memory and registers of a compiled kernel), ``cache.py`` (the studies and their
+location), ``neighbours.py`` (nearest keys, transfer sources), ``ahead.py`` (``tune-kernel``: keys from a
+TOML file), ``export.py`` (``export-configs``: JSON and vLLM's fused-MoE files).
+"""
+
+import sys
+import types
+from typing import Any
+
+from evotune.autotune.autotuner import MODES, Autotuner, autotune
+
+__all__ = ["MODES", "Autotuner", "autotune"]
+
+
+class _CallableModule(types.ModuleType):
+    """This package stands where ``evotune.autotune`` (the decorator) is looked for once a submodule is imported
+    first: calling it calls the decorator."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return autotune(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -1,0 +1,140 @@
+"""Ahead of time: ``python -m evotune tune-kernel MODULE:KERNEL --keys KEYS.toml`` fills the cache.
+
+``MODULE`` is a dotted module name or a ``.py`` path, ``KERNEL`` a kernel in it decorated
+with ``evotune.autotune``. The keys file lists the keys to tune and names the module's
+function that builds one key's launch::
+
+    launch = "make_args"     # optional (this is the default): MODULE.make_args(**key)
+
+    [[key]]                  # one table per key: the arguments of make_args
+    M = 64
+    N = 64
+    K = 64
+
+``make_args(**key)`` returns ``(grid, args)`` or ``(grid, args, kwargs)``: the kernel is
+launched as ``KERNEL[grid](*args, **kwargs)``, which tunes that key (in ``online`` mode,
+whatever the decorator says) and stores the decision in the cache (``--cache``, else the
+decorator's, else the default location).
+
+A bad reference or keys file raises :class:`AheadError`: one line naming the file and
+the field, before anything is tuned.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import sys
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from evotune.autotune.autotuner import Autotuner
+from evotune.autotune.cache import Decision
+
+
+class AheadError(ValueError):
+    """A bad kernel reference or keys file, in one line naming the file and the field."""
+
+
+@dataclass
+class KeysFile:
+    path: Path
+    launch: Callable[..., Any]
+    launch_name: str
+    keys: list[dict[str, Any]]
+
+
+def load_module(name: str) -> ModuleType:
+    if name.endswith(".py"):
+        path = Path(name)
+        if not path.is_file():
+            raise AheadError(f"{name}: no such file")
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[path.stem] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:  # an import it needs, or an error in it
+            del sys.modules[path.stem]
+            raise AheadError(f"{name}: cannot load it ({type(exc).__name__}: {exc})") from None
+        return module
+    try:
+        return importlib.import_module(name)
+    except Exception as exc:  # not found, an import it needs, or an error in it
+        raise AheadError(f"{name}: cannot import it ({type(exc).__name__}: {exc})") from None
+
+
+def load_kernel(ref: str) -> tuple[Autotuner, ModuleType]:
+    module_name, sep, kernel_name = ref.rpartition(":")
+    if not sep or not module_name or not kernel_name:
+        raise AheadError(f"MODULE:KERNEL: expected a module (or .py file) and a kernel name, got {ref!r}")
+    module = load_module(module_name)
+    kernel = getattr(module, kernel_name, None)
+    if kernel is None:
+        raise AheadError(f"{module_name}: no kernel named {kernel_name!r}")
+    if not isinstance(kernel, Autotuner):
+        raise AheadError(f"{module_name}: {kernel_name} is not decorated with evotune.autotune")
+    return kernel, module
+
+
+def load_keys(path: Path, module: ModuleType) -> KeysFile:
+    if not path.is_file():
+        raise AheadError(f"{path}: no such file")
+    try:
+        doc = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise AheadError(f"{path}: not valid TOML ({exc})") from None
+    unknown = [k for k in doc if k not in ("launch", "key")]
+    if unknown:
+        raise AheadError(f"{path}: {unknown[0]}: unknown field (accepted: launch, key)")
+    name = doc.get("launch", "make_args")
+    if not isinstance(name, str):
+        raise AheadError(f"{path}: launch: expected the name of a function of {module.__name__}, got {name!r}")
+    launch = getattr(module, name, None)
+    if not callable(launch):
+        raise AheadError(f"{path}: launch: {module.__name__} has no function {name!r}")
+    keys = doc.get("key")
+    if not isinstance(keys, list) or not keys or not all(isinstance(k, dict) for k in keys):
+        raise AheadError(f"{path}: key: expected at least one [[key]] table")
+    sig = inspect.signature(launch)
+    open_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values())
+    accepted = f"{name}({', '.join(sig.parameters)})"
+    for i, key in enumerate(keys):
+        for field, value in key.items():
+            if not open_kwargs and field not in sig.parameters:
+                raise AheadError(f"{path}: key[{i}].{field}: not an argument of {accepted}")
+            if not isinstance(value, (int, float, str, bool)):
+                raise AheadError(f"{path}: key[{i}].{field}: expected a number, a string or a boolean, got "
+                                 f"{type(value).__name__}")
+        try:
+            sig.bind(**key)
+        except TypeError as exc:
+            raise AheadError(f"{path}: key[{i}]: {exc} (the arguments of {accepted})") from None
+    return KeysFile(path, launch, name, keys)
+
+
+def tune_kernel(ref: str, keys_path: Path,
+                cache: str | None = None) -> list[tuple[dict[str, Any], Any, Decision | None]]:
+    """Tune every key of the file; (the key's fields, the chosen triton.Config, its decision) for each."""
+    kernel, module = load_kernel(ref)
+    keys = load_keys(keys_path, module)
+    if cache is not None:
+        kernel.use_cache(cache)
+    kernel.mode = "online"
+    out = []
+    for i, key in enumerate(keys.keys):
+        launch = keys.launch(**key)
+        if not isinstance(launch, tuple) or len(launch) not in (2, 3):
+            raise AheadError(f"{keys.path}: launch: {keys.launch_name} must return (grid, args) or "
+                             f"(grid, args, kwargs), got {type(launch).__name__} for key[{i}]")
+        grid, args, kwargs = (*launch, {}) if len(launch) == 2 else launch
+        kernel[grid](*args, **kwargs)
+        fields = kernel.key_fields(dict(zip(kernel.arg_names, args, strict=False)), kwargs)
+        out.append((fields, kernel.best_config, kernel.decisions.get(tuple(fields.values()))))
+    return out

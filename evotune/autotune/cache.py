@@ -1,0 +1,181 @@
+"""Where tuned kernels are kept: one Optuna study per (kernel, key), with the decision in its attributes.
+
+A study is named by what makes a measurement valid, and not by the list of
+configurations: ``autotune/KERNEL/SOURCE_HASH/DEVICE/triton-VERSION/KEY`` (the hash is of
+Triton's own ``cache_key`` of the kernel where it has one: the source, the jit functions it
+calls, the globals it reads; under the interpreter, of the kernel's source)
+(:func:`study_name`), so a changed list keeps every point measured before. Its
+trials are the measured configurations (``python -m evotune best``, ``plot`` and
+``dashboard --storage URL`` read them), and its user attribute ``autotune`` holds
+the decision: the configuration, its time, which candidates it was chosen from
+(a hash of their keys: a changed list is decided again), how, by whom and when.
+
+Location (:func:`cache_url`): the ``cache`` argument (a storage URL, or a folder
+that gets ``autotune.db``), else ``$EVOTUNE_AUTOTUNE_CACHE`` (the same), else
+``$XDG_CACHE_HOME/evotune/autotune/autotune.db`` (``~/.cache/evotune/autotune/``
+when XDG_CACHE_HOME is unset). ``cache=False`` keeps nothing: an in-memory study.
+
+Example::
+
+    kc = KernelCache.open(cache_url(None), KernelId.of(fn))
+    store = kc.study(("64", "float32"), {"M": 64, "a.dtype": "float32"}, space)
+    kc.decision(store)
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import inspect
+import json
+import marshal
+import os
+import textwrap
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from evotune.core.space import SearchSpace
+from evotune.storage.study import StudyStore, make_storage
+
+ENV = "EVOTUNE_AUTOTUNE_CACHE"
+PREFIX = "autotune"
+DECISION = "autotune"  # the study attribute holding the decision
+
+
+def default_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "evotune" / "autotune"
+
+
+def cache_url(cache: str | os.PathLike[str] | bool | None) -> str | None:
+    """The storage URL of the cache (None: nothing kept, ``cache=False``)."""
+    if cache is False:
+        return None
+    if cache is None or cache is True:
+        cache = os.environ.get(ENV) or default_dir()
+    text = os.fspath(cache)
+    if "://" in text or text.startswith("journal:"):
+        return text
+    path = Path(text).expanduser()
+    return f"sqlite:///{(path / 'autotune.db') if path.suffix != '.db' else path}"
+
+
+def device_name() -> str:
+    """The GPU's name as torch reports it; ``cpu-interpreter`` under TRITON_INTERPRET, else ``cpu``."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return "cpu-interpreter"
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return str(torch.cuda.get_device_name())
+    except ImportError:
+        pass
+    return "cpu"
+
+
+@dataclass(frozen=True)
+class KernelId:
+    """What a measurement of a kernel is valid for: its source, the Triton version and the device."""
+
+    name: str
+    source_hash: str
+    triton_version: str
+    device: str
+
+    @classmethod
+    def of(cls, fn: Any, jit: Any = None, device: str | None = None) -> KernelId:
+        """The identity of kernel ``fn`` (the Python function); ``jit`` is its ``triton.jit`` object, whose
+        ``cache_key`` (Triton's hash of the source, the jit functions it calls, the globals it reads and its
+        line) is hashed when it has one. The interpreter's has none: the function's own source is hashed."""
+        text = getattr(jit, "cache_key", None)
+        if not isinstance(text, str):
+            try:
+                text = textwrap.dedent(inspect.getsource(fn))
+            except (OSError, TypeError):  # defined where no source is kept (an interactive session, exec)
+                text = marshal.dumps(fn.__code__).hex()
+        import triton
+
+        return cls(fn.__name__, hashlib.sha256(text.encode()).hexdigest()[:16], str(triton.__version__),
+                   device or device_name())
+
+    @property
+    def prefix(self) -> str:
+        device = self.device.replace("/", "_")
+        return f"{PREFIX}/{self.name}/{self.source_hash}/{device}/triton-{self.triton_version}/"
+
+
+def key_text(key: dict[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in key.items())
+
+
+def candidates_hash(keys: list[str]) -> str:
+    return hashlib.sha256("\n".join(sorted(keys)).encode()).hexdigest()[:16]
+
+
+@dataclass
+class Decision:
+    """The configuration chosen for one key, as kept in its study."""
+
+    config: dict[str, Any]  # the point, in storage form
+    time_ms: float | None
+    candidates: str  # candidates_hash of the points it was chosen among
+    how: str  # "confirmed", "timed", "single", "nearest KEY"
+    by: str  # the process that decided
+    date: str
+    confirmation: dict[str, Any] | None = None
+
+    @classmethod
+    def from_attr(cls, value: Any) -> Decision | None:
+        if not isinstance(value, dict) or "config" not in value:
+            return None
+        return cls(dict(value["config"]), value.get("time_ms"), str(value.get("candidates", "")),
+                   str(value.get("how", "")), str(value.get("by", "")), str(value.get("date", "")),
+                   value.get("confirmation"))
+
+
+class KernelCache:
+    """One kernel's studies in one storage."""
+
+    def __init__(self, url: str | None, kernel: KernelId):
+        self.url, self.kernel = url, kernel
+        self.storage = make_storage(url) if url else optuna.storages.InMemoryStorage()
+
+    def study_name(self, key: dict[str, Any]) -> str:
+        return self.kernel.prefix + key_text(key)
+
+    def study(self, key: dict[str, Any], space: SearchSpace) -> StudyStore:
+        """The study of ``key``, created when missing, with the attributes ``best`` and the dashboard show."""
+        attrs = {"experiment": f"{PREFIX}/{self.kernel.name}", "problem_key": key_text(key),
+                 "problem": {"kind": "triton", "key": key}, "space": space.name, "strategy": "default",
+                 "seed": 0, "hardware": self.kernel.device, "oracle": "cpu" if self.kernel.device.startswith("cpu")
+                 else "gpu", "kernel": asdict(self.kernel), "key": key}
+        return StudyStore.open(self.storage, self.study_name(key), space, attrs)
+
+    def existing(self, key: dict[str, Any], space: SearchSpace) -> StudyStore | None:
+        return StudyStore.load(self.storage, self.study_name(key), space)
+
+    def decision(self, store: StudyStore) -> Decision | None:
+        """The decision stored for the study, read afresh (another process may have just written it)."""
+        return Decision.from_attr(self.storage.get_study_user_attrs(store.study_id).get(DECISION))
+
+    def write_decision(self, store: StudyStore, decision: Decision) -> None:
+        self.storage.set_study_user_attr(store.study_id, DECISION, json.loads(json.dumps(asdict(decision))))
+
+    def tuned(self) -> list[tuple[dict[str, Any], str, Decision]]:
+        """(key, study name, decision) of every key of this kernel that has a decision."""
+        out = []
+        for s in optuna.get_all_study_summaries(self.storage, include_best_trial=False):
+            if not s.study_name.startswith(self.kernel.prefix):
+                continue
+            d = Decision.from_attr(s.user_attrs.get(DECISION))
+            if d is not None and isinstance(s.user_attrs.get("key"), dict):
+                out.append((dict(s.user_attrs["key"]), s.study_name, d))
+        return out
+
+
+def now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")

@@ -1,0 +1,72 @@
+"""Keys near a new one: how far two keys are, the nearest tuned key, and the trials of others as sources.
+
+Two keys of one kernel are compared value by value (the key's argument values,
+then the argument dtypes): ``|log2(a / b)|`` for two positive numbers, ``MISMATCH``
+for any other pair that differs. Keys with other names are not comparable.
+
+Example::
+
+    key_distance({"M": 64, "a.dtype": "float16"}, {"M": 256, "a.dtype": "float16"})   # 2.0
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from optuna.trial import TrialState
+
+from evotune.autotune.cache import Decision, KernelCache
+from evotune.core.space import SearchSpace
+from evotune.search.prior import MAX_DISTANCE, Source
+from evotune.search.transfer import MISMATCH
+
+
+def key_distance(a: dict[str, Any], b: dict[str, Any]) -> float | None:
+    """How far two keys are; None when they do not name the same fields."""
+    if list(a) != list(b):
+        return None
+    total = 0.0
+    for name in a:
+        x, y = a[name], b[name]
+        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in (x, y))
+        if numeric:
+            total += abs(math.log2(float(x) / float(y)))
+        elif x != y:
+            total += MISMATCH
+    return total
+
+
+def nearest_tuned(cache: KernelCache, key: dict[str, Any]) -> tuple[dict[str, Any], Decision] | None:
+    """The tuned key nearest to ``key`` (ties: the first in key order) and its decision."""
+    best: tuple[float, str, dict[str, Any], Decision] | None = None
+    for other, _, decision in cache.tuned():
+        d = key_distance(key, other)
+        if d is None or other == key:
+            continue
+        text = repr(sorted(other.items(), key=str))
+        if best is None or (d, text) < (best[0], best[1]):
+            best = (d, text, other, decision)
+    return None if best is None else (best[2], best[3])
+
+
+def sources(cache: KernelCache, key: dict[str, Any], space: SearchSpace) -> list[Source]:
+    """The measured trials of the other tuned keys within MAX_DISTANCE, one source each, nearest first."""
+    out = []
+    for other, name, _ in cache.tuned():
+        d = key_distance(key, other)
+        if d is None or other == key or d > MAX_DISTANCE:
+            continue
+        store = cache.existing(other, space)
+        if store is None:
+            continue
+        results = []
+        for t in store.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
+            try:
+                point = space.from_storage(t.params)
+            except (KeyError, ValueError):
+                continue  # a parameter value this space no longer offers
+            results.append((point, t.value if t.state == TrialState.COMPLETE else None))
+        if results:
+            out.append(Source(f"key:{name.removeprefix(cache.kernel.prefix)}", tuple(results), d))
+    return sorted(out, key=lambda s: s.distance)

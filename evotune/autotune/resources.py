@@ -1,0 +1,52 @@
+"""After compiling: whether a configuration's kernel fits the device (shared memory, registers).
+
+Triton compiles a configuration without launching it (``fn.warmup``); the compiled
+kernel's metadata says how much shared memory it asks for and, once loaded, how
+many registers each thread uses. A configuration over either limit of the device is
+pruned with its reason before it is timed, as the named constraints prune before
+compiling.
+
+Under the Triton interpreter (``TRITON_INTERPRET=1``, the CPU) nothing is compiled,
+so there is no metadata and this check is skipped: :func:`over_limits` answers None.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+WARP = 32
+
+
+def over_limits(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], config: Any) -> str | None:
+    """Why ``config``'s compiled kernel cannot run on this device, or None (it fits, or nothing to check)."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return None
+    from triton.runtime.errors import OutOfResources
+
+    launch = {k: v for k, v in kwargs.items() if k != "warmup"}
+    kernel = fn.warmup(*args, **launch, **config.all_kwargs())
+    if kernel is None or not hasattr(kernel, "metadata"):
+        return None
+    load = getattr(kernel, "_init_handles", None)  # loads the binary: OutOfResources for shared memory over the
+    try:  # device's, or more threads than its registers leave room for
+        if load is not None:
+            load()
+    except OutOfResources as exc:
+        return f"{getattr(exc, 'name', 'resources')}: {exc}"
+    props = device_limits()
+    shared = int(getattr(kernel.metadata, "shared", 0) or 0)
+    if shared > int(props.get("max_shared_mem", shared)):
+        return f"shared memory: {shared} bytes, the device allows {props['max_shared_mem']}"
+    regs = int(getattr(kernel, "n_regs", 0) or 0) * WARP * int(config.num_warps or 4)
+    if regs > int(props.get("max_num_regs", regs)):
+        return (f"registers: {kernel.n_regs} per thread x {config.num_warps} warps = {regs}, the device has "
+                f"{props['max_num_regs']} per block")
+    return None
+
+
+def device_limits() -> dict[str, Any]:
+    """The current device's properties as Triton's driver reports them (``max_shared_mem``, ``max_num_regs``...)."""
+    from triton.runtime.driver import driver
+
+    return dict(driver.active.utils.get_device_properties(driver.active.get_current_device()))

@@ -1,0 +1,249 @@
+"""Tuning one key: measure configurations (shared with other processes through claims), then decide once.
+
+1. **Measure** (:func:`measure_points`): a list no longer than the budget is timed
+   whole, in its order, as ``triton.autotune`` does; a larger set is searched by
+   evotune's ``default`` strategy for ``budget`` evaluations, with the trials of
+   the nearest keys already tuned as its sources. Points the study holds (from an
+   earlier run, another process, or a list since changed) are told, not timed. Each
+   point is claimed before it is timed (:mod:`evotune.storage.claims`), so processes tuning
+   the same key together time each point once and the budget holds for them all.
+2. **Decide** (:func:`decide`): once no other process is timing a point, one process
+   (rank 0 under ``torch.distributed`` or a ``RANK`` variable; otherwise whoever takes
+   the key's decision claim first; a rank that waits RANK_WAIT_S seconds with nobody else
+   at work on the key, which rank 0 may never launch, decides itself) re-times the
+   fastest ``confirm`` configurations side by side
+   (:func:`~evotune.measurement.retiming.confirm_rounds`) and writes the decision into
+   the study; every other process waits for it and reads it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from evotune.autotune.cache import Decision, KernelCache, candidates_hash, now
+from evotune.autotune.neighbours import sources
+from evotune.autotune.timers import Call, Timer
+from evotune.core.result import EvalResult
+from evotune.core.space import FeasibleSet, Point, SearchSpace
+from evotune.measurement.retiming import confirm_rounds
+from evotune.search.strategies import make_strategy
+from evotune.storage.claims import Claims, NoClaims, make_claims
+from evotune.storage.claims.base import Claim, owner_id
+from evotune.storage.study import StudyStore
+
+log = logging.getLogger("evotune.autotune")
+POLL_S = 0.1
+#: a rank other than 0 decides a key itself once no other process has worked on it for this long
+RANK_WAIT_S = 60.0
+
+
+class TuningError(RuntimeError):
+    """No configuration could be chosen for a key (all pruned, or every one failed)."""
+
+
+@dataclass
+class KeyJob:
+    """Everything the tuning of one key needs."""
+
+    cache: KernelCache
+    key: dict[str, Any]
+    space: SearchSpace
+    feasible: FeasibleSet  # the candidates left after every pruning
+    listed: list[Point] | None  # their order when they are a list (timed in it)
+    budget: int
+    measure: Callable[[Point], EvalResult]
+    make_call: Callable[[Point], Call]
+    timer: Timer
+    confirm: int
+    seed: int = 0
+
+    @property
+    def points(self) -> list[Point]:
+        if self.listed is not None:
+            return [p for p in self.listed if p in self.feasible]
+        return [self.feasible.point(r) for r in range(len(self.feasible))]
+
+    @property
+    def candidates_hash(self) -> str:
+        return candidates_hash([self.space.key(p) for p in self.points])
+
+
+def rank() -> int | None:
+    """This process's rank among several (torch.distributed, else the RANK variable), None when alone."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            return int(dist.get_rank())
+    except ImportError:
+        pass
+    text = os.environ.get("RANK")
+    world = os.environ.get("WORLD_SIZE", "2")
+    return int(text) if text is not None and text.isdigit() and world != "1" else None
+
+
+def claims_of(job: KeyJob, study: str) -> Claims:
+    url = job.cache.url
+    return make_claims(url, study) if url else NoClaims(study, 3600.0)
+
+
+def tune(job: KeyJob) -> Decision:
+    """The decision for ``job``'s key: the stored one when it was made among the same candidates, else a new one."""
+    if not len(job.feasible):
+        raise TuningError(f"no configuration of {job.space.name} is left for key {job.key} after pruning")
+    store = job.cache.study(job.key, job.space)
+    decision = job.cache.decision(store)
+    if decision is not None and decision.candidates == job.candidates_hash:
+        return decision
+    if len(job.feasible) == 1:  # one candidate: nothing to time, as triton.autotune does
+        decision = Decision(job.space.to_storage(job.points[0]), None, job.candidates_hash, "single", owner_id(),
+                            now())
+        job.cache.write_decision(store, decision)
+        return decision
+    measure_points(job, store)
+    return decide(job, store)
+
+
+def _measured(store: StudyStore) -> dict[str, tuple[Point, float | None]]:
+    return {r.key: (r.point, r.value) for r in store.history()}
+
+
+def measure_points(job: KeyJob, store: StudyStore) -> int:
+    """Time the key's points this process claims until the budget is spent; how many it timed."""
+    space = job.space
+    points = job.points
+    wanted = {space.key(p) for p in points}
+    history = _measured(store)
+    target = min(job.budget, len(points))
+    outside = sum(1 for k in history if k not in wanted)  # trials of points no longer offered: counted by claims
+    claims = claims_of(job, store.study.study_name)
+
+    def look() -> set[str]:
+        return set(_measured(store))
+
+    claims.begin(set(history), look)
+    if len(points) <= job.budget:
+        queue: list[Point] = list(points)
+        ask: Callable[[], Point | None] = lambda: queue.pop(0) if queue else None  # noqa: E731
+        tell: Callable[[Point, float | None], None] = lambda p, v: None  # noqa: E731
+    else:
+        srcs = sources(job.cache, job.key, space)
+        strategy = make_strategy("default", space, job.feasible, seed=job.seed, sources=srcs)
+        strategy.warm_start([v for k, v in history.items() if k in wanted])
+        if srcs:
+            log.info("tuning %s: transfer from %s", job.key, ", ".join(s.name for s in srcs))
+
+        def ask() -> Point | None:
+            got = strategy.ask(1)
+            return got[0] if got else None
+
+        def tell(p: Point, v: float | None) -> None:
+            strategy.tell([(p, v)])
+
+    done = sum(1 for k in history if k in wanted)
+    timed = 0
+    started = time.perf_counter()
+    while done < target:
+        point = ask()
+        if point is None:
+            break
+        key = space.key(point)
+        if key in history:
+            continue
+        got = claims.claim(key, budget=outside + target, finished=set(history), look=look)
+        if got is Claim.FULL:
+            break
+        if not got.mine:
+            continue  # another process is timing it, or has
+        if got is Claim.TAKEOVER:
+            history = _measured(store)
+            if key in history:
+                claims.finish(key)
+                continue
+        try:
+            result = job.measure(point)
+        except BaseException:
+            claims.release(key)
+            raise
+        store.record(point, result, clock_s=time.perf_counter() - started, extra={"timer": job.timer.kind})
+        claims.finish(key)
+        history[key] = (point, result.value)
+        tell(point, result.value)
+        done += 1
+        timed += 1
+    while claims.active():  # points other processes are timing: the decision waits for them
+        time.sleep(POLL_S)
+    return timed
+
+
+def decide(job: KeyJob, store: StudyStore) -> Decision:
+    """The key's decision: rank 0's under ranks (waited for), else made here under the key's decision claim."""
+    mine = rank()
+    if mine is not None and mine != 0:
+        decision = wait_for_decision(job, store)
+        if decision is not None:
+            return decision
+        log.warning("key %s: no other process worked on it for %.0f s (rank 0 may never launch this key, e.g. "
+                    "another batch size): rank %d decides", job.key, RANK_WAIT_S, mine)
+    lock = claims_of(job, store.study.study_name + "#decide")
+    with lock.holding("decide", poll_s=POLL_S):
+        decision = job.cache.decision(store)
+        if decision is not None and decision.candidates == job.candidates_hash:
+            return decision  # another process decided while this one waited
+        decision = choose(job, store)
+        if decision.confirmation is not None:
+            job.cache.storage.set_study_user_attr(store.study_id, "confirmation", decision.confirmation)
+        job.cache.write_decision(store, decision)
+        return decision
+
+
+def wait_for_decision(job: KeyJob, store: StudyStore) -> Decision | None:
+    """The decision another process makes, or None once no other process has been timing a point of the key
+    or holding its decision claim for RANK_WAIT_S seconds."""
+    name = store.study.study_name
+    points, lock = claims_of(job, name), claims_of(job, name + "#decide")
+    log.info("key %s: waiting for rank 0's decision", job.key)
+    idle_since = time.monotonic()
+    while True:
+        decision = job.cache.decision(store)
+        if decision is not None and decision.candidates == job.candidates_hash:
+            return decision
+        if points.active() or lock.active():
+            idle_since = time.monotonic()
+        elif time.monotonic() - idle_since > RANK_WAIT_S:
+            return None
+        time.sleep(POLL_S)
+
+
+def choose(job: KeyJob, store: StudyStore) -> Decision:
+    """The fastest of the measured candidates, the best ``confirm`` of them re-timed side by side."""
+    wanted = {job.space.key(p) for p in job.points}
+    timed = sorted((v, k, p) for k, (p, v) in _measured(store).items() if k in wanted and v is not None)
+    if not timed:
+        failed = [r for r in store.history() if r.key in wanted]
+        why = f" (the first: {failed[0].attrs.get('message', failed[0].status.value)})" if failed else ""
+        raise TuningError(f"every configuration of {job.space.name} failed for key {job.key}{why}; see the study "
+                          f"{store.study.study_name}")
+    top = timed[: max(1, job.confirm)]
+    if len(top) < 2:
+        v, _, p = top[0]
+        return Decision(job.space.to_storage(p), v, job.candidates_hash, "timed", owner_id(), now())
+    calls = {k: job.make_call(p) for _, k, p in top}
+    options = job.timer.confirm_options(len(top))
+    warm = getattr(job.timer, "warm", None)
+    result = confirm_rounds(list(calls), lambda name, n: job.timer.samples(calls[name], n), options,
+                            search_ms={k: v for v, k, _ in top}, warm=warm)
+    for w in result.warnings:
+        log.info("key %s: %s", job.key, w)
+    best = min(result.items, key=lambda k: result.items[k].median_ms)
+    point = next(p for _, k, p in top if k == best)
+    # the record ``python -m evotune best`` reads (see report.py): the items, their configurations, no baselines
+    record = {**result.to_dict(), "configs": {k: job.space.to_storage(p) for _, k, p in top}, "baselines": [],
+              "date": now()}
+    return Decision(job.space.to_storage(point), result.items[best].median_ms, job.candidates_hash, "confirmed",
+                    owner_id(), now(), record)

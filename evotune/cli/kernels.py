@@ -1,0 +1,52 @@
+"""The commands of ``evotune.autotune``: ``tune-kernel`` (fill the cache ahead of time) and ``export-configs``."""
+
+from __future__ import annotations
+
+import argparse
+
+from evotune.cli.output import UsageError, make_console
+
+
+def cmd_tune_kernel(args: argparse.Namespace) -> int:
+    from evotune.autotune.commands import CommandError, tune_kernel_command
+
+    try:
+        return tune_kernel_command(args.kernel, args.keys, args.cache, make_console())
+    except CommandError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def cmd_export_configs(args: argparse.Namespace) -> int:
+    from evotune.autotune.commands import CommandError, export_command
+
+    try:
+        return export_command(args.cache, args.kernel, args.format, args.out, args.batch_key, args.experts_key,
+                              args.n_key, args.n_divisor)
+    except CommandError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """The two subcommands, on the command line's parser."""
+    tk = sub.add_parser("tune-kernel", help="tune a kernel decorated with evotune.autotune for the keys of a file")
+    tk.add_argument("kernel", metavar="MODULE:KERNEL", help="a module (dotted name or .py path) and the kernel in it")
+    tk.add_argument("--keys", metavar="KEYS.toml", help="the keys to tune and the module's function that builds "
+                                                         "each key's launch (see evotune/autotune/ahead.py)")
+    tk.add_argument("--cache", metavar="URL_OR_DIR", help="where decisions are kept (default: the decorator's "
+                                                           "cache, else $EVOTUNE_AUTOTUNE_CACHE, else "
+                                                           "~/.cache/evotune/autotune)")
+    tk.set_defaults(func=cmd_tune_kernel)
+
+    ex = sub.add_parser("export-configs", help="write evotune.autotune's decisions as JSON or vLLM's fused-MoE files")
+    ex.add_argument("--cache", metavar="URL_OR_DIR", help="the cache to read (default: $EVOTUNE_AUTOTUNE_CACHE, "
+                                                           "else ~/.cache/evotune/autotune)")
+    ex.add_argument("--kernel", metavar="NAME", help="only this kernel's decisions")
+    ex.add_argument("--format", choices=("json", "vllm-moe"), default="json")
+    ex.add_argument("--out", metavar="PATH", help="json: the file (default autotune_configs.json); vllm-moe: the "
+                                                  "folder (default .)")
+    ex.add_argument("--batch-key", default="M", help="vllm-moe: the key field holding the batch size (default M)")
+    ex.add_argument("--experts-key", default="E", help="vllm-moe: the key field holding E (default E)")
+    ex.add_argument("--n-key", default="N", help="vllm-moe: the key field holding N (default N)")
+    ex.add_argument("--n-divisor", default="1", help="vllm-moe: the file's N is the key's over this (2 for a "
+                                                     "kernel keyed by the gate-and-up GEMM's N)")
+    ex.set_defaults(func=cmd_export_configs)

@@ -1,0 +1,89 @@
+"""The fused-MoE example: vLLM's 1,920-config grid as a space with named constraints, searched within a budget
+by evotune's default strategy, on the CPU through the Triton interpreter (tiny shapes)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+torch = pytest.importorskip("torch")
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "triton_autotune"
+
+
+@pytest.fixture
+def moe(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # the module, imported with TRITON_INTERPRET set
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("EVOTUNE_AUTOTUNE_CACHE", str(tmp_path / "default"))
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    module = importlib.import_module("fused_moe")
+    yield module
+    sys.modules.pop("fused_moe", None)
+
+
+def test_space_is_vllms_grid_and_prunes_with_reasons(moe) -> None:
+    from evotune.autotune.configs import LaunchContext
+
+    assert moe.SPACE.size == 1920
+    a = torch.empty(0, dtype=torch.float16)
+    mixtral = LaunchContext(args={"M": 64, "N": 14336 // 8, "K": 4096, "E": 8, "top_k": 2, "a": a})
+    from evotune.autotune.configs import Candidates
+
+    fs = Candidates.from_space(moe.SPACE).feasible(mixtral)
+    assert 0 < len(fs) < 1920
+    assert set(fs.pruned) == {"block-m-vs-tokens-per-expert", "shared-memory"}
+    assert "BLOCK_SIZE_M 64 is over twice the tokens" in fs.reasons["block-m-vs-tokens-per-expert"]
+    big = LaunchContext(args={"M": 4096, "N": 14336 // 8, "K": 4096, "E": 8, "top_k": 2, "a": a})
+    prefill = Candidates.from_space(moe.SPACE).feasible(big)
+    assert len(prefill) > len(fs) and "accumulator-registers" in prefill.pruned
+
+
+TUNE = """
+import json, sys, torch
+sys.path.insert(0, {folder!r})
+import fused_moe as moe
+import evotune
+
+calls = []
+
+
+def bench(fn, quantiles=None):
+    calls.append(1)
+    fn()
+    return [float(len(calls) % 5 + 1)] * 3  # a made-up time: only which points are timed is checked
+
+
+kernel = evotune.autotune(space=moe.SPACE, key=["M", "N", "K", "E"], budget=4, confirm=2, do_bench=bench,
+                          cache={cache!r})(moe.moe_gemm_kernel.fn)
+tokens, hidden, inter, experts, top_k = 8, 64, 32, 4, 2
+g = torch.Generator().manual_seed(0)
+x, gate = torch.randn(tokens, hidden, generator=g), torch.randn(hidden, experts, generator=g)
+w = torch.randn(experts, inter, hidden, generator=g) / hidden**0.5
+out = moe.fused_moe(x, gate, w, top_k, kernel=kernel)
+torch.testing.assert_close(out, moe.reference(x, gate, w, top_k), rtol=1e-4, atol=1e-4)
+args = moe.make_launch(x, w, *moe.route(x, gate, top_k), top_k)[1]
+fields = kernel.key_fields(dict(zip(kernel.arg_names, args)), {{}})
+trials = kernel.kernel_cache.existing(fields, moe.SPACE).history()
+print(json.dumps({{"points": [t.point for t in trials], "how": kernel.last_decision.how}}))
+"""
+
+
+def test_tuned_within_budget_matches_torch(tmp_path: Path) -> None:
+    """In a process of its own: the kernel calls triton.language's jit'd helpers (tl.zeros), which the
+    interpreter runs only when TRITON_INTERPRET was set before triton was imported."""
+    script = TUNE.format(folder=str(EXAMPLES), cache=str(tmp_path))
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(EXAMPLES.parents[1])}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    points = got["points"]
+    assert len(points) == 4 == len({json.dumps(p, sort_keys=True) for p in points})  # the budget, each once
+    assert all(p["BLOCK_SIZE_M"] == 16 and p["BLOCK_SIZE_K"] == 64 for p in points)  # the constraints held
+    assert got["how"] == "confirmed"
