@@ -216,17 +216,3 @@ def test_the_budget_counts_keys_done_or_held_live_once(tmp_path, kind):
     assert other.claim("d", budget=6, finished={"old", "a"}, look=look) is Claim.FULL and looked == [1]
     assert other.claim("y", budget=7, finished={"old", "a", "stored", "x"}) is Claim.NEW
     assert me.claim("x", budget=99) is Claim.TAKEN  # marked done under the lock: nobody measures it again
-
-
-def test_a_claims_table_made_before_claims_had_states_is_upgraded(tmp_path):
-    import sqlalchemy as sa
-
-    url = f"sqlite:///{tmp_path / 'c.db'}"
-    with sa.create_engine(url).begin() as conn:  # the table as it was, with a claim of a worker now gone
-        conn.execute(sa.text("CREATE TABLE evotune_claims (study VARCHAR(512), key_hash VARCHAR(64), key TEXT, "
-                             "owner VARCHAR(256), expires FLOAT, PRIMARY KEY (study, key_hash))"))
-        conn.execute(sa.text("INSERT INTO evotune_claims VALUES ('s', 'h', 'a', 'another-host:1:0', 1e300)"))
-    claims = RdbClaims(url, "s", lease_s=60)
-    assert claims.active() == {"a"}  # a row without a state is a held claim
-    assert claims.claim("b", budget=2) is Claim.NEW
-    assert claims.claim("c", budget=2) is Claim.FULL
