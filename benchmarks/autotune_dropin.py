@@ -138,7 +138,7 @@ def main() -> None:
     best_ms = timed[fastest]["median_ms"]
     picks = {"evotune": name(ours.best_config), "triton": name(theirs.best_config)}
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, __file__, "--child", cache, "--size", str(args.size),
                            "--configs", str(len(configs))], env=env,
                           capture_output=True, text=True, check=True)

@@ -103,7 +103,7 @@ def test_matmul_example_matches_torch_and_triton(tmp_path: Path) -> None:
     configuration evotune chose run under triton.autotune gives the same output, bit for bit."""
     script = MATMUL.format(folder=str(ROOT / "examples" / "triton_autotune"), cache=str(tmp_path))
     env = {**os.environ, "TRITON_INTERPRET": "1", "EVOTUNE_AUTOTUNE_CACHE": str(tmp_path),
-           "PYTHONPATH": str(ROOT)}
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "confirmed"
@@ -119,7 +119,8 @@ def run_add(cache: Path, count: Path, configs: str = "ADD_CONFIGS", n: int = 100
               f"assert torch.equal(out, x + y)\n"
               f"print(json.dumps({{'config': kern.best_config.all_kwargs(), 'timed': k.counting_bench.calls}}))\n")
     full = {**os.environ, "TRITON_INTERPRET": "1", "AT_COUNT": str(count),
-            "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)]), **(env or {})}
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), str(TESTS), os.environ.get("PYTHONPATH")])),
+            **(env or {})}
     return subprocess.Popen([sys.executable, "-c", script], env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
 

@@ -40,7 +40,7 @@ print(json.dumps({{"trials": [[t.point["BLOCK_M"], t.status.value, t.attrs.get("
 def test_shared_memory_over_the_gpu_is_pruned_before_timing(tmp_path: Path) -> None:
     script = SCRIPT.format(folder=str(ROOT / "examples" / "triton_autotune"), cache=str(tmp_path))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = str(ROOT)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout.strip().splitlines()[-1])
