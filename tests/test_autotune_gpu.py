@@ -32,7 +32,8 @@ c = mm.matmul(a, b, kernel=kernel)
 torch.testing.assert_close(c.float(), a.float() @ b.float(), rtol=2e-2, atol=2e-1)
 fields = kernel.key_fields(dict(zip(kernel.arg_names, mm.launch_args(a, b, c))), {{}})
 trials = kernel.kernel_cache.existing(fields, kernel.candidates.space).history()
-print(json.dumps({{"trials": [[t.point["BLOCK_M"], t.status.value, t.attrs.get("message", "")] for t in trials],
+print(json.dumps({{"trials": [[(t.point["BLOCK_M"], t.point["BLOCK_N"]), t.status.value, t.attrs.get("message", "")]
+                             for t in trials],
                   "chosen": kernel.best_config.kwargs, "timer": kernel.timer.kind, "how": kernel.last_decision.how}}))
 """
 
@@ -46,7 +47,7 @@ def test_shared_memory_over_the_gpu_is_pruned_before_timing(tmp_path: Path) -> N
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["timer"] == "oracle" and got["how"] == "confirmed"
     assert len(got["trials"]) == 4
-    (huge,) = [t for t in got["trials"] if t[0] == 256]
+    (huge,) = [t for t in got["trials"] if t[0] == [256, 256]]  # the 256 x 256 tile with 5 stages
     assert huge[1] in ("infeasible", "compile_error") and "shared memory" in huge[2]
-    assert all(t[1] == "ok" for t in got["trials"] if t[0] != 256)
-    assert got["chosen"]["BLOCK_M"] != 256
+    assert all(t[1] == "ok" for t in got["trials"] if t[0] != [256, 256])
+    assert (got["chosen"]["BLOCK_M"], got["chosen"]["BLOCK_N"]) != (256, 256)
