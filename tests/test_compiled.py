@@ -137,6 +137,7 @@ def test_spaces_says_how_many_feasible_points_the_compiler_checked_and_when():
     assert _compiler_check(cute_hopper_gemm.SPACE, ctx, str(COMPILED)) == "-"  # no file for it on a B200
     out = _evotune("spaces", "--hardware", "B200", "-v")
     assert out.returncode == 0 and "sm_100a" in out.stdout and "compiler" in out.stdout, out.stderr
+    assert "TMEM" in out.stdout  # each space's description, with -v
 
 
 @pytest.mark.parametrize(("space", "hw", "point"), [

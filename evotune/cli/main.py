@@ -95,7 +95,8 @@ def _parser() -> argparse.ArgumentParser:
     spaces.add_argument("--dtype", default="bf16")
     spaces.add_argument("--layout", default="tn")
     spaces.add_argument("--verbose", "-v", action="store_true",
-                        help="also list each parameter's choices and how the pruning fared against the compiler")
+                        help="also say what each space is, list each parameter's choices and how the pruning fared "
+                             "against the compiler")
     spaces.add_argument("--compiled", metavar="DIR", default=None,
                         help="where compile-only files are looked for (default experiments/landscapes/compile)")
     spaces.set_defaults(func=results.cmd_spaces)

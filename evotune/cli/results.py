@@ -110,8 +110,10 @@ def cmd_spaces(args: argparse.Namespace) -> int:
         pruned = "; ".join(f"{c} x {fs.reasons[r]}" for r, c in fs.pruned.most_common(2)) or "-"
         params = ", ".join(
             f"{p.name}={list(p.choices)}" if args.verbose else p.name for p in space.params)
-        row = [f"{name} (for {ctx.problem.describe()})" if own else name, str(space.size), str(len(fs)), pruned,
-               params]
+        label = f"{name} (for {ctx.problem.describe()})" if own else name
+        if args.verbose and space.description:
+            label += f": {space.description}"
+        row = [label, str(space.size), str(len(fs)), pruned, params]
         if args.verbose:
             row.append(_compiler_check(space, ctx, args.compiled))
         table.add_row(*row)
