@@ -1,0 +1,345 @@
+"""Landscapes of the Triton matmul example over its large space (examples/triton_autotune/matmul_space.py).
+
+One uniform random sample of the space's feasible configurations (``--sample``, drawn with ``--seed``), the
+same for every shape (the space's constraints do not read the shape), is compiled once in a process pool
+(``--jobs`` workers, each compiling configurations into one shared Triton cache, ``--triton-cache``, a fresh
+folder by default so that each compile time is a cold one) while the main process takes each compiled
+configuration in turn and, on every shape: checks the compiled kernel against the device's limits, runs it
+once against the fp32 product of torch (a failing or wrong configuration is recorded failed, not timed),
+then times it with evotune's oracle (CUDA graph, clean L2 flush, at least 10 and at most 50 samples, until
+the 95% CI of the median is within 2%). torch.matmul is timed once per shape beside them as a baseline.
+
+Each shape's results are an evotune landscape (``docs/LANDSCAPE_FORMAT.md``) named by the space and the
+problem, ``OUT/triton_matmul_gemm_fp16_tt_MxNxK.json.gz``; a sampled file (``complete`` false, ``coverage``
+says what it holds), rewritten every ``--checkpoint`` configurations and at the end. ``--max-seconds``
+stops taking configurations once that much time has passed (at least one is measured) and writes what it
+has. Default shapes (fp16, M x N x K): 512^3, 1024^3, 2048^3, 4096^3, 16 x 4096 x 4096, 64 x 11008 x 4096::
+
+    python benchmarks/autotune_landscapes.py --sample 400 --out experiments/landscapes/autotune_matmul
+
+On the CPU (``TRITON_INTERPRET=1``) it runs the same steps on fp32 tensors, the wall clock as its timer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "examples" / "triton_autotune")]
+
+import matmul_space as ms  # noqa: E402
+import torch  # noqa: E402
+
+from evotune.autotune.configs import Candidates, LaunchContext  # noqa: E402
+from evotune.autotune.resources import over_limits  # noqa: E402
+from evotune.autotune.timers import WallClockTimer  # noqa: E402
+from evotune.core.hardware import Hardware, detect, get_hardware  # noqa: E402
+from evotune.core.landscape import landscape_document, write_landscape  # noqa: E402
+from evotune.core.problem import Problem  # noqa: E402
+from evotune.core.result import EvalResult, Status  # noqa: E402
+from evotune.core.space import FeasibleSet, Point  # noqa: E402
+from evotune.measurement.options import TimingOptions  # noqa: E402
+from evotune.measurement.workloads.gemm import TOLERANCE  # noqa: E402
+
+SHAPES = "512x512x512,1024x1024x1024,2048x2048x2048,4096x4096x4096,16x4096x4096,64x11008x4096"
+TIMING = TimingOptions(min_samples=10, max_samples=50, ci_target=0.02)
+MAX_SAMPLES = 4  # timing samples kept per point in the files
+TINY = 64  # the compile launch's M = N = K: the same specialization (multiples of 16, unit strides) as every shape
+CANDIDATES = Candidates.from_space(ms.SPACE)
+
+
+def interpreted() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@dataclass(frozen=True)
+class Shape:
+    m: int
+    n: int
+    k: int
+
+    @classmethod
+    def parse(cls, text: str) -> Shape:
+        """``MxNxK``; ValueError naming what is wrong."""
+        try:
+            m, n, k = (int(x) for x in text.lower().split("x"))
+        except ValueError:
+            raise ValueError(f"{text!r} is not MxNxK") from None
+        if min(m, n, k) <= 0:
+            raise ValueError(f"{text!r} has a size below 1")
+        return cls(m, n, k)
+
+    def problem(self, dtype: str) -> Problem:
+        # A (M, K) and B (K, N) both row-major: K is contiguous in A only, which is the BLAS layout "tt"
+        return Problem.gemm(self.m, self.n, self.k, dtype=dtype, layout="tt")
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """What a compile worker reports for one sampled configuration."""
+
+    index: int
+    compile_s: float
+    error: str | None = None
+
+
+class OracleTimer:
+    """evotune's oracle with this recording's options: (median ms, samples) of a launch."""
+
+    def __init__(self, max_seconds: float) -> None:
+        from evotune.measurement.oracle import Oracle
+
+        self.oracle = Oracle(TIMING, max_seconds=max_seconds)
+
+    def measure(self, call: Callable[[], object]) -> tuple[float, list[float]]:
+        t = self.oracle.time(call)
+        return t.median_ms, t.samples_ms
+
+
+class CpuTimer(WallClockTimer):
+    """The interpreter's wall clock, two samples a launch: it orders nothing a GPU would, and is slow."""
+
+    search_samples = 2
+
+
+# -- the sample and its compilation -----------------------------------------------------------------
+def device() -> str:
+    return "cuda" if torch.cuda.is_available() and not interpreted() else "cpu"
+
+
+def dtype_name() -> str:
+    return "fp16" if device() == "cuda" else "fp32"  # the interpreter's tl.dot is numpy's: fp32 on the CPU
+
+
+def tensors(shape: Shape, seed: int = 0) -> tuple[Any, Any, Any]:
+    dt = torch.float16 if dtype_name() == "fp16" else torch.float32
+    gen = torch.Generator(device=device()).manual_seed(seed)
+    a = torch.randn(shape.m, shape.k, device=device(), dtype=dt, generator=gen)
+    b = torch.randn(shape.k, shape.n, device=device(), dtype=dt, generator=gen)
+    return a, b, torch.empty(shape.m, shape.n, device=device(), dtype=dt)
+
+
+def sample(hardware: Hardware, size: int, seed: int) -> tuple[list[Point], int]:
+    """(``size`` feasible points drawn uniformly without replacement, how many are feasible)."""
+    a, b, c = tensors(Shape(TINY, TINY, TINY))
+    ctx = LaunchContext(hardware=hardware, args=dict(zip(ms.matmul_space_kernel.arg_names, ms.launch_args(a, b, c),
+                                                         strict=False)))
+    fs = FeasibleSet.build(ms.SPACE, ctx)
+    rows = np.random.default_rng(seed).choice(len(fs), size=min(size, len(fs)), replace=False)
+    return [fs.point(int(r)) for r in rows], len(fs)
+
+
+def compile_one(index: int, point: Point) -> Compiled:
+    """Compile one configuration for the shapes' specialization (on the CPU: one tiny interpreted launch)."""
+    a, b, c = tensors(Shape(TINY, TINY, TINY))
+    kwargs = CANDIDATES.config(point).all_kwargs()
+    fn = ms.matmul_space_kernel.fn
+    started = time.perf_counter()
+    try:
+        if interpreted():
+            fn[ms.grid(TINY, TINY)](*ms.launch_args(a, b, c), **kwargs)
+        else:
+            fn.warmup(*ms.launch_args(a, b, c), grid=(1,), **kwargs)
+    except Exception as exc:  # a configuration that does not compile fails alone
+        return Compiled(index, time.perf_counter() - started, f"{type(exc).__name__}: {exc}".splitlines()[0])
+    return Compiled(index, time.perf_counter() - started)
+
+
+def compiling(points: Sequence[Point], jobs: int) -> tuple[Any, list[Future[Compiled]]]:
+    """Start compiling every point in ``jobs`` spawned workers: (the pool, one future per point)."""
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"))
+    return pool, [pool.submit(compile_one, i, p) for i, p in enumerate(points)]
+
+
+# -- measuring --------------------------------------------------------------------------------------
+Launch = Callable[[Any, tuple[Any, ...], dict[str, Any]], object]
+
+
+def triton_launch(grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
+    return ms.matmul_space_kernel.fn[grid](*args, **kwargs)
+
+
+@dataclass
+class Bench:
+    """One shape's inputs, reference and recorded rows."""
+
+    shape: Shape
+    a: Any
+    b: Any
+    c: Any
+    ref: Any
+    rows: list[tuple[Point, EvalResult]]
+
+    @classmethod
+    def make(cls, shape: Shape) -> Bench:
+        a, b, c = tensors(shape)
+        return cls(shape, a, b, c, a.float() @ b.float(), [])
+
+    def error(self) -> float:
+        out = self.c.float()
+        if not bool(torch.isfinite(out).all()):
+            return math.inf
+        return float(torch.linalg.vector_norm(out - self.ref) / torch.linalg.vector_norm(self.ref).clamp_min(1e-30))
+
+
+def measure(bench: Bench, point: Point, compiled: Compiled, timer: Any, launch: Launch = triton_launch) -> EvalResult:
+    """One configuration on one shape: failed (with why) or verified and timed."""
+    if compiled.error is not None:
+        return EvalResult(Status.COMPILE_ERROR, message=compiled.error, compile_s=compiled.compile_s)
+    config = CANDIDATES.config(point)
+    kwargs = config.all_kwargs()
+    s = bench.shape
+    args = ms.launch_args(bench.a, bench.b, bench.c)
+    grid = ms.grid(s.m, s.n)
+    started = time.perf_counter()
+    try:
+        reason = over_limits(ms.matmul_space_kernel.fn, args, {"grid": grid}, config) if launch is triton_launch \
+            else None
+        if reason is not None:
+            return EvalResult(Status.COMPILE_ERROR, message=f"over the device's limits: {reason}",
+                              compile_s=compiled.compile_s)
+        bench.c.fill_(math.nan)
+        launch(grid, args, kwargs)
+        if device() == "cuda":
+            torch.cuda.synchronize()
+    except Exception as exc:  # a launch that fails fails this configuration only
+        return EvalResult(Status.RUNTIME_ERROR, message=f"{type(exc).__name__}: {exc}".splitlines()[0],
+                          compile_s=compiled.compile_s, bench_s=time.perf_counter() - started)
+    err = bench.error()
+    tol = TOLERANCE[dtype_name()]
+    if not err <= tol:
+        return EvalResult(Status.WRONG_RESULT, error=err, message=f"relative error {err:.3g} exceeds {tol:g}",
+                          compile_s=compiled.compile_s, bench_s=time.perf_counter() - started)
+    ms_, samples = timer.measure(lambda: launch(grid, args, kwargs))
+    return EvalResult(Status.OK, ms_, samples, compile_s=compiled.compile_s,
+                      bench_s=time.perf_counter() - started, error=err)
+
+
+def baseline(bench: Bench, timer: Any) -> dict[str, Any]:
+    out = torch.empty_like(bench.c)
+    median, samples = timer.measure(lambda: torch.matmul(bench.a, bench.b, out=out))
+    kept = sorted(samples)[:: max(1, len(samples) // MAX_SAMPLES)][:MAX_SAMPLES]
+    return {"time_ms": round(median, 6), "samples_ms": [round(x, 6) for x in kept]}
+
+
+# -- writing ----------------------------------------------------------------------------------------
+def file_name(shape: Shape) -> str:
+    return f"{ms.SPACE.name}_{shape.problem(dtype_name()).key}.json.gz"
+
+
+def write(out: Path, bench: Bench, meta: dict[str, Any]) -> Path:
+    problem = bench.shape.problem(dtype_name())
+    doc = landscape_document(ms.SPACE.params, bench.rows, problem, {**meta, "recorded": len(bench.rows)},
+                             ms.SPACE.name, MAX_SAMPLES)
+    return write_landscape(out / file_name(bench.shape), doc)
+
+
+def device_meta(hardware: Hardware) -> dict[str, Any]:
+    if device() != "cuda":
+        return {"device": "cpu (Triton interpreter)", "hardware": hardware.summary()}
+    from evotune.measurement.gpu_worker import device_info
+
+    info = device_info()
+    return {"device": info["device"], "device_info": info, "hardware": hardware.summary(), "flush": TIMING.flush}
+
+
+# -- the run ----------------------------------------------------------------------------------------
+def run(opts: argparse.Namespace) -> list[Path]:
+    started = time.perf_counter()
+    fresh = None if opts.triton_cache else tempfile.mkdtemp(prefix="triton_cache_")  # removed at the end
+    os.environ["TRITON_CACHE_DIR"] = fresh or str(Path(opts.triton_cache).resolve())
+    hardware = detect() if device() == "cuda" else get_hardware("H100")
+    points, feasible = sample(hardware, opts.sample, opts.seed)
+    shapes = opts.shapes
+    print(f"{feasible} feasible configurations on {hardware.name} ({dtype_name()}); timing {len(points)} of them on "
+          f"{len(shapes)} shapes; compiling with {opts.jobs} workers into {os.environ['TRITON_CACHE_DIR']}",
+          flush=True)
+    timer: Any = OracleTimer(opts.point_seconds) if device() == "cuda" else CpuTimer()
+    benches = [Bench.make(s) for s in shapes]
+    meta: dict[str, Any] = {
+        **device_meta(hardware), "feasible": feasible, "complete": False,
+        "coverage": {"kind": "sample", "searched": 0, "studies": [], "random": len(points), "seed": opts.seed,
+                     "feasible": feasible},
+        "timing": ({"min_samples": TIMING.min_samples, "max_samples": TIMING.max_samples,
+                    "ci_target": TIMING.ci_target, "flush": TIMING.flush, "max_seconds": opts.point_seconds}
+                   if device() == "cuda" else {"wall_clock_samples": CpuTimer.search_samples}),
+        "command": "python benchmarks/autotune_landscapes.py " + " ".join(sys.argv[1:]),
+    }
+    baselines = {b.shape: {"torch.matmul": baseline(b, timer)} for b in benches}
+    pool, futures = compiling(points, opts.jobs)
+    index = {fut: i for i, fut in enumerate(futures)}
+    out = Path(opts.out)
+    done = failed = 0
+    try:
+        for fut in as_completed(futures):
+            try:
+                compiled = fut.result()
+            except Exception as exc:  # the worker died (a crash in the compiler): this configuration fails
+                compiled = Compiled(index[fut], 0.0, f"compile worker failed: {type(exc).__name__}: {exc}")
+            point = points[compiled.index]
+            for bench in benches:
+                result = measure(bench, point, compiled, timer)
+                failed += result.status is not Status.OK
+                bench.rows.append((point, result))
+            done += 1
+            elapsed = time.perf_counter() - started
+            if done % opts.checkpoint == 0 or done == len(points):
+                for bench in benches:
+                    write(out, bench, {**meta, "baselines": baselines[bench.shape]})
+                print(f"[{elapsed:5.0f} s] {done}/{len(points)} configurations on {len(shapes)} shapes, "
+                      f"{failed} failed points", flush=True)
+            if elapsed > opts.max_seconds and done < len(points):
+                print(f"--max-seconds {opts.max_seconds:g} reached after {done} configurations", flush=True)
+                break
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)  # the compiles under way finish; the others never start
+        if fresh:
+            shutil.rmtree(fresh, ignore_errors=True)
+    paths = [write(out, bench, {**meta, "baselines": baselines[bench.shape]}) for bench in benches]
+    for bench, path in zip(benches, paths, strict=True):
+        ok = [r.time_ms for _, r in bench.rows if r.status is Status.OK and r.time_ms is not None]
+        best = f"best {min(ok):.4g} ms" if ok else "no config ran"
+        print(f"{path}: {len(bench.rows)} points, {len(ok)} ok, {best}, torch.matmul "
+              f"{baselines[bench.shape]['torch.matmul']['time_ms']:.4g} ms")
+    print(f"total {time.perf_counter() - started:.0f} s")
+    return paths
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sample", type=int, default=400, help="configurations drawn from the feasible ones")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--shapes", default=SHAPES, help="comma-separated MxNxK")
+    p.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 4) - 2), help="compile workers")
+    p.add_argument("--out", default=str(ROOT / "experiments" / "landscapes" / "autotune_matmul"))
+    p.add_argument("--max-seconds", type=float, default=420.0, help="stop taking configurations after this")
+    p.add_argument("--point-seconds", type=float, default=2.0, help="at most this much sampling per point")
+    p.add_argument("--checkpoint", type=int, default=50, help="rewrite the files every N configurations")
+    p.add_argument("--triton-cache", default="", help="Triton's cache folder (default: a fresh temporary one)")
+    opts = p.parse_args(argv)
+    try:
+        opts.shapes = [Shape.parse(s) for s in opts.shapes.split(",")]
+    except ValueError as exc:
+        p.error(f"--shapes: {exc}")
+    for name in ("sample", "jobs", "checkpoint"):
+        if getattr(opts, name) < 1:
+            p.error(f"--{name}: expected an integer >= 1, got {getattr(opts, name)}")
+    return opts
+
+
+if __name__ == "__main__":
+    run(parse_args())
