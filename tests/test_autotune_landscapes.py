@@ -1,0 +1,150 @@
+"""The matmul example's large space and benchmarks/autotune_landscapes.py on the CPU (Triton interpreter, tiny
+shapes): the feasible count, the sampled landscape files, failed configurations recorded and not timed.
+Nothing here looks at a time's value."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+torch = pytest.importorskip("torch")
+
+from evotune.autotune.configs import LaunchContext  # noqa: E402
+from evotune.core.hardware import get_hardware  # noqa: E402
+from evotune.core.landscape import load_landscape  # noqa: E402
+from evotune.core.result import Status  # noqa: E402
+from evotune.core.space import FeasibleSet  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "autotune_landscapes.py"
+
+
+@pytest.fixture
+def bench(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    spec = importlib.util.spec_from_file_location("autotune_landscapes", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def ctx(hardware: str | None, dtype: torch.dtype) -> LaunchContext:
+    return LaunchContext(hardware=get_hardware(hardware) if hardware else None,
+                         args={"a_ptr": torch.empty(1, dtype=dtype)})
+
+
+def by_the_rules(smem: int, element: int) -> int:
+    """The feasible count of the space's rules, counted over the whole product."""
+    n = 0
+    for bm, bn, bk, _g, w, s in itertools.product((16, 32, 64, 128, 256), (16, 32, 64, 128, 256), (16, 32, 64, 128),
+                                                  (1, 4, 8), (2, 4, 8), (2, 3, 4, 5)):
+        n += (bm + bn) * bk * element * s <= smem and 256 * w <= bm * bn <= 4096 * w
+    return n
+
+
+def test_the_matmul_space_holds_over_2000_feasible_fp16_configurations_on_an_h100(bench) -> None:
+    space = bench.ms.SPACE
+    assert space.size == 3600
+    fs = FeasibleSet.build(space, ctx("H100", torch.float16))
+    h100 = get_hardware("H100")
+    assert len(fs) == by_the_rules(h100.smem_per_block, 2) >= 2000
+    assert {fs.reasons[r].split(":")[0] for r in fs.pruned} == {"shared-memory", "accumulator-registers",
+                                                                "warps-for-tile"}
+    # the GPU's limit and the launch's element size are read: less shared memory or wider elements, fewer points
+    assert len(FeasibleSet.build(space, ctx("A100", torch.float16))) == by_the_rules(
+        get_hardware("A100").smem_per_block, 2) < len(fs)
+    assert len(FeasibleSet.build(space, ctx("H100", torch.float32))) == by_the_rules(h100.smem_per_block, 4) < len(fs)
+    # without a GPU in the context (as evotune.autotune builds it): the H100's limits
+    assert len(FeasibleSet.build(space, ctx(None, torch.float16))) == len(fs)
+
+
+def run_script(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TRITON_INTERPRET": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, str(SCRIPT), "--shapes", "32x32x32,16x48x32", "--jobs", "2",
+                           "--out", str(tmp_path), *args], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_the_script_records_one_sample_on_every_shape_as_landscapes(bench, tmp_path: Path) -> None:
+    done = run_script(tmp_path, "--sample", "4", "--seed", "3", "--checkpoint", "3")
+    files = sorted(tmp_path.glob("*.json.gz"))
+    assert [f.name for f in files] == ["triton_matmul_gemm_fp32_tt_16x48x32.json.gz",
+                                       "triton_matmul_gemm_fp32_tt_32x32x32.json.gz"]
+    space, feasible_ctx = bench.ms.SPACE, ctx("H100", torch.float32)
+    keys = []
+    for f in files:
+        ls = load_landscape(f)
+        assert ls.space_name == "triton_matmul" and ls.names == space.names
+        assert len(ls) == ls.meta["recorded"] == 4
+        assert ls.meta["complete"] is False and ls.meta["coverage"]["seed"] == 3
+        assert ls.meta["feasible"] == ls.meta["coverage"]["feasible"] == len(FeasibleSet.build(space, feasible_ctx))
+        assert "torch.matmul" in ls.baselines
+        for key, r in ls.entries.items():
+            assert space.check(dict(zip(ls.names, key, strict=True)), feasible_ctx) is None
+            assert r.status is Status.OK and r.error is not None and r.error < 1e-4, r.message
+            assert r.compile_s > 0 and 0 < len(r.samples_ms) <= bench.MAX_SAMPLES
+        keys.append(set(ls.entries))
+    assert keys[0] == keys[1]  # the same sample on both shapes
+    cache = done.stdout.split("compiling with 2 workers into ")[1].split()[0]
+    assert "triton_cache_" in cache and not Path(cache).exists()  # the fresh Triton cache is removed at the end
+
+
+def test_max_seconds_stops_after_one_configuration_and_writes_it(tmp_path: Path) -> None:
+    done = run_script(tmp_path, "--sample", "3", "--max-seconds", "0")
+    assert "--max-seconds 0 reached after 1 configurations" in done.stdout
+    points = [set(load_landscape(f).entries) for f in sorted(tmp_path.glob("*.json.gz"))]
+    assert len(points) == 2 and len(points[0]) == 1 and points[0] == points[1]
+
+
+def test_a_failing_or_wrong_configuration_is_recorded_failed_and_not_timed(bench) -> None:
+    class Counting:
+        calls = 0
+
+        def measure(self, call):
+            self.calls += 1
+            call()
+            return 1.0, [1.0]
+
+    shape = bench.Bench.make(bench.Shape(32, 32, 32))
+    point = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 1, "num_warps": 4, "num_stages": 2}
+    ok = bench.Compiled(0, 0.5)
+
+    def right(grid, args, kwargs):
+        torch.matmul(args[0], args[1], out=args[2])
+
+    def wrong(grid, args, kwargs):
+        args[2].zero_()
+
+    def raising(grid, args, kwargs):
+        raise RuntimeError("launch failed\nsecond line")
+
+    timer = Counting()
+    assert bench.measure(shape, point, bench.Compiled(0, 0.5, "CompilationError: x"), timer, right).status \
+        is Status.COMPILE_ERROR
+    bad = bench.measure(shape, point, ok, timer, wrong)
+    assert bad.status is Status.WRONG_RESULT and "relative error" in bad.message
+    failed = bench.measure(shape, point, ok, timer, raising)
+    assert failed.status is Status.RUNTIME_ERROR and failed.message == "RuntimeError: launch failed"
+    assert timer.calls == 0
+    good = bench.measure(shape, point, ok, timer, right)
+    assert good.status is Status.OK and good.compile_s == 0.5 and timer.calls == 1
+
+
+def test_bad_shapes_are_refused_with_exit_code_2(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT), "--shapes", "32x32", "--out", str(tmp_path)],
+                          capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get(
+                              "PYTHONPATH")]))})
+    assert done.returncode == 2 and "--shapes: '32x32' is not MxNxK" in done.stderr
+    assert not list(tmp_path.iterdir())
