@@ -250,11 +250,11 @@ def write(out: Path, bench: Bench, meta: dict[str, Any]) -> Path:
 
 def device_meta(hardware: Hardware) -> dict[str, Any]:
     if device() != "cuda":
-        return {"device": "cpu (Triton interpreter)", "hardware": hardware.summary()}
+        return {"device": "cpu (Triton interpreter)", "hardware": hardware.name}
     from evotune.measurement.gpu_worker import device_info
 
     info = device_info()
-    return {"device": info["device"], "device_info": info, "hardware": hardware.summary(), "flush": TIMING.flush}
+    return {"device": info["device"], "device_info": info, "hardware": hardware.name, "flush": TIMING.flush}
 
 
 # -- the run ----------------------------------------------------------------------------------------
@@ -268,23 +268,23 @@ def run(opts: argparse.Namespace) -> list[Path]:
     print(f"{feasible} feasible configurations on {hardware.name} ({dtype_name()}); timing {len(points)} of them on "
           f"{len(shapes)} shapes; compiling with {opts.jobs} workers into {os.environ['TRITON_CACHE_DIR']}",
           flush=True)
-    timer: Any = OracleTimer(opts.point_seconds) if device() == "cuda" else CpuTimer()
-    benches = [Bench.make(s) for s in shapes]
-    meta: dict[str, Any] = {
-        **device_meta(hardware), "feasible": feasible, "complete": False,
-        "coverage": {"kind": "sample", "searched": 0, "studies": [], "random": len(points), "seed": opts.seed,
-                     "feasible": feasible},
-        "timing": ({"min_samples": TIMING.min_samples, "max_samples": TIMING.max_samples,
-                    "ci_target": TIMING.ci_target, "flush": TIMING.flush, "max_seconds": opts.point_seconds}
-                   if device() == "cuda" else {"wall_clock_samples": CpuTimer.search_samples}),
-        "command": "python benchmarks/autotune_landscapes.py " + " ".join(sys.argv[1:]),
-    }
-    baselines = {b.shape: {"torch.matmul": baseline(b, timer)} for b in benches}
-    pool, futures = compiling(points, opts.jobs)
-    index = {fut: i for i, fut in enumerate(futures)}
-    out = Path(opts.out)
-    done = failed = 0
+    pool, futures = compiling(points, opts.jobs)  # first: the workers start while the inputs are made
     try:
+        timer: Any = OracleTimer(opts.point_seconds) if device() == "cuda" else CpuTimer()
+        benches = [Bench.make(s) for s in shapes]
+        meta: dict[str, Any] = {
+            **device_meta(hardware), "feasible": feasible, "complete": False,
+            "coverage": {"kind": "sample", "searched": 0, "studies": [], "random": len(points), "seed": opts.seed,
+                         "feasible": feasible},
+            "timing": ({"min_samples": TIMING.min_samples, "max_samples": TIMING.max_samples,
+                        "ci_target": TIMING.ci_target, "flush": TIMING.flush, "max_seconds": opts.point_seconds}
+                       if device() == "cuda" else {"wall_clock_samples": CpuTimer.search_samples}),
+            "command": "python benchmarks/autotune_landscapes.py " + " ".join(sys.argv[1:]),
+        }
+        baselines = {b.shape: {"torch.matmul": baseline(b, timer)} for b in benches}
+        index = {fut: i for i, fut in enumerate(futures)}
+        out = Path(opts.out)
+        done = failed = 0
         for fut in as_completed(futures):
             try:
                 compiled = fut.result()
