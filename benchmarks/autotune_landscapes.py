@@ -7,7 +7,8 @@ folder by default so that each compile time is a cold one) while the main proces
 configuration in turn and, on every shape: checks the compiled kernel against the device's limits, runs it
 once against the fp32 product of torch (a failing or wrong configuration is recorded failed, not timed),
 then times it with evotune's oracle (CUDA graph, clean L2 flush, at least 10 and at most 50 samples, until
-the 95% CI of the median is within 2%). torch.matmul is timed once per shape beside them as a baseline.
+the 95% CI of the median is within 2%). torch.matmul is timed once per shape as a baseline, at the end (the
+compile workers gone).
 
 Each shape's results are an evotune landscape (``docs/LANDSCAPE_FORMAT.md``) named by the space and the
 problem, ``OUT/triton_matmul_gemm_fp16_tt_MxNxK.json.gz``; a sampled file (``complete`` false, ``coverage``
@@ -281,7 +282,7 @@ def run(opts: argparse.Namespace) -> list[Path]:
                        if device() == "cuda" else {"wall_clock_samples": CpuTimer.search_samples}),
             "command": "python benchmarks/autotune_landscapes.py " + " ".join(sys.argv[1:]),
         }
-        baselines = {b.shape: {"torch.matmul": baseline(b, timer)} for b in benches}
+        baselines: dict[Shape, dict[str, Any]] = {b.shape: {} for b in benches}  # timed at the end, on a quiet GPU
         index = {fut: i for i, fut in enumerate(futures)}
         out = Path(opts.out)
         done = failed = 0
@@ -309,6 +310,7 @@ def run(opts: argparse.Namespace) -> list[Path]:
         pool.shutdown(wait=True, cancel_futures=True)  # the compiles under way finish; the others never start
         if fresh:
             shutil.rmtree(fresh, ignore_errors=True)
+    baselines = {b.shape: {"torch.matmul": baseline(b, timer)} for b in benches}
     paths = [write(out, bench, {**meta, "baselines": baselines[bench.shape]}) for bench in benches]
     for bench, path in zip(benches, paths, strict=True):
         ok = [r.time_ms for _, r in bench.rows if r.status is Status.OK and r.time_ms is not None]
