@@ -88,6 +88,7 @@ class KeyRun:
     fractions: list[float]  # best-so-far optimum / best time after each evaluation (0 before any success)
     decided_fraction: float  # optimum / recorded time of the decided configuration
     how: str
+    trials: int  # the trials the key's study holds afterwards (one per evaluation)
 
     @property
     def evals(self) -> int:
@@ -277,8 +278,10 @@ def replay_seed(keys: Sequence[ReplayKey], seed: int, budget: int, confirm: int,
             decision = tune(job)
             decided = key.landscape.lookup(space.from_storage(decision.config))
             decided_ms = decided.value if decided is not None else None
+            store = cache.existing(key.fields, space)
+            trials = len(store.history()) if store is not None else 0
             runs.append(KeyRun(key.name, seed, used, replay.fractions(),
-                               key.optimum_ms / decided_ms if decided_ms else 0.0, decision.how))
+                               key.optimum_ms / decided_ms if decided_ms else 0.0, decision.how, trials))
     return runs
 
 

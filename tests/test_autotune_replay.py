@@ -98,6 +98,7 @@ def test_evaluations_stay_within_the_budget_and_decide(replayed):
     _, _, runs = replayed
     for r in runs:
         assert 1 <= r.evals <= 40
+        assert r.trials == r.evals  # every evaluation is a trial of the key's study, and nothing else is
         assert r.how == "confirmed"
         assert 0 < r.decided_fraction <= 1
         assert all(a <= b for a, b in zip(r.fractions, r.fractions[1:], strict=False))  # best so far
