@@ -17,15 +17,20 @@ the compiled kernel's resource check, none of which a recorded landscape can exe
 
 The candidates of a key are the points its landscape recorded (a sampled recording answers for those
 only), in one space shared by all keys (the union of the landscapes' parameter choices), as the
-``Autotuner`` keeps one space for every key of a kernel. A key's fields come from its landscape: the
-``key`` object of the file when it has one, else ``M``, ``N``, ``K`` and ``dtype`` of a GEMM problem,
-else the numeric fields of the problem; the distance between keys (and so which keys are sources) is
-``evotune.autotune``'s own.
+``Autotuner`` keeps one space for every key of a kernel. That space holds the recorded parameters only:
+``tune``'s ``default`` strategy starts from a random sample (no hardware model), so the kernel's own
+space would add its constraints alone, which every recorded point satisfies. Each seed is the
+strategy's seed of every key (the ``Autotuner`` passes 0), so the seeds are independent runs.
+
+A key's fields come from its landscape: the ``key`` object of the file when it has one, else ``M``,
+``N``, ``K`` and ``dtype`` of a GEMM problem, else the numeric fields of the problem; the distance
+between keys (and so which keys are sources) is ``evotune.autotune``'s own.
 
 Reported per key (median over seeds): evaluations until the best time so far is within 0.99 of the
 landscape's optimum (optimum / best >= 0.99; None when never within the budget), the fraction reached
-after 10 and after 40 evaluations, and the fraction of the decided configuration. The acceptance check:
-the first key within 40 evaluations, every later key within 10::
+after 10 and after 40 evaluations (after the last one when the budget is smaller), the fraction of the
+decided configuration (after the confirmation), and the number of sources each key's search was
+given. The acceptance check: the first key within 40 evaluations, every later key within 10::
 
     python benchmarks/autotune_replay.py --landscapes experiments/landscapes/autotune_matmul \\
         --seeds 5 --budget 40 --out runs/autotune_replay.json
