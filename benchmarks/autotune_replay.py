@@ -1,0 +1,366 @@
+"""evotune.autotune's per-key search replayed on the CPU over recorded landscapes, one landscape per key.
+
+For each seed, a fresh kernel cache (a temporary SQLite or journal storage, as ``evotune.autotune``
+keeps) tunes the keys in order. Each key is tuned by :func:`evotune.autotune.search.tune` on a
+:class:`~evotune.autotune.search.KeyJob`, exactly as ``Autotuner._tune`` builds it: the ``default``
+strategy with the trials of the keys already tuned as its sources (:func:`evotune.autotune.neighbours.sources`),
+the claims, the key's Optuna study, and the confirmation of the fastest ``--confirm`` configurations.
+Only the kernel is replaced: timing a configuration looks up its recorded result in the key's landscape
+(a recorded failure is a failed evaluation), and the confirmation's samples are the recorded samples of
+the configuration, cycled (its recorded time when none were kept): a deterministic fake timing.
+
+Why this level and not the ``Autotuner`` with a fake kernel: ``Autotuner`` needs Triton (its constructor,
+``KernelId.of`` and ``_measure`` import it, and ``_measure`` compiles the configuration to check its
+resources); what it adds over ``tune(KeyJob)`` is the launch, the pruning of a ``triton.Config`` list and
+the compiled kernel's resource check, none of which a recorded landscape can exercise. Everything from the
+``KeyJob`` down (cache, study, claims, sources, strategy, confirmation, decision) is the real code.
+
+The candidates of a key are the points its landscape recorded (a sampled recording answers for those
+only), in one space shared by all keys (the union of the landscapes' parameter choices), as the
+``Autotuner`` keeps one space for every key of a kernel. That space holds the recorded parameters only:
+``tune``'s ``default`` strategy starts from a random sample (no hardware model), so the kernel's own
+space would add its constraints alone, which every recorded point satisfies. Each seed is the
+strategy's seed of every key (the ``Autotuner`` passes 0), so the seeds are independent runs.
+
+A key's fields come from its landscape: the ``key`` object of the file when it has one, else ``M``,
+``N``, ``K`` and ``dtype`` of a GEMM problem, else the numeric fields of the problem; the distance
+between keys (and so which keys are sources) is ``evotune.autotune``'s own.
+
+Reported per key (median over seeds): evaluations until the best time so far is within 0.99 of the
+landscape's optimum (optimum / best >= 0.99; None when never within the budget), the fraction reached
+after 10 and after 40 evaluations (after the last one when the budget is smaller), the fraction of the
+decided configuration (after the confirmation), and the number of sources each key's search was
+given. The acceptance check: the first key within 40 evaluations, every later key within 10::
+
+    python benchmarks/autotune_replay.py --landscapes experiments/landscapes/autotune_matmul \\
+        --seeds 5 --budget 40 --out runs/autotune_replay.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import statistics
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from evotune.autotune.cache import KernelCache, KernelId  # noqa: E402
+from evotune.autotune.neighbours import sources  # noqa: E402
+from evotune.autotune.search import KeyJob, tune  # noqa: E402
+from evotune.autotune.timers import Call, Timer  # noqa: E402
+from evotune.cli.output import EXIT_USAGE, UsageError  # noqa: E402
+from evotune.core.feasible import FeasibleSet  # noqa: E402
+from evotune.core.landscape import Landscape, LandscapeError, landscape_stem, load_landscape  # noqa: E402
+from evotune.core.result import EvalResult  # noqa: E402
+from evotune.core.space import Param, Point, SearchSpace, categorical, ordinal  # noqa: E402
+
+TARGET = 0.99
+FIRST_LIMIT = 40  # evaluations the first key may take to reach TARGET
+LATER_LIMIT = 10  # evaluations every later key may take
+
+
+@dataclass
+class ReplayKey:
+    """One key: its landscape and its fields as ``evotune.autotune`` keys it."""
+
+    name: str
+    landscape: Landscape
+    fields: dict[str, Any]
+
+    @property
+    def optimum_ms(self) -> float:
+        opt = self.landscape.optimum_ms
+        assert opt is not None  # checked when loaded
+        return opt
+
+
+@dataclass
+class KeyRun:
+    """One key tuned in one seed's run."""
+
+    key: str
+    seed: int
+    sources: list[str]
+    fractions: list[float]  # best-so-far optimum / best time after each evaluation (0 before any success)
+    decided_fraction: float  # optimum / recorded time of the decided configuration
+    how: str
+    trials: int  # the trials the key's study holds afterwards (one per evaluation)
+
+    @property
+    def evals(self) -> int:
+        return len(self.fractions)
+
+    def evals_to(self, target: float = TARGET) -> int | None:
+        return next((i + 1 for i, f in enumerate(self.fractions) if f >= target), None)
+
+    def fraction_at(self, n: int) -> float:
+        return self.fractions[min(n, len(self.fractions)) - 1] if self.fractions else 0.0
+
+
+@dataclass
+class KeySummary:
+    key: str
+    fields: dict[str, Any]
+    points: int
+    limit: int
+    median_evals_to_99: float | None  # None: the median run never got there within the budget
+    median_fraction_at_10: float
+    median_fraction_at_40: float
+    median_decided_fraction: float
+    sources: list[int] = field(default_factory=list)  # the number of sources, per seed
+    evals_to_99: list[int | None] = field(default_factory=list)  # per seed
+
+    @property
+    def passed(self) -> bool:
+        return self.median_evals_to_99 is not None and self.median_evals_to_99 <= self.limit
+
+
+# -- reading the keys -------------------------------------------------------------------------------
+def landscape_paths(inputs: Sequence[str]) -> list[Path]:
+    """The landscape files named: each file as given, each folder's ``*.json`` and ``*.json.gz``."""
+    out: list[Path] = []
+    for text in inputs:
+        path = Path(text)
+        if path.is_dir():
+            found = sorted(p for p in path.iterdir() if p.name.endswith((".json", ".json.gz")))
+            if not found:
+                raise UsageError(f"--landscapes: {path} holds no .json or .json.gz landscape")
+            out.extend(found)
+        elif path.is_file():
+            out.append(path)
+        else:
+            raise UsageError(f"--landscapes: {path} does not exist")
+    return out
+
+
+def key_fields(ls: Landscape) -> dict[str, Any]:
+    """The key of a landscape: its file's ``key`` object, a GEMM's M, N, K and dtype, or the problem's numbers."""
+    key = ls.meta.get("key")
+    if isinstance(key, dict) and key:
+        return dict(key)
+    p = ls.problem
+    if p.kind == "gemm":
+        return {"M": p.m, "N": p.n, "K": p.k, "dtype": p.dtype}
+    numbers = {k: v for k, v in p.extra if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    if not numbers:
+        raise UsageError(f"{ls.path}: problem: no key (no 'key' object, not a GEMM, no numeric problem fields)")
+    return {**numbers, "dtype": p.dtype}
+
+
+def load_keys(inputs: Sequence[str], order: Sequence[str] | None = None) -> list[ReplayKey]:
+    """The keys in tuning order: ``order`` (file stems or paths) when given, else the files sorted by name."""
+    paths = landscape_paths(inputs)
+    by_stem = {landscape_stem(p): p for p in paths}
+    if order:
+        missing = [o for o in order if landscape_stem(o) not in by_stem]
+        if missing:
+            raise UsageError(f"--order: {', '.join(missing)} is not among the landscapes given")
+        paths = [by_stem[landscape_stem(o)] for o in order]
+    else:
+        paths = sorted(by_stem.values(), key=lambda p: p.name)
+    keys = []
+    for path in paths:
+        ls = load_landscape(path)
+        if ls.optimum_ms is None:
+            raise UsageError(f"{path}: points: no point was recorded with a time")
+        keys.append(ReplayKey(landscape_stem(path), ls, key_fields(ls)))
+    if len({json.dumps(k.fields, sort_keys=True) for k in keys}) != len(keys):
+        raise UsageError(f"--landscapes: two landscapes have the same key ({', '.join(k.name for k in keys)})")
+    return keys
+
+
+def common_space(keys: Sequence[ReplayKey]) -> SearchSpace:
+    """One space for every key (as the Autotuner keeps one per kernel): each parameter's choices of all files."""
+    first = keys[0].landscape
+    for k in keys[1:]:
+        if k.landscape.names != first.names:
+            raise UsageError(f"{k.landscape.path}: params: {k.landscape.names}, the first landscape has "
+                             f"{first.names}")
+    params: list[Param] = []
+    for i, p in enumerate(first.params):
+        values = list(dict.fromkeys(c for k in keys for c in k.landscape.params[i].choices))
+        if values == list(p.choices):
+            params.append(p)
+        elif p.ordered:
+            numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+            params.append(ordinal(p.name, sorted(values) if numeric else values))
+        else:
+            params.append(categorical(p.name, values))
+    name = first.space_name if first.space_name != "landscape" else f"landscape:{first.stem}"
+    return SearchSpace(name, params, description="the recorded configurations of every key",
+                       workload=first.problem.kind)
+
+
+# -- the fake kernel ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RecordedCall:
+    """A launch of one configuration whose timing is its recorded samples."""
+
+    samples_ms: tuple[float, ...]
+
+    def __call__(self) -> None:
+        return None
+
+
+class RecordedTimer(Timer):
+    """Answers a RecordedCall's samples, cycled: the same figures on every run."""
+
+    kind = "replay"
+
+    def _samples(self, call: Call, n: int) -> list[float]:
+        recorded = call.samples_ms if isinstance(call, RecordedCall) else ()
+        if not recorded:
+            raise TypeError(f"the replay's timer times recorded calls only, got {call!r}")
+        return [recorded[i % len(recorded)] for i in range(n)]
+
+
+class KeyReplay:
+    """The measure and make_call of one key's KeyJob: lookups in its landscape, each evaluation logged."""
+
+    def __init__(self, key: ReplayKey):
+        self.key = key
+        self.times: list[float | None] = []
+
+    def result(self, point: Point) -> EvalResult:
+        got = self.key.landscape.lookup(point)
+        if got is None:  # the candidates are the recorded points: a search cannot ask for another
+            raise LookupError(f"{self.key.landscape.path}: no recorded point {point}")
+        return got
+
+    def measure(self, point: Point) -> EvalResult:
+        got = self.result(point)
+        self.times.append(got.value)
+        return got
+
+    def make_call(self, point: Point) -> Call:
+        got = self.result(point)
+        samples = tuple(got.samples_ms) or ((got.time_ms,) if got.time_ms is not None else ())
+        return RecordedCall(samples)
+
+    def fractions(self) -> list[float]:
+        out, best = [], math.inf
+        for t in self.times:
+            if t is not None:
+                best = min(best, t)
+            out.append(self.key.optimum_ms / best if best < math.inf else 0.0)
+        return out
+
+
+# -- the replay -----------------------------------------------------------------------------------
+def kernel_id(keys: Sequence[ReplayKey], kernel: str) -> KernelId:
+    """The kernel every key belongs to: one identity, so that the keys' studies are one kernel's."""
+    meta = keys[0].landscape.meta
+    text = "\n".join(keys[0].landscape.names)
+    return KernelId(kernel, hashlib.sha256(text.encode()).hexdigest()[:16], str(meta.get("triton", "replay")),
+                    str(meta.get("device", "replay")))
+
+
+def replay_seed(keys: Sequence[ReplayKey], seed: int, budget: int, confirm: int, storage: str,
+                kernel: str = "matmul_kernel") -> list[KeyRun]:
+    """Tune every key in order, on a fresh cache, with ``seed`` for each key's strategy."""
+    space = common_space(keys)
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="autotune_replay_") as tmp:
+        url = f"journal:{tmp}/autotune.journal" if storage == "journal" else f"sqlite:///{tmp}/autotune.db"
+        cache = KernelCache(url, kernel_id(keys, kernel))
+        for key in keys:
+            names = key.landscape.names
+            feasible = FeasibleSet.from_codes(
+                space, (space.encode(dict(zip(names, values, strict=True))) for values in key.landscape.entries))
+            replay = KeyReplay(key)
+            used = [s.name for s in sources(cache, key.fields, space)]  # what tune's search is given below
+            job = KeyJob(cache, key.fields, space, feasible, None, budget, replay.measure, replay.make_call,
+                         RecordedTimer(), confirm, seed=seed)
+            decision = tune(job)
+            decided = key.landscape.lookup(space.from_storage(decision.config))
+            decided_ms = decided.value if decided is not None else None
+            store = cache.existing(key.fields, space)
+            trials = len(store.history()) if store is not None else 0
+            runs.append(KeyRun(key.name, seed, used, replay.fractions(),
+                               key.optimum_ms / decided_ms if decided_ms else 0.0, decision.how, trials))
+    return runs
+
+
+def _median(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+def summarize(keys: Sequence[ReplayKey], runs: Sequence[KeyRun]) -> list[KeySummary]:
+    out = []
+    for i, key in enumerate(keys):
+        mine = [r for r in runs if r.key == key.name]
+        reached = [r.evals_to() for r in mine]
+        med = statistics.median([math.inf if e is None else e for e in reached])
+        out.append(KeySummary(
+            key.name, key.fields, len(key.landscape), FIRST_LIMIT if i == 0 else LATER_LIMIT,
+            None if med == math.inf else float(med), _median([r.fraction_at(10) for r in mine]),
+            _median([r.fraction_at(40) for r in mine]), _median([r.decided_fraction for r in mine]),
+            [len(r.sources) for r in mine], reached))
+    return out
+
+
+def table(summaries: Sequence[KeySummary]) -> str:
+    rows = [f"{'key':<28} {'points':>6} {'sources':>7} {'evals->0.99':>11} {'@10':>6} {'@40':>6} "
+            f"{'decided':>7}  check"]
+    for s in summaries:
+        evals = "never" if s.median_evals_to_99 is None else f"{s.median_evals_to_99:g}"
+        src = "/".join(map(str, sorted(set(s.sources))))
+        verdict = "PASS" if s.passed else "FAIL"
+        rows.append(f"{s.key[:28]:<28} {s.points:>6} {src:>7} {evals:>11} {s.median_fraction_at_10:>6.3f} "
+                    f"{s.median_fraction_at_40:>6.3f} {s.median_decided_fraction:>7.3f}  {verdict} "
+                    f"(<= {s.limit})")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--landscapes", nargs="+", required=True, help="a folder of landscapes or landscape files")
+    ap.add_argument("--order", default="", help="the keys' tuning order: comma-separated file stems "
+                    "(default: the files sorted by name)")
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--budget", type=int, default=40, help="evaluations per key (default 40)")
+    ap.add_argument("--confirm", type=int, default=3, help="configurations confirmed per key (default 3)")
+    ap.add_argument("--storage", choices=("sqlite", "journal"), default="sqlite", help="the cache's storage")
+    ap.add_argument("--out", help="write the runs and the summary as JSON here")
+    args = ap.parse_args(argv)
+    try:
+        if args.seeds < 1:
+            raise UsageError(f"--seeds: expected an integer >= 1, got {args.seeds}")
+        if args.budget < 1:
+            raise UsageError(f"--budget: expected an integer >= 1, got {args.budget}")
+        keys = load_keys(args.landscapes, [o for o in args.order.split(",") if o])
+        common_space(keys)
+    except (UsageError, LandscapeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    runs = [r for seed in range(args.seeds) for r in replay_seed(keys, seed, args.budget, args.confirm,
+                                                                   args.storage)]
+    summaries = summarize(keys, runs)
+    print(f"evotune.autotune replayed: {len(keys)} keys, {args.seeds} seeds, budget {args.budget}, "
+          f"confirm {args.confirm}; medians over seeds")
+    print(table(summaries))
+    ok = all(s.passed for s in summaries)
+    print(f"acceptance (first key <= {FIRST_LIMIT}, later keys <= {LATER_LIMIT} evaluations to {TARGET}): "
+          f"{'PASS' if ok else 'FAIL'}")
+    if args.out:
+        doc = {"budget": args.budget, "seeds": args.seeds, "confirm": args.confirm, "target": TARGET,
+               "order": [k.name for k in keys], "passed": ok,
+               "keys": [{**asdict(s), "passed": s.passed} for s in summaries],
+               "runs": [{**asdict(r), "evals_to_99": r.evals_to()} for r in runs]}
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(doc, indent=1))
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,136 @@
+"""benchmarks/autotune_replay.py: evotune.autotune's per-key search replayed over recorded landscapes.
+
+The landscapes are built here: 288 configurations of a matmul-like space per key, on three GEMM shapes
+whose times share one structure (the same configurations are fast for every shape, the best one moving
+with the shape), a few configurations recorded as compile errors, the largest shape's recording sampled.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from evotune.core.landscape import landscape_document, write_landscape
+from evotune.core.problem import Problem
+from evotune.core.result import EvalResult, Status
+from evotune.core.space import ordinal
+
+ROOT = Path(__file__).resolve().parents[1]
+SHAPES = [512, 1024, 2048]  # M = N = K; neighbours are 3 apart in key distance, the ends 6 (beyond transfer)
+SAMPLED = 2048  # this shape's landscape holds 4 of every 5 points
+PARAMS = [ordinal("BLOCK_M", [16, 32, 64, 128]), ordinal("BLOCK_N", [16, 32, 64, 128]),
+          ordinal("BLOCK_K", [16, 32, 64]), ordinal("num_warps", [2, 4, 8]), ordinal("num_stages", [2, 3])]
+
+
+def _replay():
+    spec = importlib.util.spec_from_file_location("autotune_replay", ROOT / "benchmarks" / "autotune_replay.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["autotune_replay"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _time(p: dict, size: int) -> float:
+    """A smooth, shape-dependent landscape: the best tile is 64 up to 1024 and 128 beyond; block K, warps and
+    stages matter less (a handful of points lie within 1% of the optimum)."""
+    best_tile = 64 if size <= 1024 else 128
+    tile = math.log2(p["BLOCK_M"] / best_tile) ** 2 + math.log2(p["BLOCK_N"] / best_tile) ** 2
+    k = math.log2(p["BLOCK_K"] / 32) ** 2
+    warps = math.log2(p["num_warps"] / 4) ** 2
+    return (size / 512) ** 3 * 0.1 * (1 + 0.3 * tile + 0.05 * k + 0.008 * warps
+                                      + (0.005 if p["num_stages"] == 2 else 0))
+
+
+def _write(folder: Path, size: int) -> Path:
+    names = [p.name for p in PARAMS]
+    rows = []
+    for i, values in enumerate(itertools.product(*(p.choices for p in PARAMS))):
+        point = dict(zip(names, values, strict=True))
+        if size == SAMPLED and i % 5 == 0:
+            continue  # a sampled recording: the search must keep to the recorded points
+        if point["BLOCK_M"] == 128 and point["BLOCK_N"] == 128 and point["num_warps"] == 2:
+            rows.append((point, EvalResult(Status.COMPILE_ERROR, message="out of shared memory")))
+            continue
+        t = _time(point, size)
+        rows.append((point, EvalResult(Status.OK, t, [t * 0.99, t, t * 1.01])))
+    doc = landscape_document(PARAMS, rows, Problem.gemm(size, size, size, dtype="fp16"),
+                             {"device": "synthetic", "complete": size != SAMPLED}, "matmul_test")
+    return write_landscape(folder / f"mm_{size:05d}.json.gz", doc)
+
+
+@pytest.fixture(scope="module")
+def landscapes(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("landscapes")
+    for size in SHAPES:
+        _write(folder, size)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def replayed(landscapes):
+    mod = _replay()
+    keys = mod.load_keys([str(landscapes)])
+    runs = mod.replay_seed(keys, seed=0, budget=40, confirm=3, storage="sqlite")
+    return mod, keys, runs
+
+
+def test_keys_in_file_order_with_gemm_fields(replayed):
+    _, keys, _ = replayed
+    assert [k.fields["M"] for k in keys] == SHAPES
+    assert [len(k.landscape) for k in keys] == [288, 288, 288 - 58]  # every 5th of 288 left out
+
+
+def test_later_keys_take_the_earlier_keys_as_sources(replayed):
+    _, _, runs = replayed
+    assert [len(r.sources) for r in runs] == [0, 1, 1]  # 512 <-> 2048 is beyond the transfer distance
+    assert runs[1].sources == ["key:M=512,N=512,K=512,dtype=fp16"]
+    assert runs[2].sources == ["key:M=1024,N=1024,K=1024,dtype=fp16"]
+
+
+def test_evaluations_stay_within_the_budget_and_decide(replayed):
+    _, _, runs = replayed
+    for r in runs:
+        assert 1 <= r.evals <= 40
+        assert r.trials == r.evals  # every evaluation is a trial of the key's study, and nothing else is
+        assert r.how == "confirmed"
+        assert 0 < r.decided_fraction <= 1
+        assert all(a <= b for a, b in zip(r.fractions, r.fractions[1:], strict=False))  # best so far
+
+
+def test_transfer_reaches_099_sooner_than_a_fresh_cache(landscapes, replayed):
+    mod, keys, runs = replayed
+    alone = mod.replay_seed([keys[1]], seed=0, budget=40, confirm=3, storage="sqlite")[0]
+    assert alone.sources == []
+    with_source = runs[1].evals_to()
+    assert with_source is not None
+    assert alone.evals_to() is None or with_source < alone.evals_to()
+
+
+def test_main_writes_the_summary(landscapes, tmp_path, capsys):
+    mod = _replay()
+    out = tmp_path / "replay.json"
+    rc = mod.main(["--landscapes", str(landscapes), "--order", "mm_01024,mm_00512", "--seeds", "2",
+                   "--budget", "12", "--out", str(out), "--storage", "journal"])
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    assert doc["order"] == ["mm_01024", "mm_00512"]
+    assert [k["limit"] for k in doc["keys"]] == [40, 10]
+    assert len(doc["runs"]) == 4 and all(len(r["fractions"]) <= 12 for r in doc["runs"])
+    printed = capsys.readouterr().out
+    assert "mm_01024" in printed and ("PASS" in printed or "FAIL" in printed)
+
+
+def test_bad_order_is_one_line_exit_2(landscapes, tmp_path, capsys):
+    mod = _replay()
+    out = tmp_path / "replay.json"
+    rc = mod.main(["--landscapes", str(landscapes), "--order", "mm_00512,nope", "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.startswith("error: --order: nope") and "\n" not in err
+    assert not out.exists()
