@@ -309,13 +309,19 @@ def summarize(keys: Sequence[ReplayKey], runs: Sequence[KeyRun]) -> list[KeySumm
 
 
 def table(summaries: Sequence[KeySummary]) -> str:
+    # the keys' file stems less what they all begin with (the space, workload and dtype), so each shows whole
+    keys = [s.key for s in summaries]
+    prefix = next((keys[0][:i] for i in range(len(keys[0]), 0, -1) if all(k.startswith(keys[0][:i]) for k in keys)),
+                  "") if len(keys) > 1 else ""
+    prefix = prefix[:prefix.rfind("_") + 1]  # whole words only
     rows = [f"{'key':<28} {'points':>6} {'sources':>7} {'evals->0.99':>11} {'@10':>6} {'@40':>6} "
             f"{'decided':>7}  check"]
     for s in summaries:
         evals = "never" if s.median_evals_to_99 is None else f"{s.median_evals_to_99:g}"
         src = "/".join(map(str, sorted(set(s.sources))))
         verdict = "PASS" if s.passed else "FAIL"
-        rows.append(f"{s.key[:28]:<28} {s.points:>6} {src:>7} {evals:>11} {s.median_fraction_at_10:>6.3f} "
+        name = s.key[len(prefix):][:28]
+        rows.append(f"{name:<28} {s.points:>6} {src:>7} {evals:>11} {s.median_fraction_at_10:>6.3f} "
                     f"{s.median_fraction_at_40:>6.3f} {s.median_decided_fraction:>7.3f}  {verdict} "
                     f"(<= {s.limit})")
     return "\n".join(rows)

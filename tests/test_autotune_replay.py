@@ -124,7 +124,7 @@ def test_main_writes_the_summary(landscapes, tmp_path, capsys):
     assert [k["limit"] for k in doc["keys"]] == [40, 10]
     assert len(doc["runs"]) == 4 and all(len(r["fractions"]) <= 12 for r in doc["runs"])
     printed = capsys.readouterr().out
-    assert "mm_01024" in printed and ("PASS" in printed or "FAIL" in printed)
+    assert "01024" in printed and "00512" in printed and ("PASS" in printed or "FAIL" in printed)
 
 
 def test_bad_order_is_one_line_exit_2(landscapes, tmp_path, capsys):
