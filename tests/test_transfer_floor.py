@@ -101,13 +101,11 @@ def test_a_ranking_that_dips_below_trust_after_the_checks_suspends_the_prior_unt
     assert "trusted" in states[suspended:]
 
 
-#: a source whose best is a local optimum costs plain default's trajectory the prior's evaluations (the winners,
-#: then ``distrust`` results without a better time): 9.5-13 more to 0.99 than plain default, above the 10% bound
-LOCAL = pytest.mark.xfail(strict=True, reason="a local-optimum source costs 9.5-13 evaluations to 0.99 (RESULTS.md)")
-CASES = [pytest.param(LANDSCAPES / "convolution_A4000.json.gz", "local-optimum", marks=LOCAL),
-         (LANDSCAPES / "convolution_A4000.json.gz", "reversed"),
+#: A source whose best is a local optimum costs plain default's trajectory the prior's evaluations (the winners,
+#: then ``distrust`` results without a better time): 9.5-13 more to 0.99 than plain default, above the 10% bound;
+#: benchmarks/transfer.py --family adversarial measures those cases (RESULTS.md), so they are not repeated here.
+CASES = [(LANDSCAPES / "convolution_A4000.json.gz", "reversed"),
          (LANDSCAPES / "convolution_A4000.json.gz", "other-vendor"),
-         pytest.param(LANDSCAPES / "gemm_RTX_2080_Ti.json.gz", "local-optimum", marks=LOCAL),
          (LANDSCAPES / "gemm_RTX_2080_Ti.json.gz", "reversed"),
          (LANDSCAPES / "gemm_RTX_2080_Ti.json.gz", "other-vendor")]
 
@@ -133,8 +131,7 @@ def holds(target: Case, sources, budgets=(50, 100, 200), seeds=range(10)) -> tup
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path,kind", CASES, ids=["conv-local", "conv-reversed", "conv-vendor", "gemm-local",
-                                                   "gemm-reversed", "gemm-vendor"])
+@pytest.mark.parametrize("path,kind", CASES, ids=["conv-reversed", "conv-vendor", "gemm-reversed", "gemm-vendor"])
 def test_the_transfer_property_holds_against_adversarial_sources(path, kind):
     target = Case.load(str(path), 400)
     ok, why = holds(target, [bench.ADVERSARIAL[kind](target)])
