@@ -98,6 +98,7 @@ print(ours.last_decision.how)
 """
 
 
+@pytest.mark.slow  # Triton kernels through the interpreter, in other processes
 def test_matmul_example_matches_torch_and_triton(tmp_path: Path) -> None:
     """The example's matmul (its small tiles: the interpreter is slow on large ones) against torch, and the
     configuration evotune chose run under triton.autotune gives the same output, bit for bit."""
@@ -190,6 +191,7 @@ def four_processes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list
     return tmp / "cache", [finish(p) for p in procs]
 
 
+@pytest.mark.slow  # Triton kernels through the interpreter, in other processes
 def test_processes_started_together_agree_and_measure_each_point_once(
         kernels, four_processes: tuple[Path, list[dict]]) -> None:
     import evotune
@@ -202,6 +204,7 @@ def test_processes_started_together_agree_and_measure_each_point_once(
     assert len(trials) == len(kernels.ADD_CONFIGS) == len({t.key for t in trials})
 
 
+@pytest.mark.slow  # Triton kernels through the interpreter, in other processes
 def test_processes_without_ranks_agree(kernels, tmp_path: Path) -> None:
     """Two programs on one cache, no ranks: whichever takes the key's decision claim first decides."""
     import evotune
@@ -214,6 +217,7 @@ def test_processes_without_ranks_agree(kernels, tmp_path: Path) -> None:
     assert len(trials) == len(kernels.ADD_CONFIGS) == len({t.key for t in trials})
 
 
+@pytest.mark.slow  # Triton kernels through the interpreter, in other processes
 def test_second_process_reuses_the_cache_without_timing(four_processes: tuple[Path, list[dict]],
                                                          tmp_path: Path) -> None:
     cache, results = four_processes

@@ -76,6 +76,7 @@ def run_script(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     return done
 
 
+@pytest.mark.slow  # Triton kernels through the interpreter, in other processes
 def test_the_script_records_one_sample_on_every_shape_as_landscapes(bench, tmp_path: Path) -> None:
     done = run_script(tmp_path, "--sample", "4", "--seed", "3", "--checkpoint", "3")
     files = sorted(tmp_path.glob("*.json.gz"))
@@ -100,6 +101,7 @@ def test_the_script_records_one_sample_on_every_shape_as_landscapes(bench, tmp_p
     assert "triton_cache_" in cache and not Path(cache).exists()  # the fresh Triton cache is removed at the end
 
 
+@pytest.mark.slow  # Triton kernels through the interpreter, in other processes
 def test_max_seconds_stops_after_one_configuration_and_writes_it(tmp_path: Path) -> None:
     done = run_script(tmp_path, "--sample", "3", "--max-seconds", "0")
     assert "--max-seconds 0 reached after 1 configurations" in done.stdout
@@ -107,6 +109,7 @@ def test_max_seconds_stops_after_one_configuration_and_writes_it(tmp_path: Path)
     assert len(points) == 2 and len(points[0]) == 1 and points[0] == points[1]
 
 
+@pytest.mark.slow  # Triton kernels through the interpreter, in other processes
 def test_a_failing_or_wrong_configuration_is_recorded_failed_and_not_timed(bench) -> None:
     class Counting:
         calls = 0

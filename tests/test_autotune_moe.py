@@ -75,6 +75,7 @@ print(json.dumps({{"points": [t.point for t in trials], "how": kernel.last_decis
 """
 
 
+@pytest.mark.slow  # Triton kernels through the interpreter, in other processes
 def test_tuned_within_budget_matches_torch(tmp_path: Path) -> None:
     """In a process of its own: the kernel calls triton.language's jit'd helpers (tl.zeros), which the
     interpreter runs only when TRITON_INTERPRET was set before triton was imported."""

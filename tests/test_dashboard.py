@@ -157,6 +157,7 @@ def rendered_text(url: str, tmp_path: Path) -> str:
     return " ".join(unescape(re.sub(r"<[^>]+>", " ", html)).split())
 
 
+@pytest.mark.slow  # a headless browser
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (apt-get install chromium; .ci/run installs it)")
 def test_dashboard_pages_render_the_studies_in_a_browser(tmp_path, monkeypatch, capsys):
     """The study list, a study's page, its trial list and the old trial-table address, as a browser draws them."""

@@ -82,6 +82,7 @@ def interpreted() -> list[dict]:
 @pytest.mark.parametrize("case", range(len(CASES)),
                          ids=[f"{c['dtype']}-split{c['point']['SPLIT_K']}-{c['point']['REDUCE']}-k{c['k']}"
                               for c in CASES])
+@pytest.mark.slow  # Triton kernels through the interpreter, in other processes
 def test_the_kernels_match_the_reference(interpreted, case):
     dtype, result = CASES[case]["dtype"], interpreted[case]
     if dtype == "int8":
