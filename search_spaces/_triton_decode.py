@@ -23,7 +23,6 @@ and the kernel cache, whose key leaves the shape out where the binary does not d
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import torch
@@ -156,26 +155,21 @@ def _key(point: Point, problem: Problem) -> str:
 
 
 def precompile(point: Point, problem: Problem) -> bool:
-    """Compile into Triton's on-disk cache without launching anything; True when it was there already."""
-    from evotune.authoring import KernelCache, gemm_inputs
+    """Compile into Triton's on-disk cache without timing anything; True when it was there already."""
+    from evotune.authoring import gemm_inputs
+    from search_spaces._triton_kernel import fill_cache
 
-    cache, key = KernelCache(), _key(point, problem)
-
-    def build() -> None:
-        started = time.perf_counter()
-        launcher(point, problem)[1](*gemm_inputs(problem, seed=0, fill=False))
-        cache.add(key, f"triton-decode {problem.key} {point}", time.perf_counter() - started)
-
-    return cache.build_once(key, build)  # once per cache: another process needing it meanwhile waits
+    return fill_cache(_key(point, problem), f"triton-decode {problem.key} {point}",
+                      lambda: launcher(point, problem)[1](*gemm_inputs(problem, seed=0, fill=False)))
 
 
 def build(point: Point, problem: Problem) -> Any:
     """Compile ``point`` for ``problem`` (launching once on scratch data, which also allocates the split-K
     workspace) and return ``fn(a, b, c)``; ``fn.cache_hit`` says whether a binary of the same
     :func:`specialization` was built before."""
-    from evotune.authoring import KernelCache, gemm_inputs
+    from evotune.authoring import gemm_inputs
+    from search_spaces._triton_kernel import fill_cache
 
-    cache, key = KernelCache(), _key(point, problem)
     launch, _ = launcher(point, problem)
     a, b, c = gemm_inputs(problem, seed=0)
 
@@ -183,12 +177,7 @@ def build(point: Point, problem: Problem) -> Any:
         launch(a, b, c)
         torch.cuda.synchronize()
 
-    def build() -> None:
-        started = time.perf_counter()
-        first_launch()
-        cache.add(key, f"triton-decode {problem.key} {point}", time.perf_counter() - started)
-
-    hit = cache.build_once(key, build)
+    hit = fill_cache(_key(point, problem), f"triton-decode {problem.key} {point}", first_launch)
     if hit:
         first_launch()
     launch.cache_hit = hit

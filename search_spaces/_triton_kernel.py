@@ -11,6 +11,7 @@ capture them in one CUDA graph.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -113,27 +114,35 @@ def _key(point: Point, problem: Problem) -> str:
                            problem.layout, problem.m, problem.n, problem.k, sorted(point.items()))
 
 
-def precompile(point: Point, problem: Problem) -> bool:
-    """Compile into Triton's on-disk cache without launching anything; True when it was there already."""
-    from evotune.authoring import KernelCache, gemm_inputs
+def fill_cache(key: str, label: str, launch: Callable[[], object]) -> bool:
+    """Compile into Triton's on-disk cache by ``launch`` on scratch data, recorded under ``key`` in evotune's
+    kernel index; True when it was there already. Once per cache: another process needing it meanwhile waits."""
+    from evotune.authoring import KernelCache
 
-    cache, key = KernelCache(), _key(point, problem)
+    cache = KernelCache()
 
     def build() -> None:
         started = time.perf_counter()
-        _launcher(point, problem)[1](*gemm_inputs(problem, seed=0, fill=False))
-        cache.add(key, f"triton {problem.key} {point}", time.perf_counter() - started)
+        launch()
+        cache.add(key, label, time.perf_counter() - started)
 
-    return cache.build_once(key, build)  # once per cache: another process needing it meanwhile waits
+    return cache.build_once(key, build)
+
+
+def precompile(point: Point, problem: Problem) -> bool:
+    """Compile into Triton's on-disk cache without timing anything; True when it was there already."""
+    from evotune.authoring import gemm_inputs
+
+    return fill_cache(_key(point, problem), f"triton {problem.key} {point}",
+                      lambda: _launcher(point, problem)[1](*gemm_inputs(problem, seed=0, fill=False)))
 
 
 def build(point: Point, problem: Problem) -> Any:
     """Compile ``point`` for ``problem`` (launching once on scratch data) and return ``fn(a, b, c)``."""
-    from evotune.authoring import KernelCache, gemm_inputs
+    from evotune.authoring import gemm_inputs
 
     # Triton keeps binaries in its own cache (TRITON_CACHE_DIR, set by the GPU worker inside
     # evotune's kernel cache); the index only records what was built, to count hits.
-    cache, key = KernelCache(), _key(point, problem)
     launch, _ = _launcher(point, problem)
     a, b, c = gemm_inputs(problem, seed=0)
 
@@ -141,12 +150,7 @@ def build(point: Point, problem: Problem) -> Any:
         launch(a, b, c)
         torch.cuda.synchronize()
 
-    def build() -> None:
-        started = time.perf_counter()
-        first_launch()
-        cache.add(key, f"triton {problem.key} {point}", time.perf_counter() - started)
-
-    hit = cache.build_once(key, build)  # once per cache: another process needing it meanwhile waits
+    hit = fill_cache(_key(point, problem), f"triton {problem.key} {point}", first_launch)
     if hit:
         first_launch()
     launch.cache_hit = hit
