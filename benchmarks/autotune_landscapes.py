@@ -11,7 +11,7 @@ the 95% CI of the median is within 2%). torch.matmul is timed once per shape as 
 compile workers gone).
 
 Each shape's results are an evotune landscape (``docs/LANDSCAPE_FORMAT.md``) named by the space and the
-problem, ``OUT/triton_matmul_gemm_fp16_tt_MxNxK.json.gz``; a sampled file (``complete`` false, ``coverage``
+problem, ``OUT/matmul_example_gemm_fp16_tt_MxNxK.json.gz``; a sampled file (``complete`` false, ``coverage``
 says what it holds), rewritten every ``--checkpoint`` configurations and at the end. ``--max-seconds``
 stops taking configurations once that much time has passed (at least one is measured) and writes what it
 has. Default shapes (fp16, M x N x K): 512^3, 1024^3, 2048^3, 4096^3, 16 x 4096 x 4096, 64 x 11008 x 4096::

@@ -80,13 +80,13 @@ def run_script(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 def test_the_script_records_one_sample_on_every_shape_as_landscapes(bench, tmp_path: Path) -> None:
     done = run_script(tmp_path, "--sample", "4", "--seed", "3", "--checkpoint", "3")
     files = sorted(tmp_path.glob("*.json.gz"))
-    assert [f.name for f in files] == ["triton_matmul_gemm_fp32_tt_16x48x32.json.gz",
-                                       "triton_matmul_gemm_fp32_tt_32x32x32.json.gz"]
+    assert [f.name for f in files] == ["matmul_example_gemm_fp32_tt_16x48x32.json.gz",
+                                       "matmul_example_gemm_fp32_tt_32x32x32.json.gz"]
     space, feasible_ctx = bench.ms.SPACE, ctx("H100", torch.float32)
     keys = []
     for f in files:
         ls = load_landscape(f)
-        assert ls.space_name == "triton_matmul" and ls.names == space.names
+        assert ls.space_name == "matmul_example" and ls.names == space.names
         assert len(ls) == ls.meta["recorded"] == 4
         assert ls.meta["complete"] is False and ls.meta["coverage"]["seed"] == 3
         assert ls.meta["feasible"] == ls.meta["coverage"]["feasible"] == len(FeasibleSet.build(space, feasible_ctx))

@@ -55,7 +55,7 @@ def shared_bytes(p: Point, ctx: Context) -> int:
 
 
 SPACE = SearchSpace(
-    "triton_matmul",
+    "matmul_example",
     [ordinal("BLOCK_M", (16, 32, 64, 128, 256)), ordinal("BLOCK_N", (16, 32, 64, 128, 256)),
      ordinal("BLOCK_K", (16, 32, 64, 128)), ordinal("GROUP_M", (1, 4, 8)),
      ordinal("num_warps", (2, 4, 8)), ordinal("num_stages", (2, 3, 4, 5))],
