@@ -167,18 +167,6 @@ def build(point: Point, problem: Problem) -> Any:
     """Compile ``point`` for ``problem`` (launching once on scratch data, which also allocates the split-K
     workspace) and return ``fn(a, b, c)``; ``fn.cache_hit`` says whether a binary of the same
     :func:`specialization` was built before."""
-    from evotune.authoring import gemm_inputs
-    from search_spaces._triton_kernel import fill_cache
+    from search_spaces._triton_kernel import launched
 
-    launch, _ = launcher(point, problem)
-    a, b, c = gemm_inputs(problem, seed=0)
-
-    def first_launch() -> None:  # compiles, or loads the binary from Triton's cache
-        launch(a, b, c)
-        torch.cuda.synchronize()
-
-    hit = fill_cache(_key(point, problem), f"triton-decode {problem.key} {point}", first_launch)
-    if hit:
-        first_launch()
-    launch.cache_hit = hit
-    return launch
+    return launched(launcher(point, problem)[0], problem, _key(point, problem), f"triton-decode {problem.key} {point}")

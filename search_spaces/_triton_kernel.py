@@ -139,18 +139,23 @@ def precompile(point: Point, problem: Problem) -> bool:
 
 def build(point: Point, problem: Problem) -> Any:
     """Compile ``point`` for ``problem`` (launching once on scratch data) and return ``fn(a, b, c)``."""
-    from evotune.authoring import gemm_inputs
-
     # Triton keeps binaries in its own cache (TRITON_CACHE_DIR, set by the GPU worker inside
     # evotune's kernel cache); the index only records what was built, to count hits.
-    launch, _ = _launcher(point, problem)
+    return launched(_launcher(point, problem)[0], problem, _key(point, problem), f"triton {problem.key} {point}")
+
+
+def launched(launch: Any, problem: Problem, key: str, label: str) -> Any:
+    """``launch`` after one launch on scratch data, which compiles it (recorded under ``key``) or loads its binary
+    from Triton's cache; ``launch.cache_hit`` says which."""
+    from evotune.authoring import gemm_inputs
+
     a, b, c = gemm_inputs(problem, seed=0)
 
-    def first_launch() -> None:  # compiles, or loads the binary from Triton's cache
+    def first_launch() -> None:
         launch(a, b, c)
         torch.cuda.synchronize()
 
-    hit = fill_cache(_key(point, problem), f"triton {problem.key} {point}", first_launch)
+    hit = fill_cache(key, label, first_launch)
     if hit:
         first_launch()
     launch.cache_hit = hit

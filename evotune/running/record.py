@@ -168,9 +168,10 @@ def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, con
                       f"storage {exp.record_storage}, landscapes to {out_dir}"
                       + ("" if seconds is None else f", {seconds:.0f} s on the tuning clock"))
         groups = [(group_name(exp, t), [study_name(exp, t, "record")]) for t in session.targets]
+        of_study = {names[0]: g for g, (_, names) in enumerate(groups)}
 
         def unfinished(name: str) -> bool:
-            t = session.targets[next(g for g, (_, names) in enumerate(groups) if name in names)]
+            t = session.targets[of_study[name]]
             store = StudyStore.load(session.storage, name, t.space)
             if store is None:
                 return True

@@ -128,7 +128,7 @@ class Session:
     def search_budget(self, target: Target) -> Budget:
         """The budget each study of ``target`` searches with: the experiment's, less the confirmation's share of
         its seconds (a replay evaluator never holds time back)."""
-        if self.exp.oracle == "replay":
+        if self.exp.oracle == "replay":  # and asking for the evaluator of another problem would close this one's
             return self.exp.budget
         return search_budget(self.exp.budget, self.exp.oracle_options.confirm, self.evaluator(target))
 
