@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ torch = pytest.importorskip("torch")
 from evotune.autotune.configs import LaunchContext  # noqa: E402
 from evotune.core.hardware import get_hardware  # noqa: E402
 from evotune.core.landscape import load_landscape  # noqa: E402
-from evotune.core.result import Status  # noqa: E402
+from evotune.core.result import EvalResult, Status  # noqa: E402
 from evotune.core.space import FeasibleSet  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,4 +151,43 @@ def test_bad_shapes_are_refused_with_exit_code_2(tmp_path: Path) -> None:
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get(
                               "PYTHONPATH")]))})
     assert done.returncode == 2 and "--shapes: '32x32' is not MxNxK" in done.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_near_optimal_takes_every_point_within_the_margin_and_at_least_the_top(bench) -> None:
+    def row(t: float | None) -> tuple[dict, EvalResult]:
+        return {}, EvalResult(Status.OK, t) if t is not None else EvalResult(Status.COMPILE_ERROR, message="x")
+
+    rows = [row(1.30), row(1.00), row(None), row(1.05), row(1.11), row(2.0)]
+    assert bench.near_optimal(rows, 0.10, 1) == [1, 3]  # 1.11 is just outside 10%; the failed row never counts
+    assert bench.near_optimal(rows, 0.10, 4) == [1, 3, 4, 0]  # fastest first
+    assert bench.near_optimal([row(None)], 0.10, 3) == []
+
+
+@pytest.mark.slow  # Triton kernels through the interpreter, in other processes
+def test_confirm_only_retimes_the_near_optimal_points_and_leaves_the_others(bench, tmp_path: Path) -> None:
+    run_script(tmp_path, "--sample", "3", "--confirm-rounds", "0")
+    files = sorted(tmp_path.glob("*.json.gz"))
+    before = [load_landscape(f) for f in files]
+    assert all("confirmed" not in ls.meta for ls in before)
+    run_script(tmp_path, "--confirm-only", "--confirm-within", "0", "--confirm-top", "2", "--confirm-rounds", "2",
+               "--confirm-samples", "2")
+    for f, old in zip(files, before, strict=True):
+        new = load_landscape(f)
+        assert new.meta["confirmed"]["points"] == 2 and new.meta["confirmed"]["rounds"] == 2
+        assert new.meta["baselines"] == old.meta["baselines"] and set(new.entries) == set(old.entries)
+        fastest = sorted(old.entries, key=lambda k: old.entries[k].time_ms)
+        assert new.entries[fastest[2]] == old.entries[fastest[2]]  # outside the margin and the top two: untouched
+        for key in fastest[:2]:
+            assert len(new.entries[key].samples_ms) == 4  # 2 rounds x 2 samples, the median of them its time
+            assert new.entries[key].time_ms == pytest.approx(statistics.median(new.entries[key].samples_ms), rel=1e-4)
+
+
+def test_confirm_only_without_the_recorded_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT), "--confirm-only", "--shapes", "32x32x32", "--out",
+                           str(tmp_path)], capture_output=True, text=True,
+                          env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(
+                              filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1].endswith("matmul_example_gemm_fp32_tt_32x32x32.json.gz: no such file")
     assert not list(tmp_path.iterdir())
