@@ -9,7 +9,10 @@
     is within 0.5%), which says how far each pick is from the fastest;
 (b) a second process on the same cache: the key is read, nothing is timed (its timer's count is 0);
 (c) host time per launch of a cached key, ``--launches`` launches of a small matmul (GPU work far below
-    the launch cost): the plain kernel with the config given, ``triton.autotune`` and ``evotune.autotune``.
+    the launch cost): the plain kernel with the config given, ``triton.autotune`` and ``evotune.autotune``;
+(d) the first call of a new key from cold: each decorator in a new process with an empty Triton cache (and an
+    empty evotune cache), compiling included: ``triton.autotune`` builds each configuration when it first times
+    it, ``evotune.autotune`` builds the list side by side first (:mod:`evotune.autotune.compile_ahead`).
 
 Prints a compact table and writes everything as JSON to ``--out``; meant to finish within 3 minutes on an H100::
 
@@ -101,6 +104,30 @@ def child(cache: str, size: int, configs: int) -> None:
     print(json.dumps({"timed": kernel.timer.calls, "config": name(kernel.best_config), "seconds": seconds}))
 
 
+def cold_child(kind: str, size: int, configs: int) -> None:
+    """(d): the first call of one decorator in a fresh process (the parent gives it an empty Triton cache)."""
+    listed = mm.CONFIGS[:configs]
+    if kind == "triton":
+        kernel = triton.autotune(configs=listed, key=KEY)(mm.matmul_kernel.fn)
+    else:
+        kernel = evotune.autotune(configs=listed, key=KEY, cache=tempfile.mkdtemp(prefix="evotune_cold_"))(
+            mm.matmul_kernel.fn)
+    a, b = inputs(size, torch.float16)
+    seconds, _ = tune_seconds(kernel, a, b)
+    print(json.dumps({"seconds": seconds, "config": name(kernel.best_config)}))
+
+
+def cold(size: int, configs: int, env: dict[str, str]) -> dict[str, dict]:
+    out = {}
+    for kind in ("triton", "evotune"):
+        fresh = tempfile.mkdtemp(prefix="triton_cold_")
+        done = subprocess.run([sys.executable, __file__, "--cold", kind, "--size", str(size), "--configs",
+                               str(configs)], env={**env, "TRITON_CACHE_DIR": fresh}, capture_output=True, text=True,
+                              check=True)
+        out[kind] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", type=int, default=4096, help="M = N = K of the tuned matmul (default 4096)")
@@ -108,9 +135,13 @@ def main() -> None:
     p.add_argument("--launches", type=int, default=2000, help="launches per host-overhead run")
     p.add_argument("--out", default="runs/autotune_dropin.json")
     p.add_argument("--child", metavar="CACHE", help=argparse.SUPPRESS)
+    p.add_argument("--cold", choices=("triton", "evotune"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         child(args.child, args.size, min(args.configs, 16))
+        return
+    if args.cold:
+        cold_child(args.cold, args.size, min(args.configs, 16))
         return
     if not torch.cuda.is_available():
         sys.exit("autotune_dropin: needs a CUDA GPU")
@@ -155,6 +186,7 @@ def main() -> None:
             "triton_autotune_us": host_us(lambda: theirs[lgrid](*largs), args.launches),
             "evotune_autotune_us": host_us(lambda: ours[lgrid](*largs), args.launches)}
     host["evotune_over_plain_us"] = host["evotune_autotune_us"] - plain
+    first_call = cold(args.size, len(configs), env)
 
     out = {"device": torch.cuda.get_device_name(), "triton": triton.__version__, "size": args.size,
            "configs": len(configs), "tune_seconds": {"triton": triton_s, "evotune": evotune_s},
@@ -162,7 +194,7 @@ def main() -> None:
            "pick_vs_fastest": {k: timed[v]["median_ms"] / best_ms for k, v in picks.items()},
            "outputs": {"evotune_pick_bitwise_equal_under_triton": identical, "max_rel_error_vs_torch": err},
            "second_process": second, "host_per_launch": host,
-           "evotune_decision": how}
+           "evotune_decision": how, "cold_first_call": first_call}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1))
     print(f"{out['device']}, triton {out['triton']}, matmul {args.size}^3 fp16, {len(configs)} configurations")
@@ -179,6 +211,8 @@ def main() -> None:
     print(f"second process: {second['timed']} timings, config {agree}, {second['seconds']:.2f} s to first output")
     print(f"host per cached launch (µs): plain {plain:.1f}, triton.autotune {host['triton_autotune_us']:.1f}, "
           f"evotune.autotune {host['evotune_autotune_us']:.1f} (+{host['evotune_over_plain_us']:.1f} over plain)")
+    print(f"first call of a new key, empty Triton cache (s, compiling included): triton.autotune "
+          f"{first_call['triton']['seconds']:.2f}, evotune.autotune {first_call['evotune']['seconds']:.2f}")
     print(f"written: {args.out}")
 
 

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from evotune.autotune.cache import KernelCache, KernelId, cache_url
+from evotune.autotune.compile_ahead import compile_ahead
 from evotune.autotune.configs import Candidates, LaunchContext
 from evotune.autotune.hooks import Hooks
 from evotune.autotune.neighbours import nearest_tuned
@@ -231,7 +232,9 @@ class Autotuner:
         timings_before = self.timer.calls
         job = KeyJob(self.kernel_cache, fields, space, fs, self.candidates.listed, self.budget,
                      lambda p: self._measure(args, kwargs, p),
-                     lambda p: self._call(args, kwargs, self.candidates.config(p)), self.timer, self.confirm)
+                     lambda p: self._call(args, kwargs, self.candidates.config(p)), self.timer, self.confirm,
+                     compile_ahead=lambda points: compile_ahead(self.fn, args, kwargs,
+                                                                [self.candidates.config(p) for p in points]))
         started = time.perf_counter()
         decision = tune(job)
         self.bench_time = time.perf_counter() - started

@@ -61,6 +61,8 @@ class KeyJob:
     timer: Timer
     confirm: int
     seed: int = 0
+    #: builds a list's configurations before they are timed (None: each is built when first timed)
+    compile_ahead: Callable[[list[Point]], object] | None = None
 
     @property
     def points(self) -> list[Point]:
@@ -129,6 +131,8 @@ def measure_points(job: KeyJob, store: StudyStore) -> int:
     claims.begin(set(history), look)
     if len(points) <= job.budget:
         queue: list[Point] = list(points)
+        if job.compile_ahead is not None:
+            job.compile_ahead([p for p in queue if space.key(p) not in history])
         ask: Callable[[], Point | None] = lambda: queue.pop(0) if queue else None  # noqa: E731
         tell: Callable[[Point, float | None], None] = lambda p, v: None  # noqa: E731
     else:
