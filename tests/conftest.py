@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -12,6 +15,16 @@ LANDSCAPES = ROOT / "experiments" / "landscapes" / "kerneltuner"
 PNPOLY = LANDSCAPES / "pnpoly_RTX_2080_Ti.json.gz"  # with failed entries
 GEMM = LANDSCAPES / "gemm_RTX_2080_Ti.json.gz"
 KT_EXCERPT = ROOT / "tests" / "data" / "pnpoly_RTX_2080_Ti_excerpt.json.gz"  # Kernel Tuner format, with failures
+
+
+def load_benchmark(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """``benchmarks/NAME.py`` as a module, in ``sys.modules`` for the test (its dataclasses look their module up)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    spec.loader.exec_module(module)
+    return module
 
 
 def replay_experiment(path: Path, *, name: str, url: str, trials: int, strategy: str = "ga",

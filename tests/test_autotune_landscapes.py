@@ -4,7 +4,6 @@ Nothing here looks at a time's value."""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import os
 import statistics
@@ -13,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_benchmark
 
 pytest.importorskip("triton")
 torch = pytest.importorskip("torch")
@@ -30,12 +30,7 @@ SCRIPT = ROOT / "benchmarks" / "autotune_landscapes.py"
 @pytest.fixture
 def bench(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    spec = importlib.util.spec_from_file_location("autotune_landscapes", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("autotune_landscapes", monkeypatch)
 
 
 def ctx(hardware: str | None, dtype: torch.dtype) -> LaunchContext:

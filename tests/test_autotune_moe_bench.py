@@ -5,7 +5,6 @@ all three phases through the interpreter (the report's fractions and GPU shares 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_benchmark
 
 pytest.importorskip("triton")
 pytest.importorskip("torch")
@@ -24,12 +24,7 @@ SCRIPT = ROOT / "benchmarks" / "autotune_moe.py"
 @pytest.fixture
 def bench(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    spec = importlib.util.spec_from_file_location("autotune_moe", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("autotune_moe", monkeypatch)
 
 
 def test_the_grid_is_vllms_1920_configurations(bench) -> None:
