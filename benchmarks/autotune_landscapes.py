@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import math
 import os
 import shutil
@@ -391,19 +390,11 @@ def confirm_only(opts: argparse.Namespace) -> list[Path]:
         bench = Bench.make(shape)
         bench.rows = [(dict(zip(ls.names, key, strict=True)), r) for key, r in ls.entries.items()]
         benches.append(bench)
-        doc = json.loads(_read(path))
-        metas.append({k: v for k, v in doc.items() if k not in ("format", "version", "space", "problem", "params",
-                                                                 "columns", "points", "confirmed")})
+        metas.append({k: v for k, v in ls.meta.items() if k not in ("version", "space", "confirmed")})
     print(f"confirming on {hardware.name}: {', '.join(f'{b.shape.m}x{b.shape.n}x{b.shape.k}' for b in benches)}",
           flush=True)
     # a point's first launch compiles it (Triton's cache makes that once per configuration)
     return confirm(opts, benches, metas)
-
-
-def _read(path: Path) -> str:
-    import gzip
-
-    return gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
