@@ -5,9 +5,10 @@ list of a dozen configurations the first call of a new key is mostly compiling. 
 ``AsyncCompileMode`` hands each compile to an executor instead, so :func:`compile_ahead` submits them
 all to a thread pool and waits, and the timing that follows finds every kernel built. The compiles
 overlap: on an H100 the first call of a 12-configuration key from an empty Triton cache took 3.82 s,
-confirmation included, against ``triton.autotune``'s 5.49 s (benchmarks/RESULTS.md). A configuration that does not compile is left to
-the measurement, which compiles it again and records why it failed. Nothing is done under the
-interpreter (it compiles nothing) or with a Triton that lacks ``AsyncCompileMode``.
+confirmation included, against ``triton.autotune``'s 5.49 s (benchmarks/RESULTS.md). A
+configuration that does not compile is left to the measurement, which compiles it again and records
+why it failed. Nothing is done under the interpreter (it compiles nothing) or with a Triton that
+lacks ``AsyncCompileMode``.
 """
 
 from __future__ import annotations
