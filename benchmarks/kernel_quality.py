@@ -1,9 +1,15 @@
-"""Kernel quality on the H100: the best of each recorded space against cuBLAS, from the shipped landscapes.
+"""Kernel quality on the H100: confirmed ratios against cuBLAS, then the best of each recorded space.
 
-Every figure comes from one landscape file, so the best configuration and the
-baseline (torch.matmul for floats, torch._int_mm for int8; for M <= 16 a
-zero-padded torch._int_mm, which refuses smaller M) were timed by the same
-oracle in the same ``evotune record`` run. No GPU is needed to run this.
+First the confirmed table (``--confirmed``, ``benchmarks/confirmed/h100.json``, written by
+``benchmarks/confirmed_table.py`` from GPU runs that ended with the confirmation stage): per
+problem the best of all spaces and the baseline re-timed side by side, their ratio, the 95% CI
+and, for memory-bound shapes, the % of the read bandwidth measured in the same run; then the
+geometric mean per dtype. The chart (``--plot``) draws these confirmed ratios.
+
+Then the landscapes' own figures, **not confirmed**: every figure comes from one landscape file, so
+the best configuration and the baseline (torch.matmul for floats, torch._int_mm for int8; for
+M <= 16 a zero-padded torch._int_mm, which refuses smaller M) were timed by the same oracle in the
+same ``evotune record`` run, the baseline once, before recording. No GPU is needed to run this.
 
 Per shape and dtype it gives the best of the space, the baseline, their ratio
 (baseline time / best time: above 1 the space wins), the percentage of the
@@ -27,8 +33,10 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
@@ -43,6 +51,7 @@ from evotune.reporting.compare import geometric_mean  # noqa: E402
 from evotune.reporting.report import throughput  # noqa: E402
 
 H100_DIRS = [ROOT / "experiments" / "landscapes" / "h100", ROOT / "experiments" / "landscapes" / "h100_cutlass"]
+CONFIRMED = ROOT / "benchmarks" / "confirmed" / "h100.json"
 # a shape where the best of all spaces is below this much of the baseline's speed counts as lost, not tied
 TIE = 0.97
 
@@ -207,7 +216,55 @@ def best_of_spaces(rows: list[Row]) -> list[str]:
     return out
 
 
-def bar_chart(rows: list[Row], path: Path) -> None:
+@dataclass
+class Confirmed:
+    """A row of the confirmed table (benchmarks/confirmed_table.py writes its fields)."""
+
+    space: str
+    dtype: str
+    m: int
+    n: int
+    k: int
+    ratio: float  # baseline / best, both confirmed side by side
+    time_ms: float
+    ci95_ms: list[float]
+    baseline: str
+    pct_read_bw: float | None
+
+    @classmethod
+    def of(cls, d: dict) -> Confirmed:
+        return cls(d["space"], d["dtype"], d["m"], d["n"], d["k"], d["speedup"], d["time_ms"], d["ci95_ms"],
+                   d["baseline"], d.get("pct_read_bw"))
+
+
+def load_confirmed(path: Path) -> list[Confirmed]:
+    order = {"int8": 0, "bf16": 1, "fp16": 2}
+    rows = [Confirmed.of(d) for d in json.loads(path.read_text()) if "m" in d]  # GEMM rows
+    return sorted(rows, key=lambda r: (order.get(r.dtype, 9), r.n == 65536, r.m, r.n, r.k))
+
+
+def confirmed_tables(rows: list[Confirmed], path: Path) -> str:
+    out = [f"Confirmed ({path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}): each problem's best of "
+           "all spaces and its baseline re-timed side by side:", "",
+           "| dtype | M x N x K | space | best (µs) | ±95% | baseline | baseline / best | % of read BW |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        half = 100 * (r.ci95_ms[1] - r.ci95_ms[0]) / 2 / r.time_ms
+        bw = f"{r.pct_read_bw:.0f}%" if r.pct_read_bw is not None else "-"
+        out.append(f"| {r.dtype} | {r.m} x {r.n} x {r.k} | {r.space} | {r.time_ms * 1e3:.1f} | {half:.1f}% "
+                   f"| {r.baseline} | **{r.ratio:.3f}x** | {bw} |")
+    out += ["", "| dtype | shapes | geometric mean of baseline / best | lowest | highest | wins |",
+            "|---|---|---|---|---|---|"]
+    for dtype in dict.fromkeys(r.dtype for r in rows):
+        rs = [r for r in rows if r.dtype == dtype]
+        lo, hi = min(rs, key=lambda r: r.ratio), max(rs, key=lambda r: r.ratio)
+        out.append(f"| {dtype} | {len(rs)} | **{geometric_mean([r.ratio for r in rs]):.3f}x** | {lo.ratio:.3f}x "
+                   f"({lo.m} x {lo.n} x {lo.k}) | {hi.ratio:.3f}x ({hi.m} x {hi.n} x {hi.k}) "
+                   f"| {sum(r.ratio > 1 for r in rs)} of {len(rs)} |")
+    return "\n".join(out)
+
+
+def bar_chart(rows: Sequence[Row | Confirmed], path: Path, title: str) -> None:
     from evotune.reporting.plots import _save, plt  # matplotlib (Agg) only when plotting
 
     rows = [r for r in rows if r.ratio]
@@ -218,14 +275,15 @@ def bar_chart(rows: list[Row], path: Path) -> None:
            hatch=None, edgecolor=["none" if r.space == "cute_hopper_gemm" else "black" for r in rows])
     ax.axhline(1.0, color="black", lw=0.8)
     ax.set_xticks(list(xs))
-    mark = {"triton_matmul": "T ", "cutlass_sm90_gemm": "C "}
+    mark = {"triton_matmul": "T ", "cutlass_sm90_gemm": "C ", "triton_decode_gemm": "D "}
     ax.set_xticklabels([f"{mark.get(r.space, '')}{r.dtype} {r.m}x{r.n}x{r.k}" for r in rows],
                        rotation=75, ha="right", fontsize=7)
     ax.set_ylabel("cuBLAS time / best of space (>1: evotune's space wins)")
-    ax.set_title("H100: best configuration of each recorded space against cuBLAS, same run "
-                 "(T = Triton matmul, C = CUTLASS C++ sm90, else CuTe DSL sm90)", fontsize=9)
+    ax.set_title(title + " (T = Triton matmul, D = Triton decode GEMM, C = CUTLASS C++ sm90, else CuTe DSL sm90)",
+                 fontsize=9)
     for dtype, c in colors.items():
-        ax.bar([0], [0], color=c, label=dtype)
+        if any(r.dtype == dtype for r in rows):
+            ax.bar([0], [0], color=c, label=dtype)
     ax.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
     _save(fig, path)
@@ -237,7 +295,10 @@ def main(argv: list[str] | None = None) -> int:
                     "experiments/landscapes/h100 and h100_cutlass)")
     ap.add_argument("--plot", type=Path, default=ROOT / "plots" / "kernel_quality.png")
     ap.add_argument("--markdown", type=Path, help="also write the tables here")
+    ap.add_argument("--confirmed", type=Path, default=CONFIRMED, help="the confirmed table (benchmarks/"
+                    "confirmed_table.py writes it)")
     args = ap.parse_args(argv)
+    confirmed = load_confirmed(args.confirmed)
     order = {"int8": 0, "bf16": 1, "fp16": 2}
     loaded = [load_landscape(p) for d in (args.dir or H100_DIRS) for p in sorted(d.glob("*.json.gz"))]
     loaded.sort(key=lambda ls: (ls.space_name != "cute_hopper_gemm", order.get(ls.problem.dtype, 9),
@@ -247,11 +308,12 @@ def main(argv: list[str] | None = None) -> int:
     for ls, r in zip(loaded, rows, strict=True):
         if ls.meta.get("complete"):  # over a sample, the worst value of a knob says nothing
             losses.setdefault(ls.space_name, []).append((r.shape_class, knob_loss(ls)))
-    text = tables(rows, losses)
+    text = confirmed_tables(confirmed, args.confirmed) + "\n\nNot confirmed: the landscapes' best against a baseline " \
+        "timed once, before recording:\n\n" + tables(rows, losses)
     print(text)
     if args.markdown:
         args.markdown.write_text(text + "\n")
-    bar_chart(rows, args.plot)
+    bar_chart(confirmed, args.plot, "H100: each problem's best of all spaces against cuBLAS, confirmed side by side")
     print(f"\nwrote {args.plot}")
     return 0
 
