@@ -58,8 +58,7 @@ import torch  # noqa: E402
 
 from evotune.autotune.configs import Candidates, LaunchContext  # noqa: E402
 from evotune.autotune.resources import over_limits  # noqa: E402
-from evotune.autotune.timers import OracleTimer as SearchTimer  # noqa: E402
-from evotune.autotune.timers import Timer, WallClockTimer  # noqa: E402
+from evotune.autotune.timers import OracleTimer, Timer, WallClockTimer  # noqa: E402
 from evotune.core.hardware import Hardware, detect, get_hardware  # noqa: E402
 from evotune.core.landscape import landscape_document, load_landscape, write_landscape  # noqa: E402
 from evotune.core.problem import Problem  # noqa: E402
@@ -108,19 +107,6 @@ class Compiled:
     index: int
     compile_s: float
     error: str | None = None
-
-
-class OracleTimer:
-    """evotune's oracle with this recording's options: (median ms, samples) of a launch."""
-
-    def __init__(self, max_seconds: float) -> None:
-        from evotune.measurement.oracle import Oracle
-
-        self.oracle = Oracle(TIMING, max_seconds=max_seconds)
-
-    def measure(self, call: Callable[[], object]) -> tuple[float, list[float]]:
-        t = self.oracle.time(call)
-        return t.median_ms, t.samples_ms
 
 
 class CpuTimer(WallClockTimer):
@@ -283,7 +269,8 @@ def run(opts: argparse.Namespace) -> list[Path]:
           flush=True)
     pool, futures = compiling(points, opts.jobs)  # first: the workers start while the inputs are made
     try:
-        timer: Any = OracleTimer(opts.point_seconds) if device() == "cuda" else CpuTimer()
+        timer: Timer = OracleTimer(rep_ms=opts.point_seconds * 1e3, timing=TIMING) if device() == "cuda" \
+            else CpuTimer()
         benches = [Bench.make(s) for s in shapes]
         meta: dict[str, Any] = {
             **device_meta(hardware), "feasible": feasible, "complete": False,
@@ -347,7 +334,7 @@ def near_optimal(rows: list[tuple[Point, EvalResult]], within: float, top: int) 
 
 def confirm(opts: argparse.Namespace, benches: Sequence[Bench], metas: Sequence[dict[str, Any]]) -> list[Path]:
     """Re-time each shape's near-optimal points side by side and rewrite its file with their confirmed medians."""
-    timer: Timer = SearchTimer() if device() == "cuda" else CpuTimer()
+    timer: Timer = OracleTimer() if device() == "cuda" else CpuTimer()
     rng = np.random.default_rng(opts.seed)
     paths = []
     for bench, meta in zip(benches, metas, strict=True):

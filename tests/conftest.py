@@ -17,8 +17,11 @@ GEMM = LANDSCAPES / "gemm_RTX_2080_Ti.json.gz"
 KT_EXCERPT = ROOT / "tests" / "data" / "pnpoly_RTX_2080_Ti_excerpt.json.gz"  # Kernel Tuner format, with failures
 
 
-def load_benchmark(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    """``benchmarks/NAME.py`` as a module, in ``sys.modules`` for the test (its dataclasses look their module up)."""
+def load_benchmark(name: str, monkeypatch: pytest.MonkeyPatch, interpret: bool = False) -> ModuleType:
+    """``benchmarks/NAME.py`` as a module, in ``sys.modules`` for the test (its dataclasses look their module up);
+    with ``interpret``, under the Triton interpreter (``TRITON_INTERPRET=1`` for the test)."""
+    if interpret:
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
     spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -29,8 +29,7 @@ SCRIPT = ROOT / "benchmarks" / "autotune_landscapes.py"
 
 @pytest.fixture
 def bench(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    return load_benchmark("autotune_landscapes", monkeypatch)
+    return load_benchmark("autotune_landscapes", monkeypatch, interpret=True)
 
 
 def ctx(hardware: str | None, dtype: torch.dtype) -> LaunchContext:

@@ -23,8 +23,7 @@ SCRIPT = ROOT / "benchmarks" / "autotune_moe.py"
 
 @pytest.fixture
 def bench(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    return load_benchmark("autotune_moe", monkeypatch)
+    return load_benchmark("autotune_moe", monkeypatch, interpret=True)
 
 
 def test_the_grid_is_vllms_1920_configurations(bench) -> None:

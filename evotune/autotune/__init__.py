@@ -1,10 +1,12 @@
 """``evotune.autotune``: a drop-in for ``triton.autotune`` (see :mod:`evotune.autotune.autotuner`).
 
 Modules: ``autotuner.py`` (the decorator and the tuned kernel), ``configs.py`` (configurations as a search
-space), ``search.py`` (one key: measure, confirm, decide), ``timers.py`` (Oracle, do_bench, wall clock),
-``resources.py`` (shared memory and registers of a compiled kernel), ``cache.py`` (the studies and their
+space), ``pruning.py`` (constraints, then ``prune_configs_by``), ``hooks.py`` (``reset_to_zero``,
+``restore_value`` and the user's hooks), ``search.py`` (one key: measure, confirm, decide), ``timers.py``
+(Oracle, do_bench, wall clock), ``resources.py`` (building a configuration; shared memory and registers of
+the compiled kernel), ``compile_ahead.py`` (a list built side by side), ``cache.py`` (the studies and their
 location), ``neighbours.py`` (nearest keys, transfer sources), ``ahead.py`` (``tune-kernel``: keys from a
-TOML file), ``export.py`` (``export-configs``: JSON and vLLM's fused-MoE files).
+TOML file), ``export.py`` and ``commands.py`` (``export-configs``: JSON and vLLM's fused-MoE files).
 """
 
 import sys

@@ -31,7 +31,7 @@ from evotune.autotune.configs import Candidates, LaunchContext
 from evotune.autotune.hooks import Hooks
 from evotune.autotune.neighbours import nearest_tuned
 from evotune.autotune.pruning import PruneBy, prune
-from evotune.autotune.resources import over_limits
+from evotune.autotune.resources import build, over_limits
 from evotune.autotune.search import KeyJob, tune
 from evotune.autotune.timers import make_timer
 from evotune.core.result import EvalResult, Status
@@ -134,8 +134,7 @@ class Autotuner:
             fs = self._candidates({k: v for k, v in kwargs.items() if k != "grid"})
         finally:
             self.nargs = None
-        return [self.fn.warmup(*args, **kwargs, **self.candidates.config(fs.point(r)).all_kwargs())
-                for r in range(len(fs))]
+        return [build(self.fn, args, kwargs, self.candidates.config(fs.point(r))) for r in range(len(fs))]
 
     # -- resolving a key --------------------------------------------------------------------------
     def use_cache(self, cache: Any) -> None:

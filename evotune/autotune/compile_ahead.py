@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from evotune.autotune.resources import build
+
 log = logging.getLogger("evotune.autotune")
 
 
@@ -36,12 +38,11 @@ def compile_ahead(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], config
         from triton import AsyncCompileMode
     except ImportError:
         return 0.0
-    launch = {k: v for k, v in kwargs.items() if k != "warmup"}
     started = time.perf_counter()
     with ThreadPoolExecutor(workers(len(configs))) as pool, AsyncCompileMode(pool, ignore_errors=True):
         for config in configs:
             try:
-                fn.warmup(*args, **launch, **config.all_kwargs())
+                build(fn, args, kwargs, config)
             except Exception:  # the measurement compiles it again and records why it fails
                 continue
     seconds = time.perf_counter() - started

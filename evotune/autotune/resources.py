@@ -18,14 +18,20 @@ from typing import Any
 WARP = 32
 
 
+def build(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], config: Any) -> Any:
+    """Compile ``config`` of the jitted ``fn`` for this launch without running it (Triton's ``warmup``, which takes
+    the launch's keyword arguments but its own ``warmup`` flag); the compiled kernel, or Triton's placeholder."""
+    launch = {k: v for k, v in kwargs.items() if k != "warmup"}
+    return fn.warmup(*args, **launch, **config.all_kwargs())
+
+
 def over_limits(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], config: Any) -> str | None:
     """Why ``config``'s compiled kernel cannot run on this device, or None (it fits, or nothing to check)."""
     if os.environ.get("TRITON_INTERPRET") == "1":
         return None
     from triton.runtime.errors import OutOfResources
 
-    launch = {k: v for k, v in kwargs.items() if k != "warmup"}
-    kernel = fn.warmup(*args, **launch, **config.all_kwargs())
+    kernel = build(fn, args, kwargs, config)
     if kernel is None or not hasattr(kernel, "metadata"):
         return None
     load = getattr(kernel, "_init_handles", None)  # loads the binary: OutOfResources for shared memory over the

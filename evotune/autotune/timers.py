@@ -24,6 +24,8 @@ from typing import Any
 from evotune.measurement.options import ConfirmOptions, TimingOptions
 
 Call = Callable[[], object]
+#: how the search times each configuration on a GPU: 10 to 200 samples, until the median's 95% CI is within 1%
+SEARCH_TIMING = TimingOptions(min_samples=10, max_samples=200, ci_target=0.01)
 
 
 class Timer:
@@ -100,12 +102,11 @@ class OracleTimer(Timer):
 
     kind = "oracle"
 
-    def __init__(self, warmup: int = 3, rep_ms: float = 100.0):
+    def __init__(self, warmup: int = 3, rep_ms: float = 100.0, timing: TimingOptions = SEARCH_TIMING):
         super().__init__()
         from evotune.measurement.oracle import Oracle
 
-        self.oracle = Oracle(TimingOptions(min_samples=10, max_samples=200, ci_target=0.01), warmup=warmup,
-                             max_seconds=rep_ms / 1e3)
+        self.oracle = Oracle(timing, warmup=warmup, max_seconds=rep_ms / 1e3)
         self._prepared: dict[int, tuple[Call, Call]] = {}
 
     def measure(self, call: Call) -> tuple[float, list[float]]:
