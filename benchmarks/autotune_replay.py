@@ -39,7 +39,10 @@ given. The acceptance check: the first key within 40 evaluations, every later ke
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
+import importlib.util
+import inspect
 import json
 import math
 import statistics
@@ -62,6 +65,7 @@ from evotune.core.feasible import FeasibleSet  # noqa: E402
 from evotune.core.landscape import Landscape, LandscapeError, landscape_stem, load_landscape  # noqa: E402
 from evotune.core.result import EvalResult  # noqa: E402
 from evotune.core.space import Param, Point, SearchSpace, categorical, ordinal  # noqa: E402
+from evotune.search import launch  # noqa: E402
 
 TARGET = 0.99
 FIRST_LIMIT = 40  # evaluations the first key may take to reach TARGET
@@ -264,9 +268,43 @@ def kernel_id(keys: Sequence[ReplayKey], kernel: str) -> KernelId:
                     str(meta.get("device", "replay")))
 
 
+class GridRule:
+    """The launch grid of a key's configuration, from the kernel's own grid function (``--grid FILE:FUNC``).
+
+    ``FUNC`` takes key fields by name (those its signature names) and returns the grid: a tuple of sizes, or
+    a function of the META dict (the configuration's values) that returns one, as a Triton launcher's grid
+    is (``examples/triton_autotune/matmul.py:grid``). ``evotune.autotune`` counts the programs of the real
+    launch the same way (:func:`evotune.search.launch.programs_of` of the grid at the configuration).
+    """
+
+    def __init__(self, spec: str):
+        path, _, name = spec.rpartition(":")
+        if not path or not name:
+            raise UsageError(f"--grid: expected FILE:FUNCTION, got {spec!r}")
+        if not Path(path).is_file():
+            raise UsageError(f"--grid: {path} does not exist")
+        module_spec = importlib.util.spec_from_file_location(f"_grid_{Path(path).stem}", path)
+        assert module_spec is not None and module_spec.loader is not None
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+        fn = getattr(module, name, None)
+        if not callable(fn):
+            raise UsageError(f"--grid: {path} has no function {name!r}")
+        self.fn = fn
+        self.names = list(inspect.signature(fn).parameters)
+
+    def programs(self, key: dict[str, Any], point: Point) -> int:
+        missing = [n for n in self.names if n not in key]
+        if missing:
+            raise UsageError(f"--grid: the key {key} has no field {', '.join(missing)}")
+        grid = self.fn(**{n: key[n] for n in self.names})
+        return launch.programs_of(grid(dict(point)) if callable(grid) else grid)
+
+
 def replay_seed(keys: Sequence[ReplayKey], seed: int, budget: int, confirm: int, storage: str,
-                kernel: str = "matmul_kernel") -> list[KeyRun]:
-    """Tune every key in order, on a fresh cache, with ``seed`` for each key's strategy."""
+                kernel: str = "matmul_kernel", grid: GridRule | None = None, sms: int | None = None) -> list[KeyRun]:
+    """Tune every key in order, on a fresh cache, with ``seed`` for each key's strategy (and, with ``grid``,
+    the launch features of a GPU of ``sms`` multiprocessors, as ``evotune.autotune`` gives them)."""
     space = common_space(keys)
     runs = []
     with tempfile.TemporaryDirectory(prefix="autotune_replay_") as tmp:
@@ -278,8 +316,9 @@ def replay_seed(keys: Sequence[ReplayKey], seed: int, budget: int, confirm: int,
                 space, (space.encode(dict(zip(names, values, strict=True))) for values in key.landscape.entries))
             replay = KeyReplay(key)
             used = [s.name for s in sources(cache, key.fields, space)]  # what tune's search is given below
+            programs = None if grid is None else functools.partial(grid.programs, key.fields)
             job = KeyJob(cache, key.fields, space, feasible, None, budget, replay.measure, replay.make_call,
-                         RecordedTimer(), confirm, seed=seed)
+                         RecordedTimer(), confirm, seed=seed, programs=programs, sms=sms)
             decision = tune(job)
             decided = key.landscape.lookup(space.from_storage(decision.config))
             decided_ms = decided.value if decided is not None else None
@@ -336,6 +375,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=int, default=40, help="evaluations per key (default 40)")
     ap.add_argument("--confirm", type=int, default=3, help="configurations confirmed per key (default 3)")
     ap.add_argument("--storage", choices=("sqlite", "journal"), default="sqlite", help="the cache's storage")
+    ap.add_argument("--grid", help="FILE:FUNCTION, the kernel's launch grid from the key's fields (see "
+                    "GridRule): the search then gets the launch features that evotune.autotune gives it")
+    ap.add_argument("--sms", type=int, help="the GPU's multiprocessors, for the launch features (132: H100 SXM)")
     ap.add_argument("--out", help="write the runs and the summary as JSON here")
     args = ap.parse_args(argv)
     try:
@@ -343,22 +385,32 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"--seeds: expected an integer >= 1, got {args.seeds}")
         if args.budget < 1:
             raise UsageError(f"--budget: expected an integer >= 1, got {args.budget}")
+        if args.sms is not None and args.sms < 1:
+            raise UsageError(f"--sms: expected an integer >= 1, got {args.sms}")
         keys = load_keys(args.landscapes, [o for o in args.order.split(",") if o])
-        common_space(keys)
+        space = common_space(keys)
+        grid = GridRule(args.grid) if args.grid else None
+        if grid is not None:  # every key's every point, before anything runs
+            for k in keys:
+                for values in k.landscape.entries:
+                    grid.programs(k.fields, space.decode(space.encode(dict(zip(k.landscape.names, values,
+                                                                                 strict=True)))))
     except (UsageError, LandscapeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     runs = [r for seed in range(args.seeds) for r in replay_seed(keys, seed, args.budget, args.confirm,
-                                                                   args.storage)]
+                                                                   args.storage, grid=grid, sms=args.sms)]
     summaries = summarize(keys, runs)
+    features = f"launch features from {args.grid} ({args.sms or 'unknown'} SMs)" if grid else "no launch features"
     print(f"evotune.autotune replayed: {len(keys)} keys, {args.seeds} seeds, budget {args.budget}, "
-          f"confirm {args.confirm}; medians over seeds")
+          f"confirm {args.confirm}, {features}; medians over seeds")
     print(table(summaries))
     ok = all(s.passed for s in summaries)
     print(f"acceptance (first key <= {FIRST_LIMIT}, later keys <= {LATER_LIMIT} evaluations to {TARGET}): "
           f"{'PASS' if ok else 'FAIL'}")
     if args.out:
         doc = {"budget": args.budget, "seeds": args.seeds, "confirm": args.confirm, "target": TARGET,
+               "grid": args.grid, "sms": args.sms,
                "order": [k.name for k in keys], "passed": ok,
                "keys": [{**asdict(s), "passed": s.passed} for s in summaries],
                "runs": [{**asdict(r), "evals_to_99": r.evals_to()} for r in runs]}

@@ -245,6 +245,8 @@ def test_space_with_named_constraints_and_a_budget(kernels, tmp_path: Path,
     assert "block-fits: BLOCK 128 is larger than n" in caplog.text
     trials = study_of(kern, add_key(n)).history()
     assert len(trials) == 5 and all(t.point["BLOCK"] <= n for t in trials)
+    # each trial keeps its launch's program count (the grid at its BLOCK), for the keys that learn from it
+    assert all(t.attrs["programs"] == -(-n // t.point["BLOCK"]) for t in trials)
     assert kern.best_config.kwargs["BLOCK"] <= n
     from evotune.reporting.report import collect_best
 

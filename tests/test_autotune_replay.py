@@ -134,3 +134,33 @@ def test_bad_order_is_one_line_exit_2(landscapes, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert rc == 2 and err.startswith("error: --order: nope") and "\n" not in err
     assert not out.exists()
+
+
+def test_grid_rule_counts_the_example_launch_and_feeds_the_search(landscapes, tmp_path, capsys):
+    mod = _replay()
+    rule = mod.GridRule(str(ROOT / "examples" / "triton_autotune" / "matmul.py") + ":grid")
+    point = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 3}
+    assert rule.programs({"M": 256, "N": 4096, "K": 4096, "dtype": "fp16"}, point) == 4 * 32
+    assert rule.programs({"M": 100, "N": 100, "K": 7, "dtype": "fp16"}, point) == 2 * 1
+    out = tmp_path / "replay.json"
+    rc = mod.main(["--landscapes", str(landscapes), "--seeds", "1", "--budget", "12", "--out", str(out),
+                   "--grid", str(ROOT / "examples" / "triton_autotune" / "matmul.py") + ":grid", "--sms", "132"])
+    assert rc == 0 and "launch features from" in capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    assert doc["sms"] == 132 and len(doc["runs"]) == len(SHAPES)
+    assert doc["runs"][1]["sources"] == ["key:M=512,N=512,K=512,dtype=fp16"]
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("nofile.py:grid", "--grid: nofile.py does not exist"),
+    ("examples/triton_autotune/matmul.py:nothing", "has no function 'nothing'"),
+    ("examples/triton_autotune/matmul.py", "expected FILE:FUNCTION"),
+])
+def test_bad_grid_is_one_line_exit_2(landscapes, tmp_path, capsys, monkeypatch, spec, message):
+    monkeypatch.chdir(ROOT)
+    mod = _replay()
+    out = tmp_path / "replay.json"
+    rc = mod.main(["--landscapes", str(landscapes), "--grid", spec, "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and message in err and err.startswith("error: --grid") and "\n" not in err
+    assert not out.exists()

@@ -36,6 +36,7 @@ from evotune.autotune.search import KeyJob, tune
 from evotune.autotune.timers import make_timer
 from evotune.core.result import EvalResult, Status
 from evotune.core.space import FeasibleSet, Point, SearchSpace
+from evotune.search import launch
 
 log = logging.getLogger("evotune.autotune")
 MODES = ("online", "cache-only")
@@ -229,11 +230,13 @@ class Autotuner:
         space = self.candidates.space
         fs = self._candidates(kwargs)
         timings_before = self.timer.calls
+        counts = self._programs(fs, kwargs)
         job = KeyJob(self.kernel_cache, fields, space, fs, self.candidates.listed, self.budget,
                      lambda p: self._measure(args, kwargs, p),
                      lambda p: self._call(args, kwargs, self.candidates.config(p)), self.timer, self.confirm,
                      compile_ahead=lambda points: compile_ahead(self.fn, args, kwargs,
-                                                                [self.candidates.config(p) for p in points]))
+                                                                [self.candidates.config(p) for p in points]),
+                     programs=None if counts is None else (lambda p: counts[space.key(p)]), sms=_sms(args))
         started = time.perf_counter()
         decision = tune(job)
         self.bench_time = time.perf_counter() - started
@@ -248,6 +251,24 @@ class Autotuner:
         if self.timer.calls > timings_before:  # outputs touched by timing: reset them, as triton.autotune does
             self.pre_hook({**(self.nargs or {}), **kwargs, **config.all_kwargs()}, reset_only=True)
         return config
+
+    def _programs(self, fs: FeasibleSet, kwargs: dict[str, Any]) -> dict[str, int] | None:
+        """Each candidate's program count at this launch (its grid at the configuration), for the search's
+        launch features; None when the launch has no grid or the grid function fails for a candidate."""
+        grid = kwargs.get("grid")
+        if grid is None:
+            return None
+        others = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
+        out = {}
+        for r in range(len(fs)):
+            point = fs.point(r)
+            meta = {**(self.nargs or {}), **others, **self.candidates.config(point).all_kwargs()}
+            try:
+                out[self.candidates.space.key(point)] = launch.programs_of(grid(meta) if callable(grid) else grid)
+            except Exception as exc:  # a grid function that cannot take this configuration: no launch features
+                log.info("%s: no launch features (the grid failed for %s: %s)", self.base_fn.__name__, point, exc)
+                return None
+        return out
 
     def _from_cache(self, fields: dict[str, Any], kwargs: dict[str, Any]) -> Any:
         space = self.candidates.space
@@ -266,6 +287,17 @@ class Autotuner:
                         "key %s", self.base_fn.__name__, fields, other)
         self.decisions[tuple(fields.values())] = self.last_decision = decision
         return self.candidates.config(space.from_storage(decision.config))
+
+
+def _sms(args: tuple[Any, ...]) -> int | None:
+    """The multiprocessors of the GPU the launch's first CUDA tensor is on (None: no CUDA tensor)."""
+    for a in args:
+        device = getattr(a, "device", None)
+        if getattr(device, "type", None) == "cuda":
+            import torch
+
+            return int(torch.cuda.get_device_properties(device).multi_processor_count)
+    return None
 
 
 def _plain(value: Any) -> Any:

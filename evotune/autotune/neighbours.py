@@ -18,6 +18,7 @@ from optuna.trial import TrialState
 
 from evotune.autotune.cache import Decision, KernelCache
 from evotune.core.space import SearchSpace
+from evotune.search import launch
 from evotune.search.prior import MAX_DISTANCE, Source
 from evotune.search.transfer import MISMATCH
 
@@ -50,8 +51,9 @@ def nearest_tuned(cache: KernelCache, key: dict[str, Any]) -> tuple[dict[str, An
     return None if best is None else (best[2], best[3])
 
 
-def sources(cache: KernelCache, key: dict[str, Any], space: SearchSpace) -> list[Source]:
-    """The measured trials of the other tuned keys within MAX_DISTANCE, one source each, nearest first."""
+def sources(cache: KernelCache, key: dict[str, Any], space: SearchSpace, sms: int | None = None) -> list[Source]:
+    """The measured trials of the other tuned keys within MAX_DISTANCE, one source each, nearest first; with
+    their launch features (on a GPU of ``sms`` multiprocessors) when every trial kept its program count."""
     out = []
     for other, name, _ in cache.tuned():
         d = key_distance(key, other)
@@ -60,13 +62,16 @@ def sources(cache: KernelCache, key: dict[str, Any], space: SearchSpace) -> list
         store = cache.existing(other, space)
         if store is None:
             continue
-        results = []
+        results, programs = [], []
         for t in store.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
             try:
                 point = space.from_storage(t.params)
             except (KeyError, ValueError):
                 continue  # a parameter value this space no longer offers
             results.append((point, t.value if t.state == TrialState.COMPLETE else None))
+            programs.append(t.user_attrs.get("programs"))
         if results:
-            out.append(Source(f"key:{name.removeprefix(cache.kernel.prefix)}", tuple(results), d))
+            counts = [p for p in programs if isinstance(p, int)]
+            feats = tuple(launch.features(p, sms) for p in counts) if len(counts) == len(programs) else None
+            out.append(Source(f"key:{name.removeprefix(cache.kernel.prefix)}", tuple(results), d, feats))
     return sorted(out, key=lambda s: s.distance)

@@ -31,6 +31,7 @@ from evotune.autotune.timers import Call, Timer
 from evotune.core.result import EvalResult
 from evotune.core.space import FeasibleSet, Point, SearchSpace
 from evotune.measurement.retiming import confirm_rounds
+from evotune.search import launch
 from evotune.search.strategies import make_strategy
 from evotune.storage.claims import Claims, NoClaims, make_claims
 from evotune.storage.claims.base import Claim, owner_id
@@ -63,6 +64,10 @@ class KeyJob:
     seed: int = 0
     #: builds a list's configurations before they are timed (None: each is built when first timed)
     compile_ahead: Callable[[list[Point]], object] | None = None
+    #: the number of programs a point's launch runs at this key (None: the grid is not known)
+    programs: Callable[[Point], int] | None = None
+    #: the GPU's multiprocessors, for the launch features (None: not known)
+    sms: int | None = None
 
     @property
     def points(self) -> list[Point]:
@@ -136,8 +141,11 @@ def measure_points(job: KeyJob, store: StudyStore) -> int:
         ask: Callable[[], Point | None] = lambda: queue.pop(0) if queue else None  # noqa: E731
         tell: Callable[[Point, float | None], None] = lambda p, v: None  # noqa: E731
     else:
-        srcs = sources(job.cache, job.key, space)
-        strategy = make_strategy("default", space, job.feasible, seed=job.seed, sources=srcs)
+        srcs = sources(job.cache, job.key, space, job.sms)
+        counts = None if job.programs is None else [job.programs(job.feasible.point(r))
+                                                       for r in range(len(job.feasible))]
+        strategy = make_strategy("default", space, job.feasible, seed=job.seed, sources=srcs,
+                                 launch=None if counts is None else launch.table(counts, job.sms))
         strategy.warm_start([v for k, v in history.items() if k in wanted])
         if srcs:
             log.info("tuning %s: transfer from %s", job.key, ", ".join(s.name for s in srcs))
@@ -174,7 +182,10 @@ def measure_points(job: KeyJob, store: StudyStore) -> int:
         except BaseException:
             claims.release(key)
             raise
-        store.record(point, result, clock_s=time.perf_counter() - started, extra={"timer": job.timer.kind})
+        extra: dict[str, Any] = {"timer": job.timer.kind}
+        if job.programs is not None:  # the launch's shape, for the keys that transfer from this one
+            extra["programs"] = job.programs(point)
+        store.record(point, result, clock_s=time.perf_counter() - started, extra=extra)
         claims.finish(key)
         history[key] = (point, result.value)
         tell(point, result.value)

@@ -13,6 +13,11 @@ and GPU are from the target's (:mod:`evotune.search.transfer` computes that; 0 i
   ``exp(-distance / TAU)`` (none beyond MAX_DISTANCE) times, once enough results are told, how well it ranks
   them (its Spearman correlation with the told times; none for a source that ranks
   them no better than chance), so that a misleading source stops counting;
+* with launch features (:mod:`evotune.search.launch`: the target's rows and the sources' results carry
+  them), one more column, first: a GP fitted on every such source's results at once, on the encoded point
+  plus its launch at the source's problem, predicts each target row from the point and its launch at the
+  target's; the sources then speak through the launch shape their fast points had, not only through the
+  same parameter values (which, where the problem grows, launch other grids);
 * :meth:`Prior.picks` are the transferred winners: the fastest rows of each source
   in turn, nearest source first;
 * :meth:`Prior.agreement` is the Spearman correlation between the prior and the told
@@ -34,7 +39,15 @@ from threadpoolctl import threadpool_limits
 
 from evotune.core.space import Point
 from evotune.search.state import StrategyState
-from evotune.search.surrogate import LENGTHSCALES, encode, log_likelihood, matern52
+from evotune.search.surrogate import (
+    LENGTHSCALES,
+    choose_scale,
+    encode,
+    encode_codes,
+    log_likelihood,
+    matern52,
+    with_launch,
+)
 
 #: results told before the sources are weighted by how well they rank them (fewer: by distance only)
 MIN_RANKED = 5
@@ -56,6 +69,8 @@ class Source:
     name: str  # what ``best`` and the plots show: "landscape:<file>", "study:<name>", "cache:<problem>"
     results: tuple[tuple[Point, float | None], ...]
     distance: float = 0.0  # how far its problem and GPU are from the target's (0: the same)
+    #: the launch features of each result at the source's own problem (evotune.search.launch), when known
+    launch: tuple[tuple[float, ...], ...] | None = None
 
 
 def ranks(x: np.ndarray) -> np.ndarray:
@@ -81,6 +96,14 @@ class Prior:
         fs = strategy.feasible
         names, z, fastest, dist, ranked = [], [], [], [], []
         encoding = None
+        joint = self._launch_model(sources)
+        if joint is not None:
+            col, d, n = joint
+            names.append(f"launch:{n} sources")
+            z.append(col)
+            fastest.append([int(r) for r in np.argsort(col, kind="stable")])
+            dist.append(d)
+            ranked.append(True)
         for src in sources:
             if src.distance > MAX_DISTANCE:
                 continue
@@ -114,6 +137,49 @@ class Prior:
         self.ranked = np.array(ranked, dtype=bool)
         self._fastest = fastest
         self._weights: tuple[int, np.ndarray] | None = None  # (results told, weights) of the last call
+
+    def _launch_model(self, sources: Sequence[Source]) -> tuple[np.ndarray, float, int] | None:
+        """(the prediction at every target row, the nearest distance, how many sources) of one GP fitted on
+        the results of every source within MAX_DISTANCE that carries launch features; None without any."""
+        s = self.strategy
+        if s.launch is None:
+            return None
+        codes, feats, ys, dists = [], [], [], []
+        for src in sources:
+            if src.launch is None or src.distance > MAX_DISTANCE or len(src.launch) != len(src.results):
+                continue
+            kept = []
+            for (point, value), launch in zip(src.results, src.launch, strict=True):
+                try:
+                    kept.append((s.space.encode(point), launch, value))
+                except (KeyError, ValueError):
+                    continue  # a value the target's space does not offer
+            ok = [v for _, _, v in kept if v is not None]
+            if len(set(ok)) < 2:
+                continue
+            logs = np.log(np.array([v if v is not None else 2.0 * max(ok) for _, _, v in kept]))
+            ys.append((logs - logs.mean()) / max(float(logs.std()), 1e-9))
+            codes += [c for c, _, _ in kept]
+            feats += [f for _, f, _ in kept]
+            dists.append(float(src.distance))
+        if not dists:
+            return None
+        x = with_launch(encode_codes(s.space, np.array(codes, dtype=np.int64)), np.array(feats, dtype=float))
+        y = np.concatenate(ys)
+        rng = np.random.default_rng(s.seed)
+        if len(y) > PREDICT_ROWS:
+            keep = np.sort(rng.choice(len(y), size=PREDICT_ROWS, replace=False))
+            x, y = type(x)(x.x[keep], x.features), y[keep]
+        target = with_launch(encode(s.space, s.feasible), s.launch).x
+        with threadpool_limits(1, user_api="blas"):
+            scale = choose_scale(x.x, y - y.mean(), 1e-2, x.features, rng)
+            got = log_likelihood(x.x * scale, y - y.mean(), 1e-2) if scale is not None else None
+            if got is None:
+                return None
+            col = np.empty(len(target))
+            for chunk in np.array_split(np.arange(len(target)), max(1, len(target) // 4000)):
+                col[chunk] = y.mean() + matern52(target[chunk] * scale, x.x * scale) @ got[2]
+        return col, min(dists), len(dists)
 
     def __len__(self) -> int:
         return len(self.names)

@@ -26,6 +26,7 @@ class StrategyState(Protocol):
     taken: np.ndarray  # bool per feasible row: measured or handed out
     values: dict[int, float | None]  # row -> told value (None: failed)
     kernels: Kernels | None
+    launch: np.ndarray | None  # launch features per feasible row (evotune.search.launch), when known
 
     def penalty(self) -> float:
         """The score a failed point gets where a number is needed: worse than anything seen."""

@@ -62,7 +62,12 @@ def _two_adic(v: int) -> int:
 
 
 def encode(space: SearchSpace, feasible: FeasibleSet) -> Encoding:
-    """One row per feasible point, one or more columns per parameter, each in [0, 1].
+    """One row per feasible point: :func:`encode_codes` of their codes."""
+    return encode_codes(space, feasible.codes)
+
+
+def encode_codes(space: SearchSpace, codes_matrix: np.ndarray) -> Encoding:
+    """One row per point (a row of choice indices), one or more columns per parameter, each in [0, 1].
 
     * an ordered parameter: its choice index / (choices - 1);
     * an unordered one: one-hot, scaled so two categories are as far apart as the ends of a range;
@@ -84,7 +89,7 @@ def encode(space: SearchSpace, feasible: FeasibleSet) -> Encoding:
         k = len(p.choices)
         if k < 2:
             continue
-        codes = feasible.codes[:, j].astype(int)
+        codes = codes_matrix[:, j].astype(int)
         if not p.ordered:
             add(np.eye(k)[codes] / np.sqrt(2.0))
             continue
@@ -98,9 +103,18 @@ def encode(space: SearchSpace, feasible: FeasibleSet) -> Encoding:
         if adic.max() > adic.min() and not pow2.all():
             add(((adic - adic.min()) / (adic.max() - adic.min()))[codes])
     if not cols:
-        return Encoding(np.zeros((len(feasible), 0)), [])
+        return Encoding(np.zeros((len(codes_matrix), 0)), [])
     starts = np.cumsum([0] + [c.shape[1] for c in cols])
     return Encoding(np.hstack(cols), [np.arange(a, b) for a, b in pairwise(starts)])
+
+
+def with_launch(enc: Encoding, launch: np.ndarray | None) -> Encoding:
+    """``enc`` with the launch features (:mod:`evotune.search.launch`) as extra features, one column each."""
+    if launch is None:
+        return enc
+    start = enc.x.shape[1]
+    extra = [np.array([start + i]) for i in range(launch.shape[1])]
+    return Encoding(np.hstack([enc.x, launch]), [*enc.features, *extra])
 
 
 def log_likelihood(x: np.ndarray, ys: np.ndarray, noise: float) -> tuple[float, np.ndarray, np.ndarray] | None:
@@ -114,6 +128,34 @@ def log_likelihood(x: np.ndarray, ys: np.ndarray, noise: float) -> tuple[float, 
         return None
     alpha = cho_solve((chol, True), ys)
     return float(-0.5 * ys @ alpha - np.log(np.diag(chol)).sum()), chol, alpha
+
+
+def choose_scale(x: np.ndarray, ys: np.ndarray, noise: float, features: list[np.ndarray] | None,
+                 rng: np.random.Generator) -> np.ndarray | None:
+    """1 / length-scale per column of ``x`` by marginal likelihood on at most FIT_ROWS rows: the best shared one
+    of LENGTHSCALES, then (with ``features``, the columns of each) one greedy pass that multiplies each
+    feature's by the best of RELEVANCE_STEPS. None when no kernel matrix factorises."""
+    if len(x) > FIT_ROWS:
+        keep = np.sort(rng.choice(len(x), size=FIT_ROWS, replace=False))
+        x, ys = x[keep], ys[keep]
+    best_ll, best = -np.inf, None
+    for ls in LENGTHSCALES:
+        got = log_likelihood(x / ls, ys, noise)
+        if got is not None and got[0] > best_ll:
+            best_ll, best = got[0], np.full(x.shape[1], 1.0 / ls)
+    if best is None or features is None:
+        return best
+    for cols in features:
+        current, step = best[cols[0]], None
+        for mult in RELEVANCE_STEPS:
+            trial = best.copy()
+            trial[cols] = current / mult
+            got = log_likelihood(x * trial, ys, noise)
+            if got is not None and got[0] > best_ll:
+                best_ll, step = got[0], mult
+        if step is not None:
+            best[cols] = current / step
+    return best
 
 
 @dataclass
@@ -141,7 +183,7 @@ class Surrogate:
     def __init__(self, strategy: StrategyState, noise: float, refit_every: int, relevance: bool = False):
         self.strategy, self.noise, self.refit_every = strategy, float(noise), int(refit_every)
         self.relevance = relevance
-        self.encoding = encode(strategy.space, strategy.feasible)
+        self.encoding = with_launch(encode(strategy.space, strategy.feasible), strategy.launch)
         self._scale: np.ndarray | None = None
         self._fitted_at = 0
         #: a prior over rows (standardised log-time predicted from related results); the GP then models
@@ -159,27 +201,8 @@ class Surrogate:
         return told + pending, (y - y.mean()) / max(y.std(), 1e-9), len(told)
 
     def choose_scale(self, x: np.ndarray, ys: np.ndarray) -> np.ndarray | None:
-        if len(x) > FIT_ROWS:
-            keep = np.sort(self.strategy.rng.choice(len(x), size=FIT_ROWS, replace=False))
-            x, ys = x[keep], ys[keep]
-        best_ll, best = -np.inf, None
-        for ls in LENGTHSCALES:
-            got = log_likelihood(x / ls, ys, self.noise)
-            if got is not None and got[0] > best_ll:
-                best_ll, best = got[0], np.full(x.shape[1], 1.0 / ls)
-        if best is None or not self.relevance:
-            return best
-        for cols in self.encoding.features:
-            current, step = best[cols[0]], None
-            for mult in RELEVANCE_STEPS:
-                trial = best.copy()
-                trial[cols] = current / mult
-                got = log_likelihood(x * trial, ys, self.noise)
-                if got is not None and got[0] > best_ll:
-                    best_ll, step = got[0], mult
-            if step is not None:
-                best[cols] = current / step
-        return best
+        return choose_scale(x, ys, self.noise, self.encoding.features if self.relevance else None,
+                            self.strategy.rng)
 
     def fit(self) -> Fit | None:
         if not self.strategy.values:  # nothing told yet (a batch asked ahead): no model to fit

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from evotune.core.space import Context, FeasibleSet, SearchSpace
 from evotune.search.prior import Source
 from evotune.search.strategies.base import Exhausted, Strategy, Told
@@ -33,15 +35,17 @@ def names() -> list[str]:
 
 
 def make_strategy(name: str, space: SearchSpace, feasible: FeasibleSet, *, seed: int = 0,
-                  ctx: Context | None = None, sources: Sequence[Source] = (), **options: Any) -> Strategy:
+                  ctx: Context | None = None, sources: Sequence[Source] = (), launch: np.ndarray | None = None,
+                  **options: Any) -> Strategy:
     """Build a strategy by name. Raises KeyError for an unknown name, ValueError for a bad option.
 
     ``sources`` are related results (:class:`~evotune.search.prior.Source`) for the strategies
-    that transfer (``default``); the others ignore them.
+    that transfer (``default``); the others ignore them. ``launch``: the launch features of each feasible
+    row (:mod:`evotune.search.launch`), read by the GP surrogate and the transfer prior; the others ignore it.
     """
     if name not in STRATEGIES:
         raise KeyError(name)
-    return STRATEGIES[name](space, feasible, seed=seed, ctx=ctx, sources=sources, **options)
+    return STRATEGIES[name](space, feasible, seed=seed, ctx=ctx, sources=sources, launch=launch, **options)
 
 
 __all__ = ["STRATEGIES", "Exhausted", "Source", "Strategy", "Told", "make_strategy", "names"]

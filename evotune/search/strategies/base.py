@@ -100,9 +100,14 @@ class Strategy(ABC):
                 cls.schema[name].check(name, value)
 
     def __init__(self, space: SearchSpace, feasible: FeasibleSet, *, seed: int = 0,
-                 ctx: Context | None = None, sources: Sequence[Source] = (), **options: Any):
+                 ctx: Context | None = None, sources: Sequence[Source] = (), launch: np.ndarray | None = None,
+                 **options: Any):
         self.check_options(options)
         self.sources = tuple(sources)
+        if launch is not None and len(launch) != len(feasible):
+            raise ValueError(f"launch: one row per feasible point expected ({len(feasible)}), got {len(launch)}")
+        #: the launch's shape at each feasible row (evotune.search.launch), for kernels whose grid is known
+        self.launch = launch
         self.space = space
         self.feasible = feasible
         self.ctx = ctx or Context()

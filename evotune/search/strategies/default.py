@@ -11,7 +11,9 @@ The algorithm:
    divisibility, not magnitude, is what separates fast GPU configurations from
    slow neighbours. With ``relevance`` each feature gets its own length-scale by
    marginal likelihood, so parameters that do not matter stop diluting distances.
-   Failed points count as twice the slowest time seen.
+   Failed points count as twice the slowest time seen. Given launch features
+   (``launch=``: each point's program count against the SMs, :mod:`evotune.search.launch`),
+   the GP sees those too, and so does the transfer prior (6.).
 3. **Two models in turn**: per-feature length-scales fitted on a few dozen points
    can over-fit. Until ``shared`` results are in, and again once the search has
    stalled (``stall_shared``), every other proposal is ranked by the same GP with
@@ -176,7 +178,7 @@ class Default(GaussianProcess):
         already (a check, a transferred pick) is told to it at once and costs no evaluation."""
         if self._plain is None:
             opts = {k: v for k, v in self.options.items() if k in self.schema and k != "transfer"}
-            self._plain = Default(self.space, self.feasible, seed=self.seed, ctx=self.ctx,
+            self._plain = Default(self.space, self.feasible, seed=self.seed, ctx=self.ctx, launch=self.launch,
                                   seeding=self.seeding, **opts)
         while True:
             points = self._plain.ask(1)
