@@ -145,3 +145,27 @@ def test_sm90_conv_kernels_verify_and_the_cutlass_2x_hand_picked_kernel_is_timed
     assert baselines[f"{label} (nhwc)"]["verified"] is True, baselines
     # the same convolution in the layout it was picked for: its own copies of the inputs, timed, not verified
     assert baselines[f"{label} (nc32hw32)"]["time_ms"] > 0, baselines
+
+
+# A shape whose confirmation faulted (an illegal address) when every item's CUDA graph was captured at the start and
+# kept: the cuDNN baseline's graph, captured before the CUTLASS ones, no longer had its memory once they were
+# captured. The stage now captures each item's graph for its round only.
+CONFIRM_CASE = (_conv(N=8, C=64, H=56, W=56, K=256, R=1, S=1, pad=0, layout="nhwc"),
+                {"tile_m": 64, "tile_n": 128, "tile_k": 64, "cluster": (2, 1), "stages": 3, "epilogue": "tma"})
+
+
+def test_an_sm90_conv_is_confirmed_beside_cudnn_and_the_hand_picked_kernels():
+    from evotune.measurement.gpu import GpuEvaluator
+
+    space = load_space("cutlass_sm90_conv2d_int8")
+    problem, point = CONFIRM_CASE
+    _precompile_sm90(CONFIRM_CASE)
+    with GpuEvaluator(space, OracleOptions(timeout_s=300)) as ev:
+        record = ev.confirm([point], problem, [0.02])
+    assert record is not None and "error" not in record, record
+    assert set(record["configs"]) == {space.key(point)}
+    timed = set(record["items"]) | set(record.get("raced_out", {}))
+    assert "cudnn fp16 conv2d (torch, channels_last)" in timed, record
+    assert {"cutlass_conv2d_int8 hand-picked 128x128x64 4-stage (nhwc)",
+            "cutlass_conv2d_int8 hand-picked 128x128x64 4-stage (nc32hw32)"} <= timed, record
+

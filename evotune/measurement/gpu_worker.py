@@ -161,8 +161,14 @@ class _Worker:
         return reply
 
     def confirm(self, points: list[Point], problem: Problem, search_ms: list[float], opts: ConfirmOptions) -> Reply:
-        """The confirmation stage in this worker: every point and baseline prepared once (verified on fresh
-        data first), the GPU warmed up, then interleaved rounds of samples until the medians are tight."""
+        """The confirmation stage in this worker: every point and baseline made ready once (verified on fresh
+        data first), the GPU warmed up, then interleaved rounds of samples until the medians are tight.
+
+        Each item's round is timed from a CUDA graph captured for that round and dropped after it, not from
+        graphs captured once and kept side by side: a graph's memory allocated during capture (a library
+        call's output or workspace, as torch's cuDNN convolution allocates) is not reliably kept once other
+        graphs are captured after it, and on an H100 the cuDNN baseline's graph faulted with an illegal
+        address on replay once a CUTLASS baseline's graph had been captured after it."""
         import time as _time
 
         import torch
@@ -197,8 +203,9 @@ class _Worker:
         skipped.update(failed)
         for name, fn in fns.items():
             try:
-                args = call_args(fn, inputs)
-                launches[name], _ = self.oracle.prepare(_bound(fn, args))
+                launch = _bound(fn, call_args(fn, inputs))
+                self.oracle.prepare(launch)  # warmed up, and it launches (its graph is not kept)
+                launches[name] = launch
             except Exception as exc:  # a baseline the library does not support for this shape
                 skipped[name] = f"{type(exc).__name__}: {exc}"[:500]
         names = list(launches)
@@ -210,20 +217,25 @@ class _Worker:
                     launches[n]()
                 torch.cuda.synchronize()
 
-        result = confirm_rounds(names, lambda n, k: self.oracle.sample(launches[n], k), opts, search, warm)
+        def take(name: str, n: int) -> list[float]:
+            launch, _ = self.oracle.capture(launches[name])  # this round's graph, released after its samples
+            return self.oracle.sample(launch, n)
+
+        result = confirm_rounds(names, take, opts, search, warm)
         doc = result.to_dict()
         doc.update(configs=configs, baselines=[n for n in names if n not in configs], skipped=skipped)
         return Reply(ReplyStatus.OK, confirmation=doc)
 
     def _prepare_checked(self, launches: dict[str, Any], name: str, kernel: Any, workload: Workload,
                          problem: Problem, inputs: tuple[Any, ...]) -> str:
-        """Verify ``kernel`` on fresh data, then prepare its timed launch on ``inputs`` into ``launches[name]``;
+        """Verify ``kernel`` on fresh data, then put its launch on ``inputs`` into ``launches[name]``, warmed up;
         returns why it was left out ("" when it was not)."""
         try:
             ok, _, why = _check(kernel, workload, problem, 4242)
             if ok:
-                args = call_args(kernel, inputs)
-                launches[name], _ = self.oracle.prepare(lambda: kernel(*args))
+                launch = _bound(kernel, call_args(kernel, inputs))
+                self.oracle.prepare(launch)  # warmed up, and it launches (its graph is not kept)
+                launches[name] = launch
         except Exception as exc:  # it ran in the search; if it fails now, it is left out, not trusted
             ok, why = False, f"{type(exc).__name__}: {exc}"[:500]
         return "" if ok else why

@@ -143,6 +143,12 @@ class Oracle:
         for _ in range(self.warmup):
             fn()
         torch.cuda.synchronize()
+        return self.capture(fn)
+
+    def capture(self, fn: Callable[[], object]) -> tuple[Callable[[], object], bool]:
+        """``fn`` captured in a CUDA graph when it can be (else ``fn`` itself), launched once: (the launch to time,
+        whether a graph). :meth:`prepare` without the warm-up, for a launch that has run before."""
+        torch = self.torch
         launch = self._graph(fn) if self.use_graph else None
         graph = launch is not None
         launch = launch or fn
