@@ -107,7 +107,7 @@ class OracleTimer(Timer):
         from evotune.measurement.oracle import Oracle
 
         self.oracle = Oracle(timing, warmup=warmup, max_seconds=rep_ms / 1e3)
-        self._prepared: dict[int, tuple[Call, Call]] = {}
+        self._warmed: dict[int, Call] = {}
 
     def measure(self, call: Call) -> tuple[float, list[float]]:
         self.calls += 1
@@ -115,11 +115,14 @@ class OracleTimer(Timer):
         return t.median_ms, t.samples_ms
 
     def _samples(self, call: Call, n: int) -> list[float]:
-        held = self._prepared.get(id(call))
-        if held is None or held[0] is not call:  # one graph per call, kept across the confirmation's rounds
-            held = (call, self.oracle.prepare(call)[0])
-            self._prepared[id(call)] = held
-        return self.oracle.sample(held[1], n)
+        if self._warmed.get(id(call)) is not call:
+            self.oracle.prepare(call)  # warmed up once
+            self._warmed[id(call)] = call
+        # a graph for these samples only, released after them: graphs kept side by side do not reliably keep
+        # what each allocated during its capture (a hook's copies, a library's workspace), as the GPU worker's
+        # confirmation found with cuDNN (evotune.measurement.gpu_worker)
+        launch, _ = self.oracle.capture(call)
+        return self.oracle.sample(launch, n)
 
     def confirm_options(self, top_k: int) -> ConfirmOptions:
         return ConfirmOptions(top_k=top_k, per_round=10, min_rounds=3, max_rounds=30, ci_target=0.005,
