@@ -8,9 +8,10 @@ leave-one-out of the shipped convolution landscapes, median over ten seeds (CPU 
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import math
+import multiprocessing
+import os
 import statistics
 
 import pytest
@@ -110,16 +111,28 @@ CASES = [(LANDSCAPES / "convolution_A4000.json.gz", "reversed"),
          (LANDSCAPES / "gemm_RTX_2080_Ti.json.gz", "other-vendor")]
 
 
-@functools.cache
-def _plain(path: str, seed: int, top: int):
-    """Plain default's run on a landscape: the same for every source tried against it, so made once."""
-    return run_evotune(Case.load(path, 400), "default", seed, top)
+#: plain default's runs, (landscape, seed, budget) -> run: the same for every source tried against a landscape
+_PLAIN: dict[tuple[str, int, int], object] = {}
+#: runs side by side (processes forked from this one, as benchmarks/transfer.py --jobs does): the seeds are
+#: independent, and these replays are most of the suite's time on a 2-core machine
+WORKERS = max(1, min(4, os.cpu_count() or 1))
+
+
+def _run(job: tuple[str, int, int, tuple]) -> object:
+    path, seed, top, sources = job
+    return run_evotune(Case.load(path, 400), "default", seed, top, sources=sources)
 
 
 def holds(target: Case, sources, budgets=(50, 100, 200), seeds=range(10)) -> tuple[bool, str]:
     top = max(budgets)
-    plain = [_plain(str(target.landscape.path), s, top) for s in seeds]
-    tx = [run_evotune(target, "default", s, top, sources=sources) for s in seeds]
+    path = str(target.landscape.path)
+    missing = [s for s in seeds if (path, s, top) not in _PLAIN]
+    jobs = [(path, s, top, ()) for s in missing] + [(path, s, top, tuple(sources)) for s in seeds]
+    with multiprocessing.get_context("fork").Pool(WORKERS) as pool:
+        done = pool.map(_run, jobs, chunksize=1)
+    _PLAIN.update({(path, s, top): r for s, r in zip(missing, done, strict=False)})
+    plain = [_PLAIN[(path, s, top)] for s in seeds]
+    tx = done[len(missing):]
 
     def med(runs, b, key):
         return statistics.median(measure(r, target, b)[key] for r in runs)
