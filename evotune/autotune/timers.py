@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import statistics
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -107,7 +108,7 @@ class OracleTimer(Timer):
         from evotune.measurement.oracle import Oracle
 
         self.oracle = Oracle(timing, warmup=warmup, max_seconds=rep_ms / 1e3)
-        self._warmed: dict[int, Call] = {}
+        self._warmed: weakref.WeakSet[Call] = weakref.WeakSet()  # calls warmed up, forgotten with them
 
     def measure(self, call: Call) -> tuple[float, list[float]]:
         self.calls += 1
@@ -115,9 +116,9 @@ class OracleTimer(Timer):
         return t.median_ms, t.samples_ms
 
     def _samples(self, call: Call, n: int) -> list[float]:
-        if self._warmed.get(id(call)) is not call:
+        if call not in self._warmed:
             self.oracle.prepare(call)  # warmed up once
-            self._warmed[id(call)] = call
+            self._warmed.add(call)
         # a graph for these samples only, released after them: graphs kept side by side do not reliably keep
         # what each allocated during its capture (a hook's copies, a library's workspace), as the GPU worker's
         # confirmation found with cuDNN (evotune.measurement.gpu_worker)

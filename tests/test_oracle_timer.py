@@ -1,0 +1,64 @@
+"""evotune.autotune's OracleTimer in the confirmation: each round from a graph of its own, each call warmed up once
+and not held after it is gone (a call holds the launch's tensors). The oracle here is a stand-in that counts."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+from evotune.autotune.timers import OracleTimer
+
+
+class CountingOracle:
+    def __init__(self) -> None:
+        self.prepared = self.captured = 0
+
+    def prepare(self, fn):
+        self.prepared += 1
+        return self.capture(fn)
+
+    def capture(self, fn):
+        self.captured += 1
+        return fn, True
+
+    def sample(self, launch, n):
+        return [float(launch()) for _ in range(n)]
+
+
+def _timer() -> OracleTimer:
+    timer = OracleTimer.__new__(OracleTimer)  # its __init__ makes a GPU oracle: the stand-in above instead
+    timer.calls = 0
+    timer.oracle = CountingOracle()
+    timer._warmed = weakref.WeakSet()
+    return timer
+
+
+def test_each_round_captures_its_own_graph_and_each_call_is_warmed_up_once() -> None:
+    timer = _timer()
+
+    def call() -> float:
+        return 0.5
+
+    assert timer.samples(call, 3) == [0.5, 0.5, 0.5]
+    assert timer.samples(call, 2) == [0.5, 0.5]
+    assert timer.oracle.prepared == 1  # warmed up once
+    assert timer.oracle.captured == 3  # the warm-up's capture, then one graph per round
+
+
+def test_a_call_that_is_gone_is_not_held() -> None:
+    timer = _timer()
+
+    def make():
+        data = [1.0] * 10
+
+        def call() -> float:
+            return data[0]
+
+        return call
+
+    call = make()
+    timer.samples(call, 1)
+    assert len(timer._warmed) == 1
+    del call
+    gc.collect()
+    assert len(timer._warmed) == 0
