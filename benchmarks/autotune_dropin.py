@@ -75,10 +75,11 @@ def side_by_side(configs: list, a: torch.Tensor, b: torch.Tensor) -> dict[str, d
         def call(cfg=cfg) -> None:
             mm.matmul_kernel.fn[grid](*args, **cfg.all_kwargs())
 
-        launches[name(cfg)] = oracle.prepare(call)[0]
+        oracle.warm(call)
+        launches[name(cfg)] = call
     options = ConfirmOptions(top_k=len(configs), per_round=10, min_rounds=3, max_rounds=20, ci_target=0.005,
                              max_seconds=40.0, warmup_s=0.5)
-    result = confirm_rounds(list(launches), lambda n, k: oracle.sample(launches[n], k), options,
+    result = confirm_rounds(list(launches), lambda n, k: oracle.round(launches[n], k), options,
                             warm=lambda s: (torch.cuda._sleep(int(s * 1.5e9)), torch.cuda.synchronize()))
     return {k: {"median_ms": v.median_ms, "ci95_ms": list(v.ci95_ms)} for k, v in result.items.items()}
 

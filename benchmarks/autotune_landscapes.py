@@ -57,7 +57,7 @@ import matmul_space as ms  # noqa: E402
 import torch  # noqa: E402
 
 from evotune.autotune.configs import Candidates, LaunchContext  # noqa: E402
-from evotune.autotune.resources import over_limits  # noqa: E402
+from evotune.autotune.resources import build, over_limits  # noqa: E402
 from evotune.autotune.timers import OracleTimer, Timer, WallClockTimer  # noqa: E402
 from evotune.core.hardware import Hardware, detect, get_hardware  # noqa: E402
 from evotune.core.landscape import landscape_document, load_landscape, write_landscape  # noqa: E402
@@ -145,14 +145,14 @@ def sample(hardware: Hardware, size: int, seed: int) -> tuple[list[Point], int]:
 def compile_one(index: int, point: Point) -> Compiled:
     """Compile one configuration for the shapes' specialization (on the CPU: one tiny interpreted launch)."""
     a, b, c = tensors(Shape(TINY, TINY, TINY))
-    kwargs = CANDIDATES.config(point).all_kwargs()
+    config = CANDIDATES.config(point)
     fn = ms.matmul_space_kernel.fn
     started = time.perf_counter()
     try:
         if interpreted():
-            fn[ms.grid(TINY, TINY)](*ms.launch_args(a, b, c), **kwargs)
+            fn[ms.grid(TINY, TINY)](*ms.launch_args(a, b, c), **config.all_kwargs())
         else:
-            fn.warmup(*ms.launch_args(a, b, c), grid=(1,), **kwargs)
+            build(fn, ms.launch_args(a, b, c), {"grid": (1,)}, config)
     except Exception as exc:  # a configuration that does not compile fails alone
         return Compiled(index, time.perf_counter() - started, f"{type(exc).__name__}: {exc}".splitlines()[0])
     return Compiled(index, time.perf_counter() - started)

@@ -60,14 +60,13 @@ import torch  # noqa: E402
 
 from evotune.autotune.ahead import load_kernel, load_keys  # noqa: E402
 from evotune.autotune.configs import Candidates  # noqa: E402
-from evotune.autotune.resources import over_limits  # noqa: E402
+from evotune.autotune.resources import build, over_limits  # noqa: E402
 from evotune.autotune.timers import OracleTimer, Timer, WallClockTimer  # noqa: E402
 from evotune.core.landscape import landscape_document, write_landscape  # noqa: E402
 from evotune.core.problem import Problem  # noqa: E402
 from evotune.core.result import EvalResult, Status  # noqa: E402
 from evotune.core.space import Point  # noqa: E402
 from evotune.measurement.options import TimingOptions  # noqa: E402
-from evotune.measurement.retiming import confirm_rounds  # noqa: E402
 
 KERNEL = f"{EXAMPLES / 'fused_moe.py'}:moe_gemm_kernel"
 KEYS = EXAMPLES / "moe_mixtral_tp2.toml"
@@ -213,7 +212,7 @@ def compile_one(index: int, point: Point, spec: str, key: dict[str, Any], keys_p
     started = time.perf_counter()
     try:
         if not interpreted():  # the interpreter compiles nothing: each launch interprets the source
-            kernel.fn.warmup(*args, grid=(1,), **kwargs, **config.all_kwargs())
+            build(kernel.fn, args, {"grid": (1,), **kwargs}, config)
     except Exception as exc:  # a configuration that does not compile fails alone
         return time.perf_counter() - started, f"{type(exc).__name__}: {exc}".splitlines()[0]
     return time.perf_counter() - started, None
@@ -386,11 +385,7 @@ def report(opts: argparse.Namespace, tuned: dict[str, Any], timed: dict[str, Any
         for call in calls.values():
             call()
         sync()
-
-        def take(n: str, k: int, calls: dict[str, Callable[[], object]] = calls) -> list[float]:
-            return timer.samples(calls[n], k)
-
-        conf = confirm_rounds(list(calls), take, timer.confirm_options(len(calls)), warm=getattr(timer, "warm", None))
+        conf = timer.confirm(calls)
         medians = {n: conf.items[n].median_ms for n in calls}
         fraction = min(medians.values()) / medians["decided"]
         grid_s = g["bench_s"] if g["exhaustive"] else g["bench_s"] / max(1, g["timed"]) * full

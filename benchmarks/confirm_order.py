@@ -23,7 +23,6 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from evotune.autotune.timers import OracleTimer  # noqa: E402
-from evotune.measurement.retiming import confirm_rounds  # noqa: E402
 
 SHAPES = ((16, 4096, 4096), (1024, 4096, 4096), (4096, 4096, 4096), (6144, 14336, 4096))
 
@@ -37,8 +36,7 @@ def run(m: int, n: int, k: int, copies: int) -> dict:
     for call in calls.values():
         call()
     torch.cuda.synchronize()
-    result = confirm_rounds(list(calls), lambda name, count: timer.samples(calls[name], count),
-                            timer.confirm_options(copies), warm=timer.warm)
+    result = timer.confirm(calls)
     medians = {name: item.median_ms for name, item in result.items.items()}
     first = medians["copy0"]
     return {"shape": f"{m}x{n}x{k}", "medians_ms": medians, "over_first": {k_: v / first for k_, v in medians.items()},

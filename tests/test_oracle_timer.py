@@ -11,18 +11,15 @@ from evotune.autotune.timers import OracleTimer
 
 class CountingOracle:
     def __init__(self) -> None:
-        self.prepared = self.captured = 0
+        self.warmed = self.rounds = 0
 
-    def prepare(self, fn):
-        self.prepared += 1
-        return self.capture(fn)
+    def warm(self, fn) -> None:
+        self.warmed += 1
+        fn()
 
-    def capture(self, fn):
-        self.captured += 1
-        return fn, True
-
-    def sample(self, launch, n):
-        return [float(launch()) for _ in range(n)]
+    def round(self, fn, n):
+        self.rounds += 1
+        return [float(fn()) for _ in range(n)]
 
 
 def _timer() -> OracleTimer:
@@ -41,8 +38,8 @@ def test_each_round_captures_its_own_graph_and_each_call_is_warmed_up_once() -> 
 
     assert timer.samples(call, 3) == [0.5, 0.5, 0.5]
     assert timer.samples(call, 2) == [0.5, 0.5]
-    assert timer.oracle.prepared == 1  # warmed up once
-    assert timer.oracle.captured == 3  # the warm-up's capture, then one graph per round
+    assert timer.oracle.warmed == 1  # warmed up once
+    assert timer.oracle.rounds == 2  # one graph per round
 
 
 def test_a_call_that_is_gone_is_not_held() -> None:

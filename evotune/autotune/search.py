@@ -30,7 +30,6 @@ from evotune.autotune.neighbours import sources
 from evotune.autotune.timers import Call, Timer
 from evotune.core.result import EvalResult
 from evotune.core.space import FeasibleSet, Point, SearchSpace
-from evotune.measurement.retiming import confirm_rounds
 from evotune.search import launch
 from evotune.search.strategies import make_strategy
 from evotune.storage.claims import Claims, NoClaims, make_claims
@@ -248,11 +247,7 @@ def choose(job: KeyJob, store: StudyStore) -> Decision:
     if len(top) < 2:
         v, _, p = top[0]
         return Decision(job.space.to_storage(p), v, job.candidates_hash, "timed", owner_id(), now())
-    calls = {k: job.make_call(p) for _, k, p in top}
-    options = job.timer.confirm_options(len(top))
-    warm = getattr(job.timer, "warm", None)
-    result = confirm_rounds(list(calls), lambda name, n: job.timer.samples(calls[name], n), options,
-                            search_ms={k: v for v, k, _ in top}, warm=warm)
+    result = job.timer.confirm({k: job.make_call(p) for _, k, p in top}, search_ms={k: v for v, k, _ in top})
     for w in result.warnings:
         log.info("key %s: %s", job.key, w)
     best = min(result.items, key=lambda k: result.items[k].median_ms)

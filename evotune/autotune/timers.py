@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from evotune.measurement.options import ConfirmOptions, TimingOptions
+from evotune.measurement.retiming import Confirmation, confirm_rounds
 
 Call = Callable[[], object]
 #: how the search times each configuration on a GPU: 10 to 200 samples, until the median's 95% CI is within 1%
@@ -56,6 +57,12 @@ class Timer:
         """How the confirmation re-times the best few: short rounds, for a timer of whole-call figures."""
         return ConfirmOptions(top_k=top_k, per_round=3, min_rounds=2, max_rounds=4, ci_target=0.02,
                               max_seconds=30.0, warmup_s=0.0)
+
+    def confirm(self, calls: dict[str, Call], search_ms: dict[str, float] | None = None) -> Confirmation:
+        """``calls`` re-timed side by side in the confirmation's rounds (:func:`confirm_rounds`), with this timer's
+        options for all of them and its warm-up, if it has one."""
+        return confirm_rounds(list(calls), lambda name, n: self.samples(calls[name], n),
+                              self.confirm_options(len(calls)), search_ms=search_ms, warm=getattr(self, "warm", None))
 
 
 class WallClockTimer(Timer):
@@ -117,13 +124,9 @@ class OracleTimer(Timer):
 
     def _samples(self, call: Call, n: int) -> list[float]:
         if call not in self._warmed:
-            self.oracle.prepare(call)  # warmed up once
+            self.oracle.warm(call)
             self._warmed.add(call)
-        # a graph for these samples only, released after them: graphs kept side by side do not reliably keep
-        # what each allocated during its capture (a hook's copies, a library's workspace), as the GPU worker's
-        # confirmation found with cuDNN (evotune.measurement.gpu_worker)
-        launch, _ = self.oracle.capture(call)
-        return self.oracle.sample(launch, n)
+        return self.oracle.round(call, n)  # a graph for these samples only (a hook's copies allocate in it)
 
     def confirm_options(self, top_k: int) -> ConfirmOptions:
         return ConfirmOptions(top_k=top_k, per_round=10, min_rounds=3, max_rounds=30, ci_target=0.005,

@@ -164,11 +164,7 @@ class _Worker:
         """The confirmation stage in this worker: every point and baseline made ready once (verified on fresh
         data first), the GPU warmed up, then interleaved rounds of samples until the medians are tight.
 
-        Each item's round is timed from a CUDA graph captured for that round and dropped after it, not from
-        graphs captured once and kept side by side: a graph's memory allocated during capture (a library
-        call's output or workspace, as torch's cuDNN convolution allocates) is not reliably kept once other
-        graphs are captured after it, and on an H100 the cuDNN baseline's graph faulted with an illegal
-        address on replay once a CUTLASS baseline's graph had been captured after it."""
+        Each item's round is timed from a CUDA graph captured for that round only (:meth:`Oracle.round`)."""
         import time as _time
 
         import torch
@@ -204,7 +200,7 @@ class _Worker:
         for name, fn in fns.items():
             try:
                 launch = _bound(fn, call_args(fn, inputs))
-                self.oracle.prepare(launch)  # warmed up, and it launches (its graph is not kept)
+                self.oracle.warm(launch)  # and it launches
                 launches[name] = launch
             except Exception as exc:  # a baseline the library does not support for this shape
                 skipped[name] = f"{type(exc).__name__}: {exc}"[:500]
@@ -217,11 +213,7 @@ class _Worker:
                     launches[n]()
                 torch.cuda.synchronize()
 
-        def take(name: str, n: int) -> list[float]:
-            launch, _ = self.oracle.capture(launches[name])  # this round's graph, released after its samples
-            return self.oracle.sample(launch, n)
-
-        result = confirm_rounds(names, take, opts, search, warm)
+        result = confirm_rounds(names, lambda n, k: self.oracle.round(launches[n], k), opts, search, warm)
         doc = result.to_dict()
         doc.update(configs=configs, baselines=[n for n in names if n not in configs], skipped=skipped)
         return Reply(ReplyStatus.OK, confirmation=doc)
@@ -234,7 +226,7 @@ class _Worker:
             ok, _, why = _check(kernel, workload, problem, 4242)
             if ok:
                 launch = _bound(kernel, call_args(kernel, inputs))
-                self.oracle.prepare(launch)  # warmed up, and it launches (its graph is not kept)
+                self.oracle.warm(launch)  # and it launches
                 launches[name] = launch
         except Exception as exc:  # it ran in the search; if it fails now, it is left out, not trusted
             ok, why = False, f"{type(exc).__name__}: {exc}"[:500]

@@ -137,12 +137,15 @@ class Oracle:
             torch.cuda.synchronize()
             return None
 
-    def prepare(self, fn: Callable[[], object]) -> tuple[Callable[[], object], bool]:
-        """Warm ``fn`` up and capture it in a CUDA graph when it can be: (the launch to time, whether a graph)."""
-        torch = self.torch
+    def warm(self, fn: Callable[[], object]) -> None:
+        """Launch ``fn`` ``warmup`` times (its first launches compile, allocate, pick algorithms) and wait."""
         for _ in range(self.warmup):
             fn()
-        torch.cuda.synchronize()
+        self.torch.cuda.synchronize()
+
+    def prepare(self, fn: Callable[[], object]) -> tuple[Callable[[], object], bool]:
+        """Warm ``fn`` up and capture it in a CUDA graph when it can be: (the launch to time, whether a graph)."""
+        self.warm(fn)
         return self.capture(fn)
 
     def capture(self, fn: Callable[[], object]) -> tuple[Callable[[], object], bool]:
@@ -155,6 +158,15 @@ class Oracle:
         launch()
         torch.cuda.synchronize()
         return launch, graph
+
+    def round(self, fn: Callable[[], object], n: int) -> list[float]:
+        """``n`` samples of a warmed-up ``fn`` from a graph captured for them and released after them: how the
+        confirmation times each item's round. Graphs kept side by side are not independent: one's memory
+        allocated during its capture (a library call's output or workspace, as torch's cuDNN convolution
+        allocates) is not reliably kept once others are captured after it; on an H100 a cuDNN baseline's graph
+        faulted with an illegal address on replay once a CUTLASS kernel's graph had been captured after it."""
+        launch, _ = self.capture(fn)
+        return self.sample(launch, n)
 
     def sample(self, launch: Callable[[], object], n: int) -> list[float]:
         """``n`` samples (ms) of a prepared launch, each its own pair of CUDA events after a cold L2."""
