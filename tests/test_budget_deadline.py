@@ -102,6 +102,23 @@ def test_the_clock_goes_on_from_what_the_study_held(tmp_path):
     assert result.stopped == "seconds" and result.clock_s == 40.0
 
 
+def test_a_study_resumed_with_less_time_left_than_an_evaluation_takes_ends_at_once(tmp_path):
+    clock = FakeClock()
+    _tune(tmp_path, Slow(clock, cost=10.0), Budget(trials=100, seconds=35.0), clock)  # 3 trials, stopped at 30
+
+    class Untouched(Slow):
+        def evaluate(self, point, problem):
+            raise AssertionError("an evaluation was started that the time left could not fit")
+
+        def prefetch(self, points, problem):
+            raise AssertionError("compiles were started for a deadline that has come")
+
+    ev = Untouched(clock, cost=10.0)
+    ev.prefetch_depth = 4
+    result, store = _tune(tmp_path, ev, Budget(trials=100, seconds=35.0), clock)
+    assert result.stopped == "seconds" and result.trials == 3 and len(store.history()) == 3
+
+
 class Confirming(Slow):
     """Confirms, as the GPU evaluator does, taking whatever time it is given (on the fake clock)."""
 
@@ -169,4 +186,80 @@ def test_the_gpu_evaluator_stops_waiting_for_a_compile_at_the_deadline_and_kills
     for p in processes:
         p.join()
         assert p.exitcode is not None and p.exitcode < 0  # killed, not left compiling beside the GPU worker
+    assert ev._pool is None and ev._compiling == {}
+
+
+def test_the_gpu_evaluator_builds_the_confirmations_candidates_side_by_side_before_confirming(monkeypatch):
+    """After a resume the candidates' kernels are not built: the pool builds them together, and only then does the
+    GPU worker re-time them (it would otherwise build them one after another, a minute each for nvcc)."""
+    import threading
+
+    from evotune.measurement import gpu
+    from evotune.measurement.messages import Confirm, Reply, ReplyStatus
+    from evotune.running.experiment import OracleOptions
+
+    ev = object.__new__(gpu.GpuEvaluator)  # its state only: no GPU worker is started
+    ev.space, ev.timeout_s, ev.options = load_space(str(FAULTS)), 300.0, OracleOptions()
+    ev.workers, ev._compiling = 3, {}
+    ev.bound(None)
+    points = [{"mode": "ok_fast", "size": s} for s in (1, 2, 3)]
+    started, built = threading.Barrier(3, timeout=60), set()
+
+    def precompile(source, point, problem):  # all three in the pool at once, or the barrier breaks
+        started.wait()
+        built.add(point["size"])
+        return 0.0, None, False
+
+    class Worker:
+        def call(self, message, timeout_s=None):
+            assert isinstance(message, Confirm)
+            assert built == {1, 2, 3}, "the GPU worker was asked to confirm before the pool had built every candidate"
+            return Reply(ReplyStatus.OK, confirmation={"items": {}})
+
+    monkeypatch.setattr(gpu, "_precompile", precompile)
+    ev._pool, ev._worker = concurrent.futures.ThreadPoolExecutor(3), Worker()
+    assert ev.confirm(points, PROBLEM, [1.0, 2.0, 3.0]) == {"items": {}}
+    assert ev._compiling == {}
+    ev._pool.shutdown()
+
+
+def _compile_with_a_child(pid_file: str) -> None:
+    """A compile process's task that starts a compiler of its own (a sleeping child) and waits for it."""
+    import subprocess
+
+    child = subprocess.Popen(["sleep", "3600"])
+    Path(pid_file).write_text(str(child.pid))
+    child.wait()
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:  # gone
+        return False
+
+
+def test_abandoning_the_compiles_kills_the_compilers_they_started(tmp_path):
+    import multiprocessing
+    import os
+
+    from evotune.measurement import gpu
+    from evotune.measurement.processes import pool_initializer
+
+    ev = object.__new__(gpu.GpuEvaluator)
+    pool = concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"),
+                                                  initializer=pool_initializer,
+                                                  initargs=(dict(os.environ), gpu._pool_init))
+    pid_file = tmp_path / "child"
+    ev._pool, ev._compiling = pool, {("p", "k"): pool.submit(_compile_with_a_child, str(pid_file))}
+    while not pid_file.exists() or not pid_file.read_text():
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    ev.abandon()
+    waited = time.monotonic() + 120  # a guard against a hang only: a killed process is gone in milliseconds
+    while _running(child) and time.monotonic() < waited:  # killed: gone, or a zombie until its new parent reaps it
+        time.sleep(0.05)
+    if _running(child):
+        os.kill(child, 9)
+        raise AssertionError("the compiler a compile process started outlived it")
     assert ev._pool is None and ev._compiling == {}

@@ -39,6 +39,7 @@ Example::
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Iterable
 from concurrent.futures import wait
@@ -126,9 +127,7 @@ class GpuEvaluator(Evaluator):
         try:
             return future.result(timeout=self.timeout_s)
         except Exception as exc:  # the compile process died or hung: the GPU worker compiles it itself
-            if self._pool is not None:
-                self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool, self._compiling = None, {}
+            self.abandon()
             return 0.0, f"pool: {type(exc).__name__}: {exc}", None
 
     def _settle(self) -> None:
@@ -145,19 +144,19 @@ class GpuEvaluator(Evaluator):
         self._compiling.clear()
 
     def abandon(self) -> None:
-        """Kill the compiles in flight and drop the queued ones: the run's time is spent."""
+        """Kill the compiles in flight, the compilers they started included, and drop the queued ones: the run's
+        time is spent, or a compile hung. A compiler left running would hold its kernel's cache lock, and the
+        GPU worker would wait for it, and take the cores a later compile needs."""
         if self._pool is not None:
             processes = list((getattr(self._pool, "_processes", None) or {}).values())
             self._pool.shutdown(wait=False, cancel_futures=True)
             for process in processes:
-                process.terminate()
+                kill_group(process)
             self._pool = None
         self._compiling.clear()
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+        self.abandon()  # nothing is compiling at a normal end; after an interrupt, nobody waits for a compile
         self._worker.close()
 
     # -- the interface -------------------------------------------------------
@@ -209,11 +208,29 @@ class GpuEvaluator(Evaluator):
             warmup = min(opts.warmup_s, seconds / 10)
             opts = replace(opts, warmup_s=warmup, max_seconds=max(1.0, min(opts.max_seconds, seconds - warmup)))
         self._settle()
+        # After a resume, or on a host whose kernel cache is cold, the candidates are not built: build them side
+        # by side in the pool first, not one after another in the GPU worker (a minute each for nvcc). A failed
+        # build is left to the GPU worker, which reports it as it sees it.
+        self.prefetch(points, problem)
+        for point in points:
+            self._precompiled(point, problem)
         budget = opts.max_seconds + opts.warmup_s + self.timeout_s * (len(points) + 1)
         reply = self._worker.call(Confirm(points, problem.to_dict(), search_ms, opts), timeout_s=budget)
         if not reply.ok or reply.confirmation is None:
             return {"error": reply.message or reply.status.value}
         return reply.confirmation
+
+
+def kill_group(process: Any) -> None:
+    """Kill a compile process and what it started (its process group, :func:`_pool_init`); the process alone
+    where it does not lead a group (killed before its initializer ran)."""
+    try:
+        if os.getpgid(process.pid) == process.pid:
+            os.killpg(process.pid, signal.SIGKILL)
+            return
+    except (ProcessLookupError, PermissionError, TypeError):
+        pass
+    process.kill()
 
 
 def start_processes(spaces: Iterable[SearchSpace]) -> StartContext:
@@ -267,6 +284,9 @@ def _pool_init() -> None:
     from evotune.measurement.processes import refuse_inherited_cuda
 
     refuse_inherited_cuda()  # the pool breaks: the GPU worker compiles its points, the next pool starts as it does
+    # a compile process leads its own process group, so that killing the group (kill_group) ends the nvcc it runs
+    # too: killed alone, it would leave nvcc compiling as an orphan
+    os.setpgrp()
 
     os.environ.setdefault("TRITON_CACHE_DIR", str(cache_root() / "triton"))
     os.environ.setdefault("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")

@@ -171,6 +171,9 @@ class _Run:
         self.strategy.warm_start([(r.point, r.value) for r in history])
         for r in history:
             self.state.add(r.number, r.key, r.point, r.value, r.clock_s)
+        # the stored evaluations' wall times predict the next one's: a study resumed with less time left than
+        # that ends at once, instead of handing points to a compile pool for a deadline that has come
+        self.walls = [float(r.attrs["wall_s"]) for r in history if r.attrs.get("wall_s") is not None]
         self.claims.begin(self.state.done, self.sync)
         self.report()
 
