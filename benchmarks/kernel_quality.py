@@ -264,6 +264,21 @@ def confirmed_tables(rows: list[Confirmed], path: Path) -> str:
     return "\n".join(out)
 
 
+def confirmed_conv_table(path: Path) -> str:
+    """The confirmed table's convolution rows: each layer's best against the fastest baseline re-timed beside it."""
+    rows = [d for d in json.loads(path.read_text()) if d.get("kind") == "conv2d"]
+    if not rows:
+        return ""
+    out = ["", "", "Confirmed convolutions (the fastest baseline timed beside each layer's best):", "",
+           "| dtype | layer | space | best (µs) | ±95% | baseline | baseline / best |", "|---|---|---|---|---|---|---|"]
+    for d in sorted(rows, key=lambda d: d["problem_key"]):
+        e, half = d["extra"], 100 * (d["ci95_ms"][1] - d["ci95_ms"][0]) / 2 / d["time_ms"]
+        layer = f"N{e['N']} C{e['C']} H{e['H']} W{e['W']} K{e['K']} {e['R']}x{e['S']}"
+        out.append(f"| {d['dtype']} | {layer} | {d['space']} | {d['time_ms'] * 1e3:.1f} | {half:.1f}% "
+                   f"| {d['baseline']} | **{d['speedup']:.3f}x** |")
+    return "\n".join(out)
+
+
 def bar_chart(rows: Sequence[Row | Confirmed], path: Path, title: str) -> None:
     from evotune.reporting.plots import _save, plt  # matplotlib (Agg) only when plotting
 
@@ -308,8 +323,9 @@ def main(argv: list[str] | None = None) -> int:
     for ls, r in zip(loaded, rows, strict=True):
         if ls.meta.get("complete"):  # over a sample, the worst value of a knob says nothing
             losses.setdefault(ls.space_name, []).append((r.shape_class, knob_loss(ls)))
-    text = confirmed_tables(confirmed, args.confirmed) + "\n\nNot confirmed: the landscapes' best against a baseline " \
-        "timed once, before recording:\n\n" + tables(rows, losses)
+    text = (confirmed_tables(confirmed, args.confirmed) + confirmed_conv_table(args.confirmed)
+            + "\n\nNot confirmed: the landscapes' best against a baseline timed once, before recording:\n\n"
+            + tables(rows, losses))
     print(text)
     if args.markdown:
         args.markdown.write_text(text + "\n")

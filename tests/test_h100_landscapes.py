@@ -70,6 +70,12 @@ def test_kernel_quality_report_covers_every_recorded_shape(tmp_path, monkeypatch
     assert (tmp_path / "kq.png").stat().st_size > 10_000
     for dtype in ("int8", "bf16", "fp16"):
         assert f"| cute_hopper_gemm | {dtype} |" in text
+    convs = [d for d in json.loads((ROOT / "benchmarks" / "confirmed" / "h100.json").read_text())
+             if d.get("kind") == "conv2d"]
+    for d in convs:  # every confirmed convolution has its row, with its ratio
+        e = d["extra"]
+        assert f"| N{e['N']} C{e['C']} H{e['H']} W{e['W']} K{e['K']} {e['R']}x{e['S']} |" in text
+        assert f"**{d['speedup']:.3f}x** |" in text
 
 
 def test_the_recording_experiments_name_every_listed_shape():
