@@ -90,6 +90,7 @@ def test_the_nearest_sources_winners_come_first():
     assert sources[1].distance < sources[0].distance
     space, fs, times = target.replay()
     s = make_strategy("default", space, fs, seed=0, ctx=Context(problem=problem), sources=sources)
+    assert s.prior.corroborated(0.6)  # two sources that rank the rows alike: their winners come before the checks
     first, second = s.ask(1)[0], s.ask(1)[0]
     assert near.landscape.lookup(first).time_ms == near.landscape.optimum_ms  # the nearest source's winner
     # then the next source's fastest that this shape can run (its own winner, unless that was the first)
@@ -99,7 +100,7 @@ def test_the_nearest_sources_winners_come_first():
     assert target.optimum / float(times[fs.row(first)]) >= 0.98
 
 
-def test_a_batch_asked_before_any_result_takes_the_winners_then_what_the_prior_ranks_best():
+def test_a_batch_asked_before_any_result_takes_the_checks_then_the_winner_then_what_the_prior_ranks_best():
     # the GPU evaluator asks a compile pool's worth of points at once, before any result is told
     target, near = int8("64x4096x11008"), int8("64x4096x4096")
     problem = target.landscape.problem
@@ -109,7 +110,8 @@ def test_a_batch_asked_before_any_result_takes_the_winners_then_what_the_prior_r
     batch = s.ask(14)
     assert len(batch) == 14 and len({space.key(p) for p in batch}) == 14
     assert all(p in fs for p in batch)
-    assert near.landscape.lookup(batch[0]).time_ms == near.landscape.optimum_ms
+    assert [fs.row(p) for p in batch[:5]] == rows_of(target, 0, 5)  # plain default's first points: the checks
+    assert near.landscape.lookup(batch[5]).time_ms == near.landscape.optimum_ms
     s.tell([(p, float(times[fs.row(p)])) for p in batch])
     assert len(s.ask(14)) == 14  # and the search goes on from what was told
 

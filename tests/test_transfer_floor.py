@@ -55,7 +55,7 @@ def test_a_prior_that_leads_to_a_local_optimum_is_given_up_and_plain_default_goe
     source = bench.local_optimum_source(gemm)
     rows, s = proposals(gemm, 0, n, [source])
     times = gemm.replay()[2]
-    assert gemm.optimum / times[rows[0]] < 0.9  # the source's winner: the local optimum
+    assert gemm.optimum / times[rows[5]] < 0.9  # the source's winner, after the checks: the local optimum
     assert s._given_up
     plain, _ = proposals(gemm, 0, n)
     # every row plain default proposed in this run was measured, and its proposals after the prior was dropped
@@ -65,36 +65,37 @@ def test_a_prior_that_leads_to_a_local_optimum_is_given_up_and_plain_default_goe
     assert all(r in s._plain_rows for r in rows[-20:])  # dropped well before the end
 
 
-def test_a_rank_reversed_source_is_dropped_at_the_checks(gemm):
+def test_a_rank_reversed_source_is_dropped_at_the_checks_for_no_evaluation(gemm):
     rows, s = proposals(gemm, 1, 12, [bench.reversed_source(gemm)])
     assert s._given_up and not s._trusted
     plain, _ = proposals(gemm, 1, 12)
-    # two winners (the slowest points), then plain default's own start-up sample, checks included
-    assert rows[2:] == [r for r in plain if r not in rows[:2]][:10]
+    assert rows == plain  # the checks are plain default's own first points: found out on them, it costs nothing
 
 
 def test_with_trustworthy_sources_the_floor_share_is_plain_defaults(gemm):
     other = Case.load(str(LANDSCAPES / "gemm_RTX_3060_laptop.json.gz"), 100)
     source = bench.sources_for(gemm, [other])
     rows, s = proposals(gemm, 0, 20, source)
-    assert gemm.optimum / min(float(gemm.replay()[2][r]) for r in rows[:2]) >= 0.99  # the winners transfer
+    assert rows[:5] == proposals(gemm, 0, 5)[0]  # the checks: plain default's own first points
+    assert gemm.optimum / min(float(gemm.replay()[2][r]) for r in rows[5:7]) >= 0.99  # then the winners transfer
     assert s._plain_rows  # and a share of the proposals, after the start-up, is plain default's own
 
 
-def test_a_ranking_that_dips_below_trust_after_the_checks_suspends_the_prior_until_it_recovers():
-    """pnpoly's other GPU ranks the told results at about the trust threshold: after the checks one result can
-    take the correlation just below it. The prior is then left out (plain default's own proposal) and used
-    again once the correlation recovers, not dropped for good, so that its local work goes on."""
-    target = Case.load(str(LANDSCAPES / "pnpoly_RTX_2080_Ti.json.gz"), 100)
-    other = Case.load(str(LANDSCAPES / "pnpoly_RTX_3060_laptop.json.gz"), 100)
-    space, fs, times = target.replay()
-    s = make_strategy("default", space, fs, seed=0, ctx=Context(problem=target.landscape.problem),
-                      sources=bench.sources_for(target, [other]))
+def test_a_ranking_that_dips_below_trust_after_the_checks_suspends_the_prior_until_it_recovers(gemm):
+    """A source of another GPU can rank the told results at about the trust threshold (pnpoly's did, at
+    0.61-0.69), so after the checks one result can take the correlation just below it. The prior is then left
+    out (plain default's own proposal) and used again once the correlation recovers, not dropped for good, so
+    that its local work goes on. The correlation is scripted here: 0.8, then one dip to 0.5, then 0.8."""
+    other = Case.load(str(LANDSCAPES / "gemm_RTX_3060_laptop.json.gz"), 100)
+    space, fs, times = gemm.replay()
+    s = make_strategy("default", space, fs, seed=0, ctx=Context(problem=gemm.landscape.problem),
+                      sources=bench.sources_for(gemm, [other]))
+    told = iter([0.8] * 3 + [0.5] + [0.8] * 20)
+    s.prior.agreement = lambda: next(told) if len(s.values) >= 5 else None
     states = []
-    for _ in range(16):
+    for _ in range(12):
         (p,) = s.ask(1)
-        t = float(times[fs.row(p)])
-        s.tell([(p, None if math.isnan(t) else t)])
+        s.tell([(p, float(times[fs.row(p)]))])
         states.append("given up" if s._given_up else "trusted" if s._trusted else "left out")
     first = states.index("trusted")
     suspended = states.index("left out", first)
@@ -102,9 +103,10 @@ def test_a_ranking_that_dips_below_trust_after_the_checks_suspends_the_prior_unt
     assert "trusted" in states[suspended:]
 
 
-#: A source whose best is a local optimum costs plain default's trajectory the prior's evaluations (the winners,
-#: then ``distrust`` results without a better time): 9.5-13 more to 0.99 than plain default, above the 10% bound;
-#: benchmarks/transfer.py --family adversarial measures those cases (RESULTS.md), so they are not repeated here.
+#: A lone source is checked against plain default's own first points before its winners are measured, so a
+#: reversed or other-vendor one costs nothing. One whose best is a local optimum ranks those points as the target
+#: does and is trusted: it costs its winners and up to ``distrust`` results, above the 10% bound on seven of ten
+#: landscapes; benchmarks/transfer.py --family adversarial measures every case (RESULTS.md).
 CASES = [(LANDSCAPES / "convolution_A4000.json.gz", "reversed"),
          (LANDSCAPES / "convolution_A4000.json.gz", "other-vendor"),
          (LANDSCAPES / "gemm_RTX_2080_Ti.json.gz", "reversed"),

@@ -19,7 +19,8 @@ and GPU are from the target's (:mod:`evotune.search.transfer` computes that; 0 i
   target's; the sources then speak through the launch shape their fast points had, not only through the
   same parameter values (which, where the problem grows, launch other grids);
 * :meth:`Prior.picks` are the transferred winners: the fastest rows of each source
-  in turn, nearest source first;
+  in turn, nearest source first; :meth:`Prior.remembered` the winners of sources that hold a single
+  time (a tuning cache's entries), which ``default`` measures before anything else;
 * :meth:`Prior.agreement` is the Spearman correlation between the prior and the told
   times: the strategy trusts the prior only while it is high enough.
 
@@ -53,6 +54,8 @@ from evotune.search.surrogate import (
 MIN_RANKED = 5
 #: a source's measured rows used to predict the rows it lacks (a random subset beyond this)
 PREDICT_ROWS = 300
+#: rows on which the sources' rankings are compared with each other (a random subset beyond this)
+CORROBORATE_ROWS = 2000
 #: sources further than this from the target (a factor of 16 in one size, or another dtype and more than a
 #: factor of two) are not used: the two H100 Triton landscapes (bf16 4096^3, int8 64 x 4096 x 11008, distance
 #: 10) misled each other (42 evaluations to 0.99 against 18 without)
@@ -261,6 +264,29 @@ class Prior:
                             break
             depth += 1
         return out
+
+    def corroborated(self, trust: float) -> bool:
+        """Whether at least two sources with a ranking rank the target's rows alike (their mean pairwise Spearman
+        correlation at least ``trust``): then their winners are worth measuring before any check."""
+        cols = [i for i in range(len(self)) if self.ranked[i] and not self.names[i].startswith("launch:")]
+        if len(cols) < 2:
+            return False
+        rng = np.random.default_rng(self.strategy.seed)
+        n = self.z.shape[1]
+        rows = rng.choice(n, size=min(n, CORROBORATE_ROWS), replace=False)
+        pairs = [spearman(self.z[a, rows], self.z[b, rows]) for j, a in enumerate(cols) for b in cols[j + 1:]]
+        return float(np.mean(pairs)) >= trust
+
+    def remembered(self, n: int) -> list[int]:
+        """Up to ``n`` fresh rows: the winners of the sources that hold a single time (a tuning cache's entry for
+        another problem), nearest first. They have no ranking to check a prior by; remembering them is their use."""
+        out: list[int] = []
+        for i in np.argsort(self.distance, kind="stable"):
+            if not self.ranked[i] and self._fastest[i]:
+                r = self._fastest[i][0]
+                if not self.strategy.taken[r] and r not in out:
+                    out.append(r)
+        return out[:n]
 
     def best_rows(self, n: int) -> np.ndarray:
         """The ``n`` fresh rows the prior ranks fastest."""

@@ -30,27 +30,36 @@ The algorithm:
 
 6. **Transfer** (``sources`` given and ``transfer`` on): related results of the same
    space (other shapes, other GPUs; :mod:`evotune.search.prior`) make a prior
-   over the feasible points. The first proposals are half of the ``transfer_first``
-   winners of the sources, nearest source first; the next ``transfer_checks`` are the
-   first points of the start-up sample; the other winners follow while the prior is
-   trusted. While the prior ranks the told results with a Spearman correlation of at
-   least ``trust``, it replaces the start-up sample: the GP models what the prior
+   over the feasible points. The first proposals are the ``transfer_checks`` first points
+   of plain ``default``'s own start-up sample (a tuning cache's remembered winners, which
+   have no ranking to check, come before them): plain ``default`` would have measured them
+   too, so a prior found out on them costs nothing. If the prior ranks them with a Spearman
+   correlation of at least ``trust``, the ``transfer_first`` winners of the sources follow,
+   nearest source first; between ``probation`` and ``trust``, one winner is measured and
+   the prior judged again with it. Sources that corroborate each other (two or more whose
+   rankings of the target's rows agree at ``trust``, :meth:`Prior.corroborated`: the other
+   shapes of one GPU) have half of the winners measured first, in place of as many checks.
+   While the prior is trusted it replaces the start-up sample: the GP models what the prior
    (scaled by least squares) leaves unexplained, and the prior's best-ranked fresh
    points join the candidates. The transferred winners are then close to the optimum
    and the last percent is usually one or two parameters away: the stalled local
    step comes after ``trusted_patience`` results without a better time, not
    ``patience``, and takes every proposal it applies to (``trusted_local``). A prior
-   that ranks the checks below ``trust`` is dropped.
+   that ranks the checks below ``trust`` (after its probation winner) is dropped.
    **The floor**: a prior can mislead while ranking the told results well (its best point a local optimum of
    the target, say), and then the trusted local step alone would keep proposing that optimum's neighbours.
-   So after the start-up a share ``floor`` of the proposals is plain ``default``'s own: an inner plain
-   ``default``, told only the results of its own proposals (points it asks for that were measured already
-   are told at once, for no evaluation), makes them. While the prior's correlation is below ``trust``
+   So after the start-up a share of the proposals is plain ``default``'s own: an inner plain ``default``,
+   told only the results of its own proposals (points it asks for that were measured already, the checks
+   among them, are told at once, for no evaluation), makes them. The share is ``floor`` after a better time
+   and grows by ``floor_step`` with each result that brings none, so a prior that has stopped improving
+   gives its proposals over to plain ``default`` within a few results. While the prior's correlation is below ``trust``
    after the checks, it is left out and that plain ``default`` proposes; it is used again once the
    correlation recovers (a source of another GPU can rank the told results at about ``trust``, and its
    local work near the optimum is what transfer gains). The prior is dropped for good once ``distrust``
-   results bring no better time; every proposal is then that plain ``default``'s, so the search goes on
-   as plain ``default`` would have from the start, a few evaluations later. Without sources nothing changes.
+   results bring no better time, or once plain ``default``'s own points (the checks, its share) hold a
+   better time than every point the prior chose; every proposal is then that plain ``default``'s, so the
+   search goes on as plain ``default`` would have from the start, a few evaluations later (none where the
+   prior was found out on the checks). Without sources nothing changes.
 7. **Compile cost**: in a space whose launch arguments are free once a kernel is
    built (``SearchSpace.compiled_params``: a CUTLASS kernel's raster, swizzle and
    stream-K decomposition), the expected improvement of a point whose kernel is
@@ -61,8 +70,9 @@ The algorithm:
 Options (defaults): ``startup`` 10, ``pool`` 1000, ``top`` 5, ``cross`` 50,
 ``local`` 0.5, ``patience`` 30, ``relevance`` true, ``shared`` 40,
 ``stall_shared`` true, ``noise`` 1e-3, ``refit`` 10 (results between length-scale
-fits), ``transfer`` true, ``transfer_first`` 4, ``transfer_checks`` 3, ``trust`` 0.6,
-``trusted_patience`` 3, ``trusted_local`` 1.0, ``floor`` 0.2, ``distrust`` 12, ``compile_cost`` 20.
+fits), ``transfer`` true, ``transfer_first`` 4, ``transfer_checks`` 5, ``trust`` 0.6, ``probation`` 0.2,
+``trusted_patience`` 3, ``trusted_local`` 1.0, ``floor`` 0.2, ``floor_step`` 0.1, ``distrust`` 12,
+``compile_cost`` 20.
 The measurements behind each choice are in ``docs/STRATEGY_DESIGN.md``.
 
 Example::
@@ -102,14 +112,19 @@ class Default(GaussianProcess):
         "noise": Option(1e-3, float, 1e-9, 1.0),
         "refit": Option(10, int, 1),  # results between length-scale fits
         "transfer": Option(True, bool),  # learn from related results (sources) when there are any
-        "transfer_first": Option(4, int, 0),  # the sources' winners measured: half first, the rest once trusted
-        "transfer_checks": Option(3, int, 0),  # then spread-out points, against which the prior's ranking is checked
+        "transfer_first": Option(4, int, 0),  # the sources' winners measured once the prior passes its checks
+        # plain default's first start-up points, measured first: the prior's ranking is checked against them
+        "transfer_checks": Option(5, int, 0),
         "trust": Option(0.6, float, -1.0, 1.0),  # rank correlation the prior must keep with the told times
+        # a prior ranking the checks at least this well (but below trust) gets one winner measured, then is judged
+        "probation": Option(0.2, float, -1.0, 1.0),
         # with a trusted prior the transferred winners are near the optimum: step to their neighbours sooner
         "trusted_patience": Option(3, int, 1),
         "trusted_local": Option(1.0, float, 0.0, 1.0),
         # with a trusted prior, this share of proposals is plain default's own: those it makes on its own
         "floor": Option(0.2, float, 0.0, 1.0),
+        # ... growing by this with each result since the last better time
+        "floor_step": Option(0.0, float, 0.0, 1.0),
         # results without a better time after which a trusted prior is dropped for good
         "distrust": Option(12, int, 1),
         # a new kernel's cost in evaluations, for spaces with launch arguments (0: every point costs the same)
@@ -132,6 +147,10 @@ class Default(GaussianProcess):
         self._used = False  # whether the prior passed its checks
         self._given_up = False  # whether the prior was dropped for good: the search is plain default's own
         self._winners = 0  # transferred winners handed out
+        self._probed = False  # whether the prior had its probation winner
+        self._remembered: list[int] = []  # the winners measured before the checks
+        self._early = 0  # of which corroborated sources' winners, measured in place of as many checks
+        self._checks: set[int] = set()  # the check rows: plain default's own start-up points
         self._trusted_from = 0  # results told when the prior came into use
         self._plain: Default | None = None  # plain default, on its own: told only the results of its proposals
         self._plain_rows: set[int] = set()  # the rows it proposed
@@ -168,10 +187,15 @@ class Default(GaussianProcess):
         return super()._propose()
 
     def _floor_turn(self) -> bool:
-        """Whether this proposal, with the prior in use, is one of the ``floor`` share that plain default makes
-        (counted from the end of the start-up: the first ``startup`` are the prior's, as its gains come early)."""
-        floor, q = float(self.options["floor"]), self._proposals - int(self.options["startup"])
-        return floor > 0 and q > 0 and int(q * floor) > int((q - 1) * floor)
+        """Whether this proposal, with the prior in use, is one of plain default's share (none before the end of
+        the start-up: the prior's gains come early): ``floor``, plus ``floor_step`` for each result since the
+        last better time (or since the prior came into use)."""
+        o = self.options
+        if self._proposals <= int(o["startup"]):
+            return False
+        waited = len(self.values) - max(self._improved_at, self._trusted_from)
+        share = min(1.0, float(o["floor"]) + float(o["floor_step"]) * waited)
+        return share > 0 and self.rng.random() < share
 
     def _plain_row(self) -> int | None:
         """Plain default's next proposal, as it would make it on its own: a point it proposes that was measured
@@ -194,36 +218,49 @@ class Default(GaussianProcess):
                 return row
 
     def _transferred(self) -> int | None:
-        """A transferred winner or a check point while those last; else decide whether the prior stays in use.
+        """A remembered winner or a check point while those last; else decide whether the prior stays in use.
 
-        The check points are the first of plain default's own start-up sample, spread out, so that the told
-        results hold both the prior's favourites and ordinary points. The prior is dropped for good, and the
-        search is plain ``default``'s own from then on (:meth:`_plain_row`), if it ranks the told results with
-        a Spearman correlation below ``trust`` at the end of the checks, or once ``distrust`` results have
-        brought no better time: it has then led to a local optimum, or to the optimum, and either way what
-        remains is plain ``default``'s global work. A correlation below ``trust`` later only leaves the prior
-        out (``_trusted`` false: plain default proposes) until it recovers.
+        The check points are the first of plain default's own start-up sample, spread out: plain default
+        measures them too, so a prior found out on them costs no evaluation, and a trusted one has been
+        checked against ordinary points before its favourites. The prior is dropped for good, and the search
+        is plain ``default``'s own from then on (:meth:`_plain_row`), if it ranks the told results with a
+        Spearman correlation below ``trust`` at the end of the checks (below ``probation``, or again after
+        its probation winner), once ``distrust`` results have brought no better time, or once plain default's
+        own points hold a better time than every point the prior chose: it has then led to a local optimum, or
+        to the optimum, and either way what remains is plain ``default``'s global work. A correlation below
+        ``trust`` later only leaves the prior out (``_trusted`` false: plain default proposes) until it recovers.
         """
         assert self.prior is not None
         o = self.options
         first, checks = int(o["transfer_first"]), int(o["transfer_checks"])
-        early = (first + 1) // 2  # winners before the checks; the rest only while the prior is trusted
         if self._proposals == 1:
             self._startup = self.seed_rows(int(o["startup"]))  # before any pick is taken, as plain default does
-        if self._proposals <= early:
-            row = self._winner()
-            if row is not None:
-                return row
-        elif self._proposals <= early + checks:
-            row = self.startup_row(int(o["startup"]))
-            if row is not None:
-                return row
+            self._remembered = self.prior.remembered(first)
+            if self.prior.corroborated(float(o["trust"])):  # sources that agree: half their winners come first
+                picks = [r for r in self.prior.picks((first + 1) // 2) if r not in self._remembered]
+                self._remembered += picks
+                self._early = len(picks)
+                self._winners += len(picks)
+        if self._proposals <= len(self._remembered):
+            remembered = self._remembered[self._proposals - 1]
+            if not self.taken[remembered]:
+                return remembered
+        elif self._proposals <= len(self._remembered) + checks - self._early:
+            check = self.startup_row(int(o["startup"]))
+            if check is not None:
+                self._checks.add(check)
+                return check
         agree = self.prior.agreement()
         low = agree is not None and agree < float(o["trust"])
         if not self._used:
             self._trusted_from = len(self.values)  # the checks' results do not count against the prior
         stalled = self._used and len(self.values) - max(self._improved_at, self._trusted_from) >= int(o["distrust"])
-        if stalled or (low and not self._used):
+        if low and not self._used and not self._probed and agree is not None and agree >= float(o["probation"]):
+            self._probed = True  # ranked the checks fairly: its first winner decides
+            winner = self._winner()
+            if winner is not None:
+                return winner
+        if stalled or self._outrun() or (low and not self._used):
             self._given_up, self._trusted = True, False
             return None
         self._used, self._trusted = True, not low
@@ -231,6 +268,16 @@ class Default(GaussianProcess):
             return None
         self._prior_relevant.prior = self._prior_shared.prior = self.prior.mean
         return self._winner() if self._winners < first else None
+
+    def _outrun(self) -> bool:
+        """Whether plain default's own points (the checks, its proposals) hold a better time than every point
+        the prior chose (its winners, its model's proposals): plain default is then ahead on its own."""
+        own: list[float] = []
+        chosen: list[float] = []
+        for row, value in self.values.items():
+            if value is not None:
+                (own if row in self._checks or row in self._plain_rows else chosen).append(value)
+        return bool(own and chosen) and min(own) < min(chosen)
 
     def _winner(self) -> int | None:
         """The next transferred winner (the sources' fastest points in turn), if any is fresh."""
