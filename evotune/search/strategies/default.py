@@ -50,12 +50,12 @@ The algorithm:
    the target, say), and then the trusted local step alone would keep proposing that optimum's neighbours.
    So after the start-up a share of the proposals is plain ``default``'s own: an inner plain ``default``,
    told only the results of its own proposals (points it asks for that were measured already, the checks
-   among them, are told at once, for no evaluation), makes them. The share is ``floor`` after a better time
-   and grows by ``floor_step`` with each result that brings none, so a prior that has stopped improving
-   gives its proposals over to plain ``default`` within a few results. While the prior's correlation is below ``trust``
-   after the checks, it is left out and that plain ``default`` proposes; it is used again once the
-   correlation recovers (a source of another GPU can rank the told results at about ``trust``, and its
-   local work near the optimum is what transfer gains). The prior is dropped for good once ``distrust``
+   among them, are told at once, for no evaluation), makes them: a share ``floor``, plus ``floor_step`` for
+   each result since the last better time (none by default: a growing share cost the convolution priors of
+   other GPUs their gains, as they need more than eight results for the last percent). While the prior's
+   correlation is below ``trust`` after the checks, it is left out and that plain ``default`` proposes; it is
+   used again once the correlation recovers (a source of another GPU can rank the told results at about
+   ``trust``, and its local work near the optimum is what transfer gains). The prior is dropped for good once ``distrust``
    results bring no better time, or once plain ``default``'s own points (the checks, its share) hold a
    better time than every point the prior chose; every proposal is then that plain ``default``'s, so the
    search goes on as plain ``default`` would have from the start, a few evaluations later (none where the
@@ -71,7 +71,7 @@ Options (defaults): ``startup`` 10, ``pool`` 1000, ``top`` 5, ``cross`` 50,
 ``local`` 0.5, ``patience`` 30, ``relevance`` true, ``shared`` 40,
 ``stall_shared`` true, ``noise`` 1e-3, ``refit`` 10 (results between length-scale
 fits), ``transfer`` true, ``transfer_first`` 4, ``transfer_checks`` 5, ``trust`` 0.6, ``probation`` 0.2,
-``trusted_patience`` 3, ``trusted_local`` 1.0, ``floor`` 0.2, ``floor_step`` 0.1, ``distrust`` 12,
+``trusted_patience`` 3, ``trusted_local`` 1.0, ``floor`` 0.2, ``floor_step`` 0, ``distrust`` 12,
 ``compile_cost`` 20.
 The measurements behind each choice are in ``docs/STRATEGY_DESIGN.md``.
 
