@@ -55,8 +55,8 @@ The algorithm:
    other GPUs their gains, as they need more than eight results for the last percent). While the prior's
    correlation is below ``trust`` after the checks, it is left out and that plain ``default`` proposes; it is
    used again once the correlation recovers (a source of another GPU can rank the told results at about
-   ``trust``, and its local work near the optimum is what transfer gains). The prior is dropped for good once ``distrust``
-   results bring no better time, or once plain ``default``'s own points (the checks, its share) hold a
+   ``trust``, and its local work near the optimum is what transfer gains). The prior is dropped for good once
+   ``distrust`` results bring no better time, or once plain ``default``'s own points (the checks, its share) hold a
    better time than every point the prior chose; every proposal is then that plain ``default``'s, so the
    search goes on as plain ``default`` would have from the start, a few evaluations later (none where the
    prior was found out on the checks). Without sources nothing changes.
