@@ -135,6 +135,7 @@ class Prior:
                 col = self._fill(col, encoding)
             z.append(col)
         self.names = names
+        self.joint = joint is not None  # whether column 0 is the launch model's (fitted on every source at once)
         self.z = np.array(z) if z else np.zeros((0, len(fs)))
         self.distance = np.array(dist)
         self.ranked = np.array(ranked, dtype=bool)
@@ -268,7 +269,7 @@ class Prior:
     def corroborated(self, trust: float) -> bool:
         """Whether at least two sources with a ranking rank the target's rows alike (their mean pairwise Spearman
         correlation at least ``trust``): then their winners are worth measuring before any check."""
-        cols = [i for i in range(len(self)) if self.ranked[i] and not self.names[i].startswith("launch:")]
+        cols = [i for i in range(int(self.joint), len(self)) if self.ranked[i]]  # the sources, not the joint model
         if len(cols) < 2:
             return False
         rng = np.random.default_rng(self.strategy.seed)
