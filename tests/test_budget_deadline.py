@@ -263,3 +263,23 @@ def test_abandoning_the_compiles_kills_the_compilers_they_started(tmp_path):
         os.kill(child, 9)
         raise AssertionError("the compiler a compile process started outlived it")
     assert ev._pool is None and ev._compiling == {}
+
+
+def _niceness() -> int:
+    import os
+
+    return os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def test_compile_processes_run_below_the_measuring_process():
+    """Where several workers fill a host's cores, the GPU worker's launches must not wait for a compile."""
+    import multiprocessing
+    import os
+
+    from evotune.measurement import gpu
+    from evotune.measurement.processes import pool_initializer
+
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"),
+                                                initializer=pool_initializer,
+                                                initargs=(dict(os.environ), gpu._pool_init)) as pool:
+        assert pool.submit(_niceness).result() == min(19, _niceness() + 5)

@@ -114,3 +114,24 @@ def test_a_worker_adds_up_its_studies_storage_and_measuring_time():
     assert costs.window_s == pytest.approx(4.0) and costs.busy_share == pytest.approx(3.2 / 4.0)
     assert costs.model().serial_eval_s == pytest.approx(0.2 / 40)  # claims and trials: under the storage's lock
     assert "80% of the 4.00 s from the first evaluation to the last" in costs.describe()
+
+
+def test_a_worker_notes_where_its_start_up_goes(tmp_path):
+    from pathlib import Path
+
+    from evotune.running.experiment import load_experiment
+    from evotune.running.run import run_experiment
+
+    landscape = Path(__file__).resolve().parents[1] / "experiments/landscapes/kerneltuner/gemm_RTX_2080_Ti.json.gz"
+    path = tmp_path / "exp.toml"
+    path.write_text(f'name = "marks"\nspace = "landscape"\n[oracle]\nkind = "replay"\nlandscapes = ["{landscape}"]\n'
+                    f'[[strategy]]\nname = "random"\n[budget]\ntrials = 5\n'
+                    f'[storage]\nurl = "sqlite:///{tmp_path / "s.db"}"\n')
+    costs = WorkerCosts()
+    run_experiment(load_experiment(path), progress=False, costs=costs)
+    steps = ["experiment read", "storage opened", "first problem taken up", "first baselines", "first sources read",
+             "first evaluation"]
+    assert list(costs.marks) == steps  # in the order they happen, each noted once
+    assert [costs.marks[s] for s in steps] == sorted(costs.marks[s] for s in steps)
+    costs.stop()
+    assert "start-up steps: experiment read" in costs.describe()

@@ -105,3 +105,33 @@ def test_a_child_that_inherited_cuda_is_started_again_with_spawn(out):
     # the second start was a clean interpreter: nothing preloaded, and it is not counted as a replacement
     assert refused["status"] == "ok" and refused["preloaded"] is False and refused["value"] == "later"
     assert refused["restarts"] == 0
+
+
+@pytest.mark.parametrize("gpus", [1, 0])
+def test_a_gpu_run_starts_its_measuring_processes_before_it_reads_the_gpu(tmp_path, monkeypatch, gpus):
+    """Their imports (torch, the spaces' compilers) take seconds; reading the GPU's limits and opening the storage
+    take seconds too: on a host with a GPU they overlap. On a host without one the experiment is refused while
+    resolving, and nothing has started."""
+    pytest.importorskip("torch")
+    from evotune.measurement import gpu
+    from evotune.running import session
+    from evotune.running.experiment import load_experiment
+
+    path = tmp_path / "exp.toml"
+    path.write_text('space = "triton_matmul"\nhardware = "auto"\n[oracle]\nkind = "gpu"\n[[problem]]\nm = 64\n'
+                    'n = 64\nk = 64\ndtype = "bf16"\n[strategy]\nname = "random"\n[budget]\ntrials = 4\n'
+                    f'[storage]\nurl = "sqlite:///{tmp_path / "s.db"}"\n')
+    happened: list[str] = []
+    monkeypatch.setattr(gpu, "host_gpus", lambda: gpus)
+    monkeypatch.setattr(gpu, "start_processes", lambda spaces: happened.append(
+        "measuring processes started: " + ",".join(s.name for s in spaces)))
+
+    def resolve(exp, measuring=True):
+        happened.append("targets resolved")
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(session, "resolve", resolve)
+    with pytest.raises(RuntimeError, match="stop here"):
+        session.Session(load_experiment(path))
+    assert happened == (["measuring processes started: triton_matmul"] if gpus else []) + ["targets resolved"]
+    assert not (tmp_path / "s.db").exists()

@@ -287,6 +287,9 @@ def _pool_init() -> None:
     # a compile process leads its own process group, so that killing the group (kill_group) ends the nvcc it runs
     # too: killed alone, it would leave nvcc compiling as an orphan
     os.setpgrp()
+    # below the tuner and the GPU worker: where the host's cores are all busy (several workers on one host),
+    # a compile waits, not the measuring process's launches and synchronisations, which every point waits on
+    os.nice(5)
 
     os.environ.setdefault("TRITON_CACHE_DIR", str(cache_root() / "triton"))
     os.environ.setdefault("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")

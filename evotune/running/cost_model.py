@@ -130,6 +130,11 @@ class WorkerCosts:
     first_eval: float | None = None
     last_eval: float | None = None
     wall_s: float = 0.0
+    marks: dict[str, float] = field(default_factory=dict)  # start-up steps: seconds from the process's start
+
+    def mark(self, step: str) -> None:
+        """Note that start-up step ``step`` ended now (the first time only): where a start-up's seconds go."""
+        self.marks.setdefault(step, round(time.time() - self.started, 3))
 
     def problem(self, seconds: float, evals: int, eval_s: float, store_s: float = 0.0, *, write_s: float = 0.0,
                 busy_s: float = 0.0, first_eval: float | None = None, last_eval: float | None = None) -> None:
@@ -144,6 +149,7 @@ class WorkerCosts:
         self.write_s += write_s
         self.busy_s += busy_s
         if first_eval is not None:
+            self.marks.setdefault("first evaluation", round(first_eval - self.started, 3))
             self.first_eval = first_eval if self.first_eval is None else min(self.first_eval, first_eval)
         if last_eval is not None:
             self.last_eval = last_eval if self.last_eval is None else max(self.last_eval, last_eval)
@@ -185,7 +191,9 @@ class WorkerCosts:
                 f"{len(self.problems_s)}), per evaluation {m.per_eval_s * 1e3:.1f} ms ({self.store_s / n * 1e3:.1f} "
                 f"waiting for the storage, {self.write_s / n * 1e3:.1f} written behind; {self.evals} evaluations), "
                 f"measuring {self.busy_s / n * 1e3:.1f} ms per evaluation, {100 * self.busy_share:.0f}% of the "
-                f"{self.window_s:.2f} s from the first evaluation to the last, wall {self.wall_s:.2f} s")
+                f"{self.window_s:.2f} s from the first evaluation to the last, wall {self.wall_s:.2f} s"
+                + (f"; start-up steps: {', '.join(f'{k} {v:.1f} s' for k, v in self.marks.items())}"
+                   if self.marks else ""))
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "window_s": self.window_s, "busy_share": self.busy_share,

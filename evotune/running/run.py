@@ -46,7 +46,10 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
     study whose budget is spent is not resumed (a worker that joins late).
     """
     session = Session(exp, console=console, progress=progress, resolved=resolved)
+    mark = costs.mark if costs is not None else _no_mark
+    mark("experiment read")
     with session:
+        mark("storage opened")
         check_resume(exp, session.targets, session.storage, session.console)  # refused before anything is said
         session.console.print(f"[bold]evotune[/] {exp.name}: space {', '.join(exp.spaces)}, oracle {exp.oracle}, "
                               f"strategies {', '.join(s.name for s in exp.strategies)}, storage {exp.storage}")
@@ -75,17 +78,24 @@ def _run(session: Session, draw_seed: int, split: str, costs: WorkerCosts | None
             claims_of[name] = make_claims(exp.storage, name)
         return claims_of[name].room(exp.budget.trials) > 0
 
+    mark = costs.mark if costs is not None else _no_mark
     results: list[TuneResult] = []
     ended: set[str] = set()
     for g, target, turns in session.groups(groups, unfinished, split, resume_finished):
         began, done = time.perf_counter(), len(results)
         before = dict(session.evaluator(target).cache_stats)
+        mark("first problem taken up")
+        if session.exp.oracle == "gpu":  # read once and kept: the measuring process is up and has seen its device
+            session.evaluators.device_info(session.evaluator(target))
+            mark("device read")
         baselines = session.baselines(target, groups[g][1][0])
+        mark("first baselines")
         sources: dict[str, list[Source]] = {}  # the other problems' studies stay as they are meanwhile
         for turn in turns:
             spec, seed = runs[turn.study]
             if spec.name not in sources:
                 sources[spec.name] = session.sources(target, spec.name, spec.options)
+                mark("first sources read")
             results.append(_run_one(session, target, spec.name, seed, spec.options, baselines,
                                     0 if turn.whole else draw_seed, sources[spec.name]))
             ended.add(results[-1].study_name)
@@ -98,6 +108,10 @@ def _run(session: Session, draw_seed: int, split: str, costs: WorkerCosts | None
         if costs is not None:
             costs.took(time.perf_counter() - began, results[done:])
     return results
+
+
+def _no_mark(step: str) -> None:
+    """No costs kept: a start-up step goes unnoted."""
 
 
 def _run_one(session: Session, target: Target, strategy: str, seed: int, options: dict[str, Any],

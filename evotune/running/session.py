@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import functools
+import importlib.util
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -32,6 +33,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from evotune.core.budget import Budget
 from evotune.core.landscape import Landscape, LandscapeError, load_landscape
+from evotune.core.plugins import load_space
 from evotune.core.tuned_cache import read_tuned
 from evotune.measurement.base import Evaluator
 from evotune.measurement.replay import ReplayEvaluator
@@ -85,6 +87,8 @@ class Session:
         self.record = record
         self.url = exp.record_storage if record else exp.storage
         self.console = console or Console(stderr=True)
+        if not compile_only:
+            start_measuring(exp, early=True)  # its imports (seconds) run while the targets resolve
         self.targets = resolve(exp, measuring=not compile_only) if resolved is None else resolved
         self._progress = progress
         self._stack = ExitStack()
@@ -94,7 +98,7 @@ class Session:
 
     # -- opening and closing -------------------------------------------------------------------------------------
     def __enter__(self) -> Session:
-        start_measuring(self.exp, self.targets)  # its imports run while the storage opens
+        start_measuring(self.exp)  # where it did not start early: its imports run while the storage opens
         self.storage = open_storage(self.exp, self.record)
         self.evaluators = self._stack.enter_context(Evaluators(self.exp))
         self.bar = self._stack.enter_context(progress_bar(self.console, self._progress))
@@ -206,14 +210,17 @@ class Session:
         return f"{hit} hits, {miss} misses, {memory} in memory"
 
 
-def start_measuring(exp: Experiment, resolved: list[Target]) -> None:
-    """On a GPU, start the process the measuring and compile processes fork from, so that its imports (torch,
-    the spaces' compilers: seconds) run while the caller opens its storage and studies."""
-    if exp.oracle == "gpu":
-        gpu_evaluator_class(exp)  # refuses a machine without torch first
-        from evotune.measurement.gpu import start_processes
+def start_measuring(exp: Experiment, early: bool = False) -> None:
+    """On a GPU, start the process the measuring and compile processes fork from (once), so that its imports
+    (torch, the spaces' compilers: seconds) run while the caller opens its storage and studies. ``early``:
+    before the targets are resolved (the GPU's limits read live, the spaces pruned), where the host has an
+    NVIDIA GPU: on a host without one resolving refuses the experiment, and nothing should have started."""
+    if exp.oracle != "gpu" or importlib.util.find_spec("torch") is None:  # resolving says what is missing
+        return
+    from evotune.measurement.gpu import host_gpus, start_processes
 
-        start_processes(t.space for t in resolved)
+    if not early or host_gpus():
+        start_processes(load_space(name, exp.base_dir) for name in exp.spaces)  # the file checked they load
 
 
 def make_evaluator(exp: Experiment, target: Target, worker: SpaceWorker | None = None) -> Evaluator:
