@@ -242,7 +242,8 @@ def cost_lines(runs: list[Run]) -> list[str]:
                        f"{m['per_problem_s']:.3f} s ({len(c['problems_s'])} taken up), per evaluation "
                        f"{m['per_eval_s'] * 1e3:.2f} ms ({c['store_s'] / n * 1e3:.2f} waiting for the storage, "
                        f"{c['write_s'] / n * 1e3:.2f} written behind; {c['evals']} evaluations), measuring "
-                       f"{c['busy_s'] / n * 1e3:.2f} ms per evaluation ({100 * c['busy_share']:.0f}% of the "
+                       f"{c['busy_s'] / n * 1e3:.2f} ms per evaluation ({c.get('compile_wait_s', 0.0) / n * 1e3:.2f} "
+                       f"before it waiting for compiles; {100 * c['busy_share']:.0f}% of the "
                        f"{c['window_s']:.1f} s from the first evaluation to the last), wall {c['wall_s']:.1f} s"
                        + ("; start-up: " + ", ".join(f"{k} {v:.1f} s" for k, v in c.get("marks", {}).items())
                           if c.get("marks") else ""))

@@ -104,7 +104,7 @@ def test_a_worker_adds_up_its_studies_storage_and_measuring_time():
 
     def result(first, last, **kw):
         return SimpleNamespace(new_trials=10, loop_s=1.0, store_s=0.02, write_s=0.03, busy_s=0.8, first_eval=first,
-                               last_eval=last, **kw)
+                               last_eval=last, evaluate_s=0.9, **kw)
 
     costs = WorkerCosts(started=0.0)
     costs.took(1.5, [result(100.0, 101.0), result(101.0, 102.0)])
@@ -114,6 +114,9 @@ def test_a_worker_adds_up_its_studies_storage_and_measuring_time():
     assert costs.window_s == pytest.approx(4.0) and costs.busy_share == pytest.approx(3.2 / 4.0)
     assert costs.model().serial_eval_s == pytest.approx(0.2 / 40)  # claims and trials: under the storage's lock
     assert "80% of the 4.00 s from the first evaluation to the last" in costs.describe()
+    # the evaluator's calls took 0.9 s a study, the measuring process 0.8 of them: 0.1 s waited for compiles
+    assert costs.compile_wait_s == pytest.approx(0.4) and costs.to_dict()["compile_wait_s"] == pytest.approx(0.4)
+    assert "measuring 80.0 ms per evaluation (10.0 before it waiting for compiles)" in costs.describe()
 
 
 def test_a_worker_notes_where_its_start_up_goes(tmp_path):
@@ -135,3 +138,5 @@ def test_a_worker_notes_where_its_start_up_goes(tmp_path):
     assert [costs.marks[s] for s in steps] == sorted(costs.marks[s] for s in steps)
     costs.stop()
     assert "start-up steps: experiment read" in costs.describe()
+    # a replayed evaluation is its recorded cost, all of it the "measuring" look-up: nothing waits for a compile
+    assert costs.evaluate_s > 0 and costs.compile_wait_s == pytest.approx(0.0)

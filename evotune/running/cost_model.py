@@ -127,6 +127,7 @@ class WorkerCosts:
     store_s: float = 0.0
     write_s: float = 0.0
     busy_s: float = 0.0
+    evaluate_s: float = 0.0  # the evaluator's calls: busy_s, and waiting for the points' compiles
     first_eval: float | None = None
     last_eval: float | None = None
     wall_s: float = 0.0
@@ -137,17 +138,19 @@ class WorkerCosts:
         self.marks.setdefault(step, round(time.time() - self.started, 3))
 
     def problem(self, seconds: float, evals: int, eval_s: float, store_s: float = 0.0, *, write_s: float = 0.0,
-                busy_s: float = 0.0, first_eval: float | None = None, last_eval: float | None = None) -> None:
+                busy_s: float = 0.0, first_eval: float | None = None, last_eval: float | None = None,
+                evaluate_s: float = 0.0) -> None:
         """A problem taken up for ``seconds`` of wall time, of which its tuning loops took ``eval_s`` for ``evals``
         evaluations, ``store_s`` of that waiting for the storage; ``write_s``: its trials' writes behind the
         loops; ``busy_s``: the measuring process's time on its points, evaluated from ``first_eval`` to
-        ``last_eval``."""
+        ``last_eval``; ``evaluate_s``: the loops' calls of the evaluator, ``busy_s`` and the waits for compiles."""
         self.problems_s.append(max(0.0, seconds - eval_s))
         self.evals += evals
         self.eval_s += eval_s
         self.store_s += store_s
         self.write_s += write_s
         self.busy_s += busy_s
+        self.evaluate_s += evaluate_s
         if first_eval is not None:
             self.marks.setdefault("first evaluation", round(first_eval - self.started, 3))
             self.first_eval = first_eval if self.first_eval is None else min(self.first_eval, first_eval)
@@ -162,12 +165,17 @@ class WorkerCosts:
         self.problem(seconds, sum(r.new_trials for r in results), sum(r.loop_s for r in results),
                      sum(r.store_s for r in results), write_s=sum(r.write_s for r in results),
                      busy_s=sum(r.busy_s for r in results), first_eval=min(firsts, default=None),
-                     last_eval=max(lasts, default=None))
+                     last_eval=max(lasts, default=None), evaluate_s=sum(r.evaluate_s for r in results))
 
     @property
     def window_s(self) -> float:
         """Seconds from the first evaluation's start to the last one's end."""
         return 0.0 if self.first_eval is None or self.last_eval is None else self.last_eval - self.first_eval
+
+    @property
+    def compile_wait_s(self) -> float:
+        """Of the evaluator's calls, the time before the measuring process took the points: their compiles."""
+        return max(0.0, self.evaluate_s - self.busy_s)
 
     @property
     def busy_share(self) -> float:
@@ -190,13 +198,15 @@ class WorkerCosts:
         return (f"start-up {m.startup_s:.2f} s, per problem {m.per_problem_s:.3f} s (median of "
                 f"{len(self.problems_s)}), per evaluation {m.per_eval_s * 1e3:.1f} ms ({self.store_s / n * 1e3:.1f} "
                 f"waiting for the storage, {self.write_s / n * 1e3:.1f} written behind; {self.evals} evaluations), "
-                f"measuring {self.busy_s / n * 1e3:.1f} ms per evaluation, {100 * self.busy_share:.0f}% of the "
+                f"measuring {self.busy_s / n * 1e3:.1f} ms per evaluation ({self.compile_wait_s / n * 1e3:.1f} before "
+                f"it waiting for compiles), {100 * self.busy_share:.0f}% of the "
                 f"{self.window_s:.2f} s from the first evaluation to the last, wall {self.wall_s:.2f} s"
                 + (f"; start-up steps: {', '.join(f'{k} {v:.1f} s' for k, v in self.marks.items())}"
                    if self.marks else ""))
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "window_s": self.window_s, "busy_share": self.busy_share,
+                "compile_wait_s": self.compile_wait_s,
                 "model": asdict(self.model())}
 
 

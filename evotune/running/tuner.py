@@ -64,6 +64,8 @@ class TuneResult:
     busy_s: float = 0.0  # the measuring process's time on this study's points (evaluate's own where it says)
     first_eval: float | None = None  # epoch seconds: when the first evaluation began
     last_eval: float | None = None  # and when the last one ended
+    #: the evaluator's calls: busy_s of them in the measuring process, the rest waiting for the points' compiles
+    evaluate_s: float = 0.0
 
 
 def tune(space: SearchSpace, ctx: Context, evaluator: Evaluator, strategy: Strategy, store: StudyStore,
@@ -131,7 +133,8 @@ class _Run:
         s = self.state
         return TuneResult(self.store.study.study_name, s.trials, s.new, s.best_point, s.best_ms, s.clock,
                           stopped, s.failures, s.skipped, time.perf_counter() - began,
-                          s.store_s + self.writer.waited_s, self.writer.busy_s, s.busy_s, s.first_eval, s.last_eval)
+                          s.store_s + self.writer.waited_s, self.writer.busy_s, s.busy_s, s.first_eval, s.last_eval,
+                          s.evaluate_s)
 
     def loop(self) -> str:
         """Take, claim, measure and record points until the budget says stop; why it stopped."""
@@ -259,6 +262,7 @@ class _Run:
         elapsed, s = self.clock() - started, self.state
         self.walls.append(elapsed)
         s.busy_s += float(result.extra.get("worker_s", elapsed))
+        s.evaluate_s += elapsed
         s.first_eval = began.timestamp() if s.first_eval is None else s.first_eval
         s.last_eval = began.timestamp() + elapsed
         return result, began, elapsed
@@ -303,6 +307,7 @@ class _State:
     skipped: int = 0
     store_s: float = 0.0
     busy_s: float = 0.0
+    evaluate_s: float = 0.0
     first_eval: float | None = None
     last_eval: float | None = None
     synced: float = field(default_factory=time.monotonic)
