@@ -184,22 +184,3 @@ def test_a_rule_with_its_own_broad_except_waits_for_what_it_reads():
     codes, pruned, reasons = _every_point(space, Context())
     assert [tuple(c) for c in fs.codes] == codes and dict(fs.pruned) == pruned == {"guarded": 2}
     assert fs.reasons == reasons
-
-
-def test_what_a_space_needs_is_found_without_importing_it(tmp_path, monkeypatch):
-    """A DSL's package can take seconds to import (CuTe DSL's ``cutlass``); checking that it is there must not."""
-    import sys
-
-    from evotune.core.space import Needs, installed
-
-    pkg = tmp_path / "slowdsl"
-    (pkg / "cute").mkdir(parents=True)
-    (pkg / "__init__.py").write_text("raise RuntimeError('imported')\n")
-    (pkg / "cute" / "__init__.py").write_text("")
-    (pkg / "operators.py").write_text("")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    assert installed("slowdsl") and installed("slowdsl.cute") and installed("slowdsl.operators")
-    assert not installed("slowdsl.missing") and not installed("slowdsl.cute.missing") and not installed("nodsl.cute")
-    assert "slowdsl" not in sys.modules
-    assert Needs(modules=("slowdsl.cute", "slowdsl.ops")).missing() == ["Python module slowdsl.ops"]
-    assert installed("os.path") and installed("json")  # an alias in sys.modules, a plain module

@@ -68,33 +68,16 @@ class Needs:
 
     def missing(self) -> list[str]:
         """What of it this machine lacks, in words (empty when nothing)."""
-        out = [f"Python module {module}" for module in self.modules if not installed(module)]
+        out = []
+        for module in self.modules:
+            try:
+                found = importlib.util.find_spec(module) is not None
+            except (ImportError, ValueError):  # its parent package is missing
+                found = False
+            if not found:
+                out.append(f"Python module {module}")
         out += [f"program {p} (not on PATH)" for p in self.programs if shutil.which(p) is None]
         return out + (self.check() if self.check is not None else [])
-
-
-def installed(module: str) -> bool:
-    """Whether ``module`` (dotted names too) can be imported here, found without importing it or its parents:
-    a DSL's package can take seconds to import (CuTe DSL's ``cutlass``: about 3 s), which the tuner process,
-    which only checks, never needs. ``importlib.util.find_spec("a.b")`` would import ``a``."""
-    import sys
-
-    parts = module.split(".")
-    try:
-        spec = importlib.util.find_spec(parts[0])
-        for i in range(1, len(parts)):
-            name = ".".join(parts[: i + 1])
-            if name in sys.modules:  # imported already (or an alias such as os.path)
-                return True
-            if spec is None or spec.submodule_search_locations is None:
-                return False
-            path = list(spec.submodule_search_locations)
-            # as the import system looks for a submodule, without running its parent's __init__
-            spec = next((found for finder in sys.meta_path if hasattr(finder, "find_spec")
-                         for found in [finder.find_spec(name, path)] if found is not None), None)
-    except (ImportError, ValueError):
-        return False
-    return spec is not None
 
 
 @dataclass
