@@ -9,7 +9,9 @@ loads whole 16-byte vectors, and ``num_stages`` buffers keep that stream in flig
 * ``REDUCE = "sum"``: fp32 (int32 for int8) partial tiles to a ``SPLIT_K x M x N`` workspace, which a
   second kernel sums and casts into ``c`` (deterministic, no zeroing); or
 * ``REDUCE = "atomic"``: atomic adds into a zeroed fp32 workspace (then cast into ``c``), or straight
-  into ``c`` for int32.
+  into ``c`` for int32; or
+* ``REDUCE = "last"``: partial tiles to the workspace, as ``"sum"``, and the last split of each tile to
+  finish (a per-tile count, which it sets back to zero) sums them into ``c``: one launch, deterministic.
 
 The workspace is allocated once per shape, on the first launch (which ``build`` makes, outside any
 timing); every launch after that is plain kernel launches, which the oracle times as one unit in one
@@ -35,9 +37,9 @@ REDUCE_BLOCK = 1024  # outputs per program of the reduction kernel
 
 
 @triton.jit
-def _partial(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_bn, s_cs, s_cm,
+def _partial(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_bn, s_cs, s_cm, o_ptr, s_om, count_ptr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-             EVEN_K: tl.constexpr, INT_ACC: tl.constexpr, ATOMIC: tl.constexpr):
+             EVEN_K: tl.constexpr, INT_ACC: tl.constexpr, ATOMIC: tl.constexpr, LAST: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -70,6 +72,20 @@ def _partial(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_bn, s_cs, s_cm,
         tl.atomic_add(c_ptrs, acc, mask=mask)
     else:
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+    if LAST:
+        # every thread's partial is stored before the tile's count of finished splits goes up (release); the
+        # split that finds the others done (acquire) sums all of them, in split order (deterministic), from L2
+        # (.cg: another SM wrote them), and sets the count back to 0 for the next launch: one launch, no zeroing
+        tl.debug_barrier()
+        count = count_ptr + pid_m * tl.num_programs(0) + pid_n
+        if tl.atomic_add(count, 1, sem="acq_rel", scope="gpu") == SPLIT_K - 1:
+            total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32 if INT_ACC else tl.float32)
+            p_ptrs = c_ptr + rm[:, None] * s_cm + rn[None, :]
+            for s in tl.static_range(SPLIT_K):
+                total += tl.load(p_ptrs + s * s_cs, mask=mask, other=0, cache_modifier=".cg")
+            o_ptrs = o_ptr + rm[:, None] * s_om + rn[None, :]
+            tl.store(o_ptrs, total.to(o_ptr.dtype.element_ty), mask=mask)
+            tl.atomic_xchg(count, 0)
 
 
 @triton.jit
@@ -94,15 +110,25 @@ def _workspace(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device)
     return _WORKSPACES[key]
 
 
+def _counts(tiles: int, device: torch.device) -> torch.Tensor:
+    """The per-tile counts of finished splits of REDUCE=last, zero before the first launch: each launch sets
+    the counts it raised back to zero, so one zeroed buffer serves every launch after it, graph replays too."""
+    key = ((tiles,), torch.int32, str(device), "counts")
+    if key not in _WORKSPACES:
+        _WORKSPACES[key] = torch.zeros(tiles, dtype=torch.int32, device=device)
+    return _WORKSPACES[key]
+
+
 def launcher(point: Point, problem: Problem) -> tuple[Any, Any]:
     """``(launch, warmup)``: ``launch(a, b, c)`` writes ``c = a @ b`` (``a`` (M, K) and ``b`` (K, N), both
     K-contiguous; ``c`` (M, N) contiguous); ``warmup(a, b, c)`` only compiles the kernels it would launch."""
     m, n, k, split = problem.m, problem.n, problem.k, point["SPLIT_K"]
     atomic = split > 1 and point["REDUCE"] == "atomic"
+    last = split > 1 and point["REDUCE"] == "last"
     int_acc = problem.dtype == "int8"
     grid = (triton.cdiv(n, point["BLOCK_N"]), triton.cdiv(m, point["BLOCK_M"]), split)
     meta = dict(BLOCK_M=point["BLOCK_M"], BLOCK_N=point["BLOCK_N"], BLOCK_K=point["BLOCK_K"], SPLIT_K=split,
-                EVEN_K=k % point["BLOCK_K"] == 0, INT_ACC=int_acc, ATOMIC=atomic,
+                EVEN_K=k % point["BLOCK_K"] == 0, INT_ACC=int_acc, ATOMIC=atomic, LAST=last,
                 num_warps=point["num_warps"], num_stages=point["num_stages"])
     acc_dtype = torch.int32 if int_acc else torch.float32
     reduce_grid = (triton.cdiv(m * n, REDUCE_BLOCK),)
@@ -114,25 +140,27 @@ def launcher(point: Point, problem: Problem) -> tuple[Any, Any]:
             return c
         return _workspace((m, n) if atomic else (split, m, n), acc_dtype, c.device)
 
-    def args(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor) -> tuple:
+    def args(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor, c: torch.Tensor) -> tuple:
         # b is the (K, N) view of the (N, K) weights: its stride along N is the weights' row stride; each split
-        # has a partial tile of its own (stride M x N) unless they all add into one (atomics)
-        return (a, b, t, m, n, k, a.stride(0), b.stride(1), 0 if atomic else m * n, n)
+        # has a partial tile of its own (stride M x N) unless they all add into one (atomics); with
+        # REDUCE=last the kernel writes c itself, and counts each tile's finished splits
+        counts = _counts(grid[0] * grid[1], c.device) if last else t
+        return (a, b, t, m, n, k, a.stride(0), b.stride(1), 0 if atomic else m * n, n, c, c.stride(0), counts)
 
     def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
         t = target(c)
         if atomic:
             t.zero_()
-        _partial[grid](*args(a, b, t), **meta)
-        if split > 1 and not atomic:
+        _partial[grid](*args(a, b, t, c), **meta)
+        if split > 1 and not atomic and not last:
             _reduce[reduce_grid](t, c, m * n, **reduce_meta)
-        elif t is not c:
+        elif t is not c and not last:
             c.copy_(t)
 
     def warmup(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
         t = target(c)
-        _partial.warmup(*args(a, b, t), grid=grid, **meta)
-        if split > 1 and not atomic:
+        _partial.warmup(*args(a, b, t, c), grid=grid, **meta)
+        if split > 1 and not atomic and not last:
             _reduce.warmup(t, c, m * n, grid=reduce_grid, **reduce_meta)
 
     return launch, warmup

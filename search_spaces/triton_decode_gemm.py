@@ -8,7 +8,8 @@ and is nearly all the bytes. The kernel (``_triton_decode.py``) is built for tha
 * ``num_stages`` shared-memory buffers keep the stream in flight (software pipelining of the K loop);
 * ``SPLIT_K`` programs share each output tile's K range, so a short, wide problem still has enough
   programs for every SM; their partial tiles are summed by a second kernel (``REDUCE = "sum"``:
-  fp32, int32 for int8, deterministic) or added with atomics (``"atomic"``);
+  fp32, int32 for int8, deterministic), added with atomics (``"atomic"``), or summed by the last split
+  of each tile to finish, in the same launch (``"last"``: no second kernel, deterministic);
 * rows past M are wrapped copies, never masked loads: ``BLOCK_M`` is 16 at least (the tensor-core
   tile), and no wider than M needs.
 
@@ -157,8 +158,9 @@ SPACE = SearchSpace(
         power_of_two("BLOCK_N", 16, 256, doc="weight rows (outputs) per program"),
         power_of_two("BLOCK_K", 64, 512, doc="K elements per pipeline step of the weight stream"),
         power_of_two("SPLIT_K", 1, 32, doc="programs sharing one output tile's K range"),
-        categorical("REDUCE", ["sum", "atomic"],
-                    doc="how split-K partials meet: a reduction kernel over fp32 partials, or atomic adds"),
+        categorical("REDUCE", ["sum", "atomic", "last"],
+                    doc="how split-K partials meet: a reduction kernel over fp32 partials, atomic adds, or the "
+                        "last split of each tile summing them in the same launch"),
         ordinal("num_warps", [2, 4, 8], doc="warps per program"),
         ordinal("num_stages", [2, 3, 4, 5, 6], doc="software-pipeline depth of the weight stream"),
     ],
@@ -195,7 +197,7 @@ SPACE = SearchSpace(
                                   lambda p, ctx: {"block_regs": _block_regs(p)})),
     ],
     description="Triton split-K GEMM for decode (M up to 64): a pipelined weight stream, reduced by a "
-                "second kernel or atomics",
+                "second kernel, atomics or the last split of each tile",
     estimate=estimate,
     default_problem=DEFAULT_PROBLEM,
 )

@@ -56,7 +56,10 @@ def inputs(problem: Problem):
 def run(case: dict) -> dict:
     problem = Problem.gemm(case["m"], case["n"], case["k"], case["dtype"])
     a, b, c = inputs(problem)
-    _triton_decode.launcher(case["point"], problem)[0](a, b, c)
+    launch = _triton_decode.launcher(case["point"], problem)[0]
+    launch(a, b, c)
+    c.fill_(0x7F7F7F7F if problem.dtype == "int8" else float("nan"))  # poisoned again: the second launch writes all
+    launch(a, b, c)  # a launch after the first: what one launch leaves (REDUCE=last's counts) serves the next
     ref = a.double() @ b.double()
     if problem.dtype == "int8":
         return {"error": int((c.double() != ref).sum()), "int32": c.dtype == torch.int32}

@@ -64,7 +64,7 @@ def test_evotune_spaces_lists_it(capsys):
 # -- the kernels under Triton's interpreter, in a process of their own (tests/interpreted_decode.py)
 CASES = [{"dtype": dtype, "m": 3, "n": 40, "k": k,  # rows and columns past the edges of a 16 x 32 tile
           "point": {**POINT, "BLOCK_N": 32, "BLOCK_K": 64, "SPLIT_K": split, "REDUCE": reduce}}
-         for dtype in decode.DTYPES for split, reduce in [(1, "sum"), (3, "sum"), (2, "atomic")]
+         for dtype in decode.DTYPES for split, reduce in [(1, "sum"), (3, "sum"), (2, "atomic"), (3, "last")]
          for k in (256, 200)]  # K a multiple of BLOCK_K, and one with a tail
 
 
@@ -114,16 +114,19 @@ def test_on_a_gpu_points_verify_a_wrong_kernel_is_rejected_and_a_second_shape_hi
     hits = []
     for dtype in decode.DTYPES:
         problem = Problem.gemm(16, 4096, 11008, dtype)
-        # split-K with a reduction kernel, without (128 programs of BLOCK_N = 32 keep the SMs busy), and atomics
-        for point in (POINT, {**POINT, "SPLIT_K": 1, "BLOCK_N": 32}, {**POINT, "REDUCE": "atomic"}):
+        # split-K with a reduction kernel, without (128 programs of BLOCK_N = 32 keep the SMs busy), with atomics,
+        # and reduced by each tile's last split (launched twice: its counts are back at zero after a launch)
+        for point in (POINT, {**POINT, "SPLIT_K": 1, "BLOCK_N": 32}, {**POINT, "REDUCE": "atomic"},
+                      {**POINT, "REDUCE": "last"}):
             assert why(point, problem) is None
             fn = kernels.build(point, problem)
             hits.append(fn.cache_hit)
-            a, b, c = make_inputs(problem, seed=3)
-            fn(a, b, c)
-            torch.cuda.synchronize()
-            ok, _, message = verify(problem, a, b, c)
-            assert ok, (dtype, point, message)
+            for seed in (3, 4):
+                a, b, c = make_inputs(problem, seed=seed)
+                fn(a, b, c)
+                torch.cuda.synchronize()
+                ok, _, message = verify(problem, a, b, c)
+                assert ok, (dtype, point, seed, message)
     assert not any(hits)  # a fresh cache: each was compiled
     # a kernel that reduces only half of K is caught by the verification the worker runs
     problem = Problem.gemm(16, 4096, 4096, "bf16")
