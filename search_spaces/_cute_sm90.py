@@ -12,11 +12,13 @@ and sources: docs/notes/cutlass_operators_api.md.
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.metadata
 import os
 import shutil
 import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 from evotune.authoring import Point, Problem
@@ -62,6 +64,17 @@ def _toolchain() -> tuple[str, str, int]:
     return version, device.name, device.sm_count
 
 
+@functools.cache
+def _kernel_source() -> tuple[str, str]:
+    """What else a binary is built from: NVIDIA's operators package (the kernel's code) and this adapter (how
+    it is configured), so that a cached binary is not taken for one that an upgrade would build otherwise."""
+    try:
+        operators = importlib.metadata.version("nvidia-cutlass-operators")
+    except importlib.metadata.PackageNotFoundError:  # a source checkout of it: its code is not versioned here
+        operators = "unversioned"
+    return operators, hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+
+
 def _cache_key(point: Point, problem: Problem) -> str:
     from evotune.authoring import KernelCache
 
@@ -69,8 +82,8 @@ def _cache_key(point: Point, problem: Problem) -> str:
     # serves every problem of the same dtypes and layout. The persistent grid size is baked in,
     # hence the device and its SM count.
     version, device, sm_count = _toolchain()
-    return KernelCache.key("cute_sm90", version, device, sm_count, problem.dtype, problem.layout,
-                           sorted(point.items()))
+    return KernelCache.key("cute_sm90", version, *_kernel_source(), device, sm_count, problem.dtype,
+                           problem.layout, sorted(point.items()))
 
 
 def _cached(key: str, suffix: str) -> Any:

@@ -228,3 +228,21 @@ def test_the_sm90_shared_memory_model_is_each_binarys(dtype):
     assert len(table.rows) == space.size
     for point in space.points():
         assert table.get(space, point).smem == cute_hopper_gemm.smem_bytes(point, problem), point
+
+
+def test_a_cached_cute_binary_is_keyed_by_the_code_it_was_built_from(monkeypatch):
+    """An upgrade of NVIDIA's operators package, or a change to the adapter, must not find the binaries built
+    before it: they hold the old kernel."""
+    from search_spaces import _cute_sm90
+
+    monkeypatch.setattr(_cute_sm90, "_toolchain", lambda: ("4.8.1", "NVIDIA H100 80GB HBM3", 132))
+    point = {"tile_m": 128, "tile_n": 128, "cluster": (2, 1), "swizzle": 2, "raster": "n", "stages": 4}
+    problem = Problem.gemm(4096, 4096, 4096, "bf16")
+    keys = set()
+    for built_from in [("0.3.0", "a" * 16), ("0.4.0", "a" * 16), ("0.3.0", "b" * 16)]:
+        monkeypatch.setattr(_cute_sm90, "_kernel_source", lambda b=built_from: b)
+        keys.add(_cute_sm90._cache_key(point, problem))
+    assert len(keys) == 3
+    monkeypatch.undo()
+    operators, source = _cute_sm90._kernel_source()
+    assert len(source) == 16 and operators  # this checkout's adapter, whether or not the package is installed
