@@ -34,6 +34,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from evotune.core.budget import Budget
 from evotune.core.landscape import Landscape, LandscapeError, load_landscape
 from evotune.core.plugins import load_space
+from evotune.core.space import SearchSpace
 from evotune.core.tuned_cache import read_tuned
 from evotune.measurement.base import Evaluator
 from evotune.measurement.replay import ReplayEvaluator
@@ -87,8 +88,8 @@ class Session:
         self.record = record
         self.url = exp.record_storage if record else exp.storage
         self.console = console or Console(stderr=True)
-        if not compile_only:
-            start_measuring(exp, early=True)  # its imports (seconds) run while the targets resolve
+        # the measuring processes' imports (seconds) run while the targets resolve, where they can start already
+        self._measuring = not compile_only and start_measuring(exp)
         self.targets = resolve(exp, measuring=not compile_only) if resolved is None else resolved
         self._progress = progress
         self._stack = ExitStack()
@@ -98,7 +99,8 @@ class Session:
 
     # -- opening and closing -------------------------------------------------------------------------------------
     def __enter__(self) -> Session:
-        start_measuring(self.exp)  # where it did not start early: its imports run while the storage opens
+        if not self._measuring:  # its imports run while the storage opens
+            start_measuring(self.exp, [t.space for t in self.targets])
         self.storage = open_storage(self.exp, self.record)
         self.evaluators = self._stack.enter_context(Evaluators(self.exp))
         self.bar = self._stack.enter_context(progress_bar(self.console, self._progress))
@@ -210,17 +212,23 @@ class Session:
         return f"{hit} hits, {miss} misses, {memory} in memory"
 
 
-def start_measuring(exp: Experiment, early: bool = False) -> None:
-    """On a GPU, start the process the measuring and compile processes fork from (once), so that its imports
-    (torch, the spaces' compilers: seconds) run while the caller opens its storage and studies. ``early``:
-    before the targets are resolved (the GPU's limits read live, the spaces pruned), where the host has an
-    NVIDIA GPU: on a host without one resolving refuses the experiment, and nothing should have started."""
-    if exp.oracle != "gpu" or importlib.util.find_spec("torch") is None:  # resolving says what is missing
-        return
+def start_measuring(exp: Experiment, spaces: Iterable[SearchSpace] | None = None) -> bool:
+    """On a GPU, start the process the measuring and compile processes fork from (once), importing torch and
+    ``spaces``' compilers (seconds), so that its imports run while the caller goes on; whether it runs now.
+    Without ``spaces`` (the targets not resolved yet: the GPU's limits not read, the spaces not pruned), the
+    experiment's spaces are loaded here, and only a host with an NVIDIA GPU starts it: on a host without one
+    resolving refuses the experiment, and nothing should have started. Without torch nothing starts either:
+    resolving says what is missing."""
+    if exp.oracle != "gpu" or importlib.util.find_spec("torch") is None:
+        return False
     from evotune.measurement.gpu import host_gpus, start_processes
 
-    if not early or host_gpus():
-        start_processes(load_space(name, exp.base_dir) for name in exp.spaces)  # the file checked they load
+    if spaces is None:
+        if not host_gpus():
+            return False
+        spaces = [load_space(name, exp.base_dir) for name in exp.spaces]  # the file checked that they load
+    start_processes(spaces)
+    return True
 
 
 def make_evaluator(exp: Experiment, target: Target, worker: SpaceWorker | None = None) -> Evaluator:
