@@ -307,3 +307,29 @@ def test_sample_refuses_a_bad_size_or_compile_only(tmp_path, pnpoly, capsys, arg
     assert main(["record", str(exp), *argv]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "s_record.journal").exists()
+
+
+def test_a_whole_record_takes_odd_problems_backward_so_side_by_side_workers_build_different_kernels():
+    """Best predicted first, or (``backward``) the same points worst first: two workers recording problems
+    side by side need the same shape-free kernels, and in opposite orders they build disjoint halves."""
+    from evotune.core.hardware import get_hardware
+    from evotune.core.space import Context
+    from evotune.running.record import whole_space
+    from evotune.running.targets import Target
+    from search_spaces.triton_decode_gemm import SPACE
+
+    problem = Problem.gemm(16, 4096, 4096, "int8")
+    target = Target(problem, SPACE, Context(get_hardware("H100"), problem))
+    fs = SPACE.feasible(target.ctx)
+
+    def order(strategy) -> list[dict]:
+        points = []
+        while more := strategy.ask(50):
+            points += more
+            strategy.tell([(p, 1.0) for p in more])
+        return points
+
+    forward, backward = order(whole_space(target, fs)), order(whole_space(target, fs, backward=True))
+    assert len(forward) == len(fs) > 100 and backward == forward[::-1]
+    estimates = [SPACE.estimate(p, target.ctx) for p in forward]
+    assert estimates == sorted(estimates)

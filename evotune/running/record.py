@@ -73,6 +73,7 @@ from evotune.core.space import FeasibleSet
 from evotune.running.experiment import Experiment, ExperimentError
 from evotune.running.session import Session, StudyPlan, open_storage
 from evotune.running.targets import Target, group_name, study_attrs, study_name, study_names
+from evotune.search.seeding import ranked_by_estimate
 from evotune.search.strategies import make_strategy
 from evotune.search.strategies.base import Strategy
 from evotune.search.strategies.exhaustive import Listed
@@ -211,7 +212,7 @@ def _record_one(session: Session, target: Target, group: int, out_dir: Path, sec
     coverage: dict[str, Any] | None = None
     strategy: Strategy
     if sampling is None:
-        strategy = make_strategy("exhaustive", target.space, fs, ctx=target.ctx, seeding="hardware")
+        strategy = whole_space(target, fs, backward=seconds is None and group % 2 == 1)
         planned = feasible
     else:
         rows, coverage = sampling.plan(exp, target, fs)
@@ -251,6 +252,19 @@ def _record_one(session: Session, target: Target, group: int, out_dir: Path, sec
             if record is not None:
                 store.study.set_user_attr("confirmation", record)
     return write_recorded(store, target, exp, feasible, path, previous, coverage), used
+
+
+def whole_space(target: Target, fs: FeasibleSet, backward: bool = False) -> Strategy:
+    """Every feasible point once, best predicted first (a record cut short by its seconds keeps the top of the
+    space); ``backward``, worst predicted first. A record with no time limit takes odd problems backward:
+    workers recording problems side by side on one host need the same kernels (their keys leave the shape
+    out), and the kernel cache builds a key once, so in one order each worker's compiles would wait for the
+    other's instead of building kernels of their own; in opposite orders they build disjoint halves."""
+    forward = make_strategy("exhaustive", target.space, fs, ctx=target.ctx, seeding="hardware")
+    if not backward:
+        return forward
+    rows = ranked_by_estimate(forward) or list(range(len(fs)))
+    return Listed(target.space, fs, ctx=target.ctx, rows=rows[::-1])
 
 
 def _import_recorded(store: StudyStore, target: Target, path: Path, claims: Claims) -> Landscape | None:
