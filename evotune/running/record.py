@@ -2,7 +2,8 @@
 
 Recording is an ordinary study (``NAME/PROBLEM/SPACE/record``) driven by the
 exhaustive strategy, best-estimated points first, so it can be done in pieces
-(``--seconds``, for all problems of the command together) and resumed. After
+(``--seconds``, for all problems of the command together) and resumed. With no
+time limit, odd problems go worst-estimated first (:func:`whole_space`). After
 each problem the landscape file is (re)written from the study: every point
 measured so far with its status, bounded timing samples, compile and benchmark
 time, plus the device, clocks, versions, date and the baselines timed in the
