@@ -59,7 +59,12 @@ The algorithm:
    ``distrust`` results bring no better time, or once plain ``default``'s own points (the checks, its share) hold a
    better time than every point the prior chose; every proposal is then that plain ``default``'s, so the
    search goes on as plain ``default`` would have from the start, a few evaluations later (none where the
-   prior was found out on the checks). Without sources nothing changes.
+   prior was found out on the checks). **A lone source** (one source with a ranking: nothing corroborates the region
+   its winners point to) is dropped sooner: once ``lone_patience`` of its own results in a row (its winners, its
+   model's proposals) bring no better time. Its best point can be a local optimum of the target while it ranks
+   every point the search sees as the target does, and nothing but a better time tells the two apart; several
+   sources that each rank the told results well keep ``distrust``, which the last percent of another GPU's
+   convolution prior needs. Without sources nothing changes.
 7. **Compile cost**: in a space whose launch arguments are free once a kernel is
    built (``SearchSpace.compiled_params``: a CUTLASS kernel's raster, swizzle and
    stream-K decomposition), the expected improvement of a point whose kernel is
@@ -72,7 +77,7 @@ Options (defaults): ``startup`` 10, ``pool`` 1000, ``top`` 5, ``cross`` 50,
 ``stall_shared`` true, ``noise`` 1e-3, ``refit`` 10 (results between length-scale
 fits), ``transfer`` true, ``transfer_first`` 4, ``transfer_checks`` 5, ``trust`` 0.6, ``probation`` 0.2,
 ``trusted_patience`` 3, ``trusted_local`` 1.0, ``floor`` 0.2, ``floor_step`` 0, ``distrust`` 12,
-``compile_cost`` 20.
+``lone_patience`` 1, ``compile_cost`` 20.
 The measurements behind each choice are in ``docs/STRATEGY_DESIGN.md``.
 
 Example::
@@ -127,6 +132,8 @@ class Default(GaussianProcess):
         "floor_step": Option(0.0, float, 0.0, 1.0),
         # results without a better time after which a trusted prior is dropped for good
         "distrust": Option(12, int, 1),
+        # a lone source's own results in a row without a better time after which its prior is dropped (0: never)
+        "lone_patience": Option(1, int, 0),
         # a new kernel's cost in evaluations, for spaces with launch arguments (0: every point costs the same)
         "compile_cost": Option(COMPILE_COST, float, 0.0),
     }
@@ -154,6 +161,7 @@ class Default(GaussianProcess):
         self._trusted_from = 0  # results told when the prior came into use
         self._plain: Default | None = None  # plain default, on its own: told only the results of its proposals
         self._plain_rows: set[int] = set()  # the rows it proposed
+        self._misses = 0  # the prior's own results in a row (once in use) without a better time
         if self.prior is not None:  # the GPs with the prior as their mean
             self._prior_relevant = Surrogate(self, float(o["noise"]), int(o["refit"]), relevance=bool(o["relevance"]))
             self._prior_shared = Surrogate(self, float(o["noise"]), int(o["refit"]), relevance=False)
@@ -225,7 +233,8 @@ class Default(GaussianProcess):
         checked against ordinary points before its favourites. The prior is dropped for good, and the search
         is plain ``default``'s own from then on (:meth:`_plain_row`), if it ranks the told results with a
         Spearman correlation below ``trust`` at the end of the checks (below ``probation``, or again after
-        its probation winner), once ``distrust`` results have brought no better time, or once plain default's
+        its probation winner), once ``distrust`` results have brought no better time (a lone source: once
+        ``lone_patience`` of its own results in a row have), or once plain default's
         own points hold a better time than every point the prior chose: it has then led to a local optimum, or
         to the optimum, and either way what remains is plain ``default``'s global work. A correlation below
         ``trust`` later only leaves the prior out (``_trusted`` false: plain default proposes) until it recovers.
@@ -255,6 +264,8 @@ class Default(GaussianProcess):
         if not self._used:
             self._trusted_from = len(self.values)  # the checks' results do not count against the prior
         stalled = self._used and len(self.values) - max(self._improved_at, self._trusted_from) >= int(o["distrust"])
+        if self._lone() and int(o["lone_patience"]) and self._misses >= int(o["lone_patience"]):
+            stalled = True  # a lone source's region, uncorroborated, brought nothing better: a local optimum, maybe
         if low and not self._used and not self._probed and agree is not None and agree >= float(o["probation"]):
             self._probed = True  # ranked the checks fairly: its first winner decides
             winner = self._winner()
@@ -268,6 +279,12 @@ class Default(GaussianProcess):
             return None
         self._prior_relevant.prior = self._prior_shared.prior = self.prior.mean
         return self._winner() if self._winners < first else None
+
+    def _lone(self) -> bool:
+        """Whether at most one source lends a ranking (the launch model's column, fitted on the sources, not
+        counted): its winners' region is then backed by that source alone."""
+        assert self.prior is not None
+        return int(self.prior.ranked[int(self.prior.joint):].sum()) <= 1
 
     def _outrun(self) -> bool:
         """Whether plain default's own points (the checks, its proposals) hold a better time than every point
@@ -314,7 +331,10 @@ class Default(GaussianProcess):
         return rows
 
     def _observe(self, row: int, value: float | None) -> None:
-        if value is not None and (self._best is None or value < self._best):
+        better = value is not None and (self._best is None or value < self._best)
+        if self._used and row not in self._checks and row not in self._plain_rows:
+            self._misses = 0 if better else self._misses + 1
+        if better:
             self._best, self._improved_at = value, len(self.values)
         if self._plain is not None and row in self._plain_rows:
             self._plain.tell([(self.feasible.point(row), value)])
