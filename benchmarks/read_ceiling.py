@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import functools
 import itertools
 import json
 import sys
@@ -44,8 +45,9 @@ SWEEP = [c for c in itertools.product((1024, 2048, 4096), (4, 8), (1, 4), (1, 2,
 WORD = 4  # bytes per int32 word
 
 
+@functools.cache
 def read_kernel() -> Any:
-    """The grid-stride read, compiled on first use (``triton`` imported here so that ``--help`` needs none)."""
+    """The grid-stride read, defined once, on first use (``triton`` imported here so that ``--help`` needs none)."""
     import triton
     import triton.language as tl
 

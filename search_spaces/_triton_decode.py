@@ -103,20 +103,17 @@ def _reduce(p_ptr, c_ptr, MN, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr):
 _WORKSPACES: dict[tuple, torch.Tensor] = {}
 
 
-def _workspace(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    key = (shape, dtype, str(device))
+def _workspace(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, zeroed: bool = False) -> torch.Tensor:
+    key = (shape, dtype, str(device), zeroed)
     if key not in _WORKSPACES:  # a captured CUDA graph may still point at it: never freed
-        _WORKSPACES[key] = torch.empty(shape, dtype=dtype, device=device)
+        _WORKSPACES[key] = (torch.zeros if zeroed else torch.empty)(shape, dtype=dtype, device=device)
     return _WORKSPACES[key]
 
 
 def _counts(tiles: int, device: torch.device) -> torch.Tensor:
     """The per-tile counts of finished splits of REDUCE=last, zero before the first launch: each launch sets
     the counts it raised back to zero, so one zeroed buffer serves every launch after it, graph replays too."""
-    key = ((tiles,), torch.int32, str(device), "counts")
-    if key not in _WORKSPACES:
-        _WORKSPACES[key] = torch.zeros(tiles, dtype=torch.int32, device=device)
-    return _WORKSPACES[key]
+    return _workspace((tiles,), torch.int32, device, zeroed=True)
 
 
 def launcher(point: Point, problem: Problem) -> tuple[Any, Any]:

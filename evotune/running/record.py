@@ -74,10 +74,8 @@ from evotune.core.space import FeasibleSet
 from evotune.running.experiment import Experiment, ExperimentError
 from evotune.running.session import Session, StudyPlan, open_storage
 from evotune.running.targets import Target, group_name, study_attrs, study_name, study_names
-from evotune.search.seeding import ranked_by_estimate
-from evotune.search.strategies import make_strategy
 from evotune.search.strategies.base import Strategy
-from evotune.search.strategies.exhaustive import Listed
+from evotune.search.strategies.exhaustive import Exhaustive, Listed
 from evotune.storage.claims import Claims, wait_for_others
 from evotune.storage.study import StudyStore
 
@@ -261,11 +259,8 @@ def whole_space(target: Target, fs: FeasibleSet, backward: bool = False) -> Stra
     workers recording problems side by side on one host need the same kernels (their keys leave the shape
     out), and the kernel cache builds a key once, so in one order each worker's compiles would wait for the
     other's instead of building kernels of their own; in opposite orders they build disjoint halves."""
-    forward = make_strategy("exhaustive", target.space, fs, ctx=target.ctx, seeding="hardware")
-    if not backward:
-        return forward
-    rows = ranked_by_estimate(forward) or list(range(len(fs)))
-    return Listed(target.space, fs, ctx=target.ctx, rows=rows[::-1])
+    forward = Exhaustive(target.space, fs, ctx=target.ctx, seeding="hardware")
+    return Listed(target.space, fs, ctx=target.ctx, rows=forward.order[::-1]) if backward else forward
 
 
 def _import_recorded(store: StudyStore, target: Target, path: Path, claims: Claims) -> Landscape | None:

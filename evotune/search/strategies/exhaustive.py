@@ -14,8 +14,10 @@ class Exhaustive(Strategy):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        order = ranked_by_estimate(self) if self.seeding == "hardware" else []
-        self._order = iter(order or range(len(self.feasible)))
+        ranked = ranked_by_estimate(self) if self.seeding == "hardware" else []
+        #: the rows in the order they are proposed
+        self.order: list[int] = ranked or list(range(len(self.feasible)))
+        self._order = iter(self.order)
 
     def _propose(self) -> int | None:
         for row in self._order:
