@@ -6,12 +6,14 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import sys
 from pathlib import Path
 
 from conftest import KT_EXCERPT, replay_experiment
 
 from evotune.cli import main
 from evotune.core.compile_results import file_name
+from evotune.core.space import Needs, findable
 
 # a space with a compile_only that runs anywhere; NEEDS is filled in per test
 SPACE_PY = '''
@@ -125,3 +127,18 @@ def test_record_shows_a_header_a_live_bar_and_labels_both_clocks(tmp_path, capsy
     assert "tuning clock" in closing and "wall time" in closing
     assert main(["record", str(exp), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
     assert "205/205" not in capsys.readouterr().err
+
+
+def test_a_dotted_module_is_found_without_importing_its_package(tmp_path, monkeypatch):
+    """A space's needs are checked in the tuner process, which never compiles: finding ``cutlass.cute`` must not
+    import ``cutlass`` (CuTe DSL's package imports for seconds)."""
+    pkg = tmp_path / "heavy_pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise RuntimeError('imported')\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "leaf.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert findable("heavy_pkg.sub") and findable("heavy_pkg.leaf") and findable("heavy_pkg")
+    assert "heavy_pkg" not in sys.modules
+    assert Needs(modules=("heavy_pkg.sub", "heavy_pkg.nothing", "no_such_pkg.sub")).missing() == [
+        "Python module heavy_pkg.nothing", "Python module no_such_pkg.sub"]

@@ -3,6 +3,7 @@ GPU worker gives and acts on (without a GPU: torch's OutOfMemoryError stands in 
 
 from __future__ import annotations
 
+import io
 import pickle
 
 import pytest
@@ -151,3 +152,24 @@ def test_the_evaluator_base_declares_everything_the_running_layer_uses_of_an_eva
     assert {"evaluate", "confirm", "baselines", "device_info", "cache_stats", "confirms"} <= set(used)
     missing = {attr: files for attr, files in used.items() if not hasattr(Evaluator, attr)}
     assert not missing, f"used on evaluators but not declared on Evaluator: {missing}"
+
+
+def test_device_info_reply_holds_plain_values_so_the_tuner_never_imports_torch(monkeypatch):
+    """The reply is unpickled in the tuner process: a torch type in it (``torch.__version__`` is a TorchVersion)
+    would import torch there, seconds of every GPU run's start-up."""
+    torch = pytest.importorskip("torch")
+    from evotune.measurement.gpu_worker import device_info
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *_: "NVIDIA H100 80GB HBM3")
+    info = device_info()
+    assert info["device"] == "NVIDIA H100 80GB HBM3" and info["torch"] == str(torch.__version__)
+    assert all(type(v) in (str, int, float) for v in info.values()), info
+    modules: list[str] = []
+
+    class Watching(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> object:
+            modules.append(module)
+            return super().find_class(module, name)
+
+    reply = Watching(io.BytesIO(pickle.dumps(Reply(ReplyStatus.OK, info=info)))).load()
+    assert reply.info == info and not [m for m in modules if m.split(".")[0] == "torch"], modules

@@ -23,10 +23,12 @@ Example::
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import itertools
 import math
 import shutil
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +57,31 @@ from evotune.core.problem import Problem
 MAX_ENUMERATION = 5_000_000
 
 
+def findable(module: str) -> bool:
+    """Whether ``module`` can be imported, found without importing it or, where the files say, its parent
+    packages: ``importlib.util.find_spec("cutlass.cute")`` imports ``cutlass`` (CuTe DSL: seconds), and the
+    tuner process that checks a space's needs never uses its compiler."""
+    if module in sys.modules:
+        return True
+    top, *rest = module.split(".")
+    try:
+        spec = importlib.util.find_spec(top)  # a top-level name is found without importing anything
+        if spec is None:
+            return False
+        for i in range(1, len(rest) + 1):
+            locations = spec.submodule_search_locations if spec is not None else None
+            if locations is None:
+                break
+            spec = importlib.machinery.PathFinder.find_spec(".".join([top, *rest[:i]]), list(locations))
+        else:
+            if spec is not None:
+                return True
+        # not among the package's files (made by its __init__, or by a finder of its own): import the parents
+        return importlib.util.find_spec(module) is not None
+    except Exception:  # a parent package is missing, or fails to import: neither can the module
+        return False
+
+
 @dataclass(frozen=True)
 class Needs:
     """What a space's compiler needs on this machine: importable ``modules`` (its DSL), ``programs`` on
@@ -68,14 +95,7 @@ class Needs:
 
     def missing(self) -> list[str]:
         """What of it this machine lacks, in words (empty when nothing)."""
-        out = []
-        for module in self.modules:
-            try:
-                found = importlib.util.find_spec(module) is not None
-            except (ImportError, ValueError):  # its parent package is missing
-                found = False
-            if not found:
-                out.append(f"Python module {module}")
+        out = [f"Python module {module}" for module in self.modules if not findable(module)]
         out += [f"program {p} (not on PATH)" for p in self.programs if shutil.which(p) is None]
         return out + (self.check() if self.check is not None else [])
 

@@ -364,11 +364,13 @@ def device_info() -> dict[str, Any]:
 
     import torch
 
-    info: dict[str, Any] = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-                            "cuda": torch.version.cuda, "python": platform.python_version()}
+    # plain strings only: the reply is unpickled in the tuner process, and torch's TorchVersion would import
+    # torch there (seconds of every run's start-up, in a process that never uses it)
+    info: dict[str, Any] = {"device": str(torch.cuda.get_device_name(0)), "torch": str(torch.__version__),
+                            "cuda": str(torch.version.cuda), "python": platform.python_version()}
     for mod in ("triton", "cutlass", "cuda"):
         try:
-            info[mod] = __import__(mod).__version__
+            info[mod] = str(__import__(mod).__version__)
         except Exception:  # not installed, or no version attribute
             pass
     try:
