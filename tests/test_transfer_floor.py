@@ -67,8 +67,8 @@ def test_a_prior_that_leads_to_a_local_optimum_is_given_up_and_plain_default_goe
 
 def test_a_lone_source_is_dropped_after_its_first_own_result(gemm):
     """A lone source's best region has nothing to corroborate it: its first winner, the local optimum (0.90 of
-    the optimum), is measured after the checks, and from then on plain default proposes (``lone_patience`` 1,
-    ``lone_total``): it cost one evaluation."""
+    the optimum), is measured after the checks, and from then on plain default proposes (``lone_patience`` 1): it
+    cost one evaluation."""
     rows, s = proposals(gemm, 0, 8, [bench.local_optimum_source(gemm)])
     times = gemm.replay()[2]
     assert gemm.optimum / times[rows[5]] < 0.9  # the winner: the local optimum
@@ -118,7 +118,7 @@ def test_a_ranking_that_dips_below_trust_after_the_checks_suspends_the_prior_unt
 
 #: A lone source is checked against plain default's own first points before its winners are measured, so a
 #: reversed or other-vendor one costs nothing. One whose best is a local optimum ranks those points as the target
-#: does and is trusted: it costs its first winner (``lone_patience`` 1 with ``lone_total``), not ``distrust``
+#: does and is trusted: it costs its first winner (``lone_patience`` 1), not ``distrust``
 #: results; benchmarks/transfer.py --family adversarial measures every case (RESULTS.md).
 CASES = [(LANDSCAPES / "convolution_A4000.json.gz", "reversed"),
          (LANDSCAPES / "convolution_A4000.json.gz", "other-vendor"),

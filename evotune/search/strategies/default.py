@@ -56,20 +56,19 @@ The algorithm:
    correlation is below ``trust`` after the checks, it is left out and that plain ``default`` proposes; it is
    used again once the correlation recovers (a source of another GPU can rank the told results at about
    ``trust``, and its local work near the optimum is what transfer gains). The prior is dropped for good once
-   ``distrust`` results bring no better time, or once plain ``default``'s own points (the checks, its share) hold a
-   better time than every point the prior chose; every proposal is then that plain ``default``'s, so the
+   ``distrust`` of its own results bring no gain, or once plain ``default``'s own points (the checks, its share)
+   hold a better time than every point the prior chose; every proposal is then that plain ``default``'s, so the
    search goes on as plain ``default`` would have from the start, a few evaluations later (none where the
    prior was found out on the checks). ``distrust`` counts the prior's own results (winners, its model's
    proposals), not plain ``default``'s share, and a better time resets it only when it beats the last such time
    by ``distrust_gain`` (0.5%): the prior is judged by what it proposes, and a tile of the same plateau a
    fraction of a percent faster is no sign that it leads anywhere. **A lone source** (one source with a
    ranking: nothing corroborates the region its winners point to) is dropped sooner: once ``lone_patience`` of
-   its own results (its winners, its model's proposals) are measured (with ``lone_total``; else once that many
-   in a row bring no better time): its first winner is what it can be right about. Its best point can be a
-   local optimum of the target while it ranks every point the search sees as the target does, and nothing but
-   a better time tells the two apart; several
-   sources that each rank the told results well keep ``distrust``, which the last percent of another GPU's
-   convolution prior needs. Without sources nothing changes.
+   its own results (its winners, its model's proposals) are measured; its first winner is what it can be right
+   about. Its best point can be a local optimum of the target while it ranks every point the search sees as the
+   target does, and nothing but a better time tells the two apart; several sources that each rank the told
+   results well keep ``distrust``, which the last percent of another GPU's convolution prior needs. Without
+   sources nothing changes.
 7. **Compile cost**: in a space whose launch arguments are free once a kernel is
    built (``SearchSpace.compiled_params``: a CUTLASS kernel's raster, swizzle and
    stream-K decomposition), the expected improvement of a point whose kernel is
@@ -82,7 +81,7 @@ Options (defaults): ``startup`` 10, ``pool`` 1000, ``top`` 5, ``cross`` 50,
 ``stall_shared`` true, ``noise`` 1e-3, ``refit`` 10 (results between length-scale
 fits), ``transfer`` true, ``transfer_first`` 4, ``transfer_checks`` 5, ``trust`` 0.6, ``probation`` 0.2,
 ``trusted_patience`` 3, ``trusted_local`` 1.0, ``floor`` 0.2, ``floor_step`` 0, ``distrust`` 12,
-``lone_patience`` 1, ``distrust_gain`` 0.005, ``distrust_own`` true, ``lone_total`` true, ``compile_cost`` 20.
+``distrust_gain`` 0.005, ``lone_patience`` 1, ``compile_cost`` 20.
 The measurements behind each choice are in ``docs/STRATEGY_DESIGN.md``.
 
 Example::
@@ -135,16 +134,12 @@ class Default(GaussianProcess):
         "floor": Option(0.2, float, 0.0, 1.0),
         # ... growing by this with each result since the last better time
         "floor_step": Option(0.0, float, 0.0, 1.0),
-        # results without a better time after which a trusted prior is dropped for good
+        # the prior's own results (winners, its model's proposals) without a gain after which it is dropped
         "distrust": Option(12, int, 1),
-        # a lone source's own results in a row without a better time after which its prior is dropped (0: never)
-        "lone_patience": Option(1, int, 0),
-        # a better time counts against distrust only when it beats the last such time by this share (0: any)
+        # a better time is a gain (resets distrust) only when it beats the last gain by this share (0: any)
         "distrust_gain": Option(0.005, float, 0.0, 1.0),
-        # whether distrust counts only the prior's own results (winners, its model's proposals)
-        "distrust_own": Option(True, bool),
-        # whether lone_patience counts a lone source's own results in all (else: in a row without a better time)
-        "lone_total": Option(True, bool),
+        # a lone source's own results after which its prior is dropped (0: never)
+        "lone_patience": Option(1, int, 0),
         # a new kernel's cost in evaluations, for spaces with launch arguments (0: every point costs the same)
         "compile_cost": Option(COMPILE_COST, float, 0.0),
     }
@@ -172,9 +167,7 @@ class Default(GaussianProcess):
         self._trusted_from = 0  # results told when the prior came into use
         self._plain: Default | None = None  # plain default, on its own: told only the results of its proposals
         self._plain_rows: set[int] = set()  # the rows it proposed
-        self._misses = 0  # the prior's own results in a row (once in use) without a better time
-        self._gained: float | None = None  # the time at the last gain of at least distrust_gain
-        self._gained_at = 0  # results told then
+        self._gained: float | None = None  # the time at the last gain (a better time by distrust_gain at least)
         self._dry = 0  # the prior's own results (once in use) since then
         self._own = 0  # the prior's own results once in use
         if self.prior is not None:  # the GPs with the prior as their mean
@@ -248,8 +241,8 @@ class Default(GaussianProcess):
         checked against ordinary points before its favourites. The prior is dropped for good, and the search
         is plain ``default``'s own from then on (:meth:`_plain_row`), if it ranks the told results with a
         Spearman correlation below ``trust`` at the end of the checks (below ``probation``, or again after
-        its probation winner), once ``distrust`` results have brought no better time (a lone source: once
-        ``lone_patience`` of its own results in a row have), or once plain default's
+        its probation winner), once ``distrust`` of its own results have brought no gain (a lone source: once
+        ``lone_patience`` of its own results are in), or once plain default's
         own points hold a better time than every point the prior chose: it has then led to a local optimum, or
         to the optimum, and either way what remains is plain ``default``'s global work. A correlation below
         ``trust`` later only leaves the prior out (``_trusted`` false: plain default proposes) until it recovers.
@@ -278,12 +271,8 @@ class Default(GaussianProcess):
         low = agree is not None and agree < float(o["trust"])
         if not self._used:
             self._trusted_from = len(self.values)  # the checks' results do not count against the prior
-        if bool(o["distrust_own"]):
-            stalled = self._used and self._dry >= int(o["distrust"])
-        else:
-            stalled = self._used and len(self.values) - max(self._gained_at, self._trusted_from) >= int(o["distrust"])
-        lone_count = self._own if bool(o["lone_total"]) else self._misses
-        if self._lone() and int(o["lone_patience"]) and lone_count >= int(o["lone_patience"]):
+        stalled = self._used and self._dry >= int(o["distrust"])
+        if self._lone() and int(o["lone_patience"]) and self._own >= int(o["lone_patience"]):
             stalled = True  # a lone source's region, uncorroborated, brought nothing better: a local optimum, maybe
         if low and not self._used and not self._probed and agree is not None and agree >= float(o["probation"]):
             self._probed = True  # ranked the checks fairly: its first winner decides
@@ -351,14 +340,11 @@ class Default(GaussianProcess):
 
     def _observe(self, row: int, value: float | None) -> None:
         better = value is not None and (self._best is None or value < self._best)
-        if self._used and row not in self._checks and row not in self._plain_rows:
-            self._misses = 0 if better else self._misses + 1
         gained = value is not None and (self._gained is None
                                         or value < self._gained * (1.0 - float(self.options["distrust_gain"])))
-        own = self._used and row not in self._checks and row not in self._plain_rows
         if gained:
-            self._gained, self._gained_at = value, len(self.values)
-        if own:
+            self._gained = value
+        if self._used and row not in self._checks and row not in self._plain_rows:  # the prior's own result
             self._dry = 0 if gained else self._dry + 1
             self._own += 1
         if better:
