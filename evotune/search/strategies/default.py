@@ -273,7 +273,7 @@ class Default(GaussianProcess):
             self._trusted_from = len(self.values)  # the checks' results do not count against the prior
         stalled = self._used and self._dry >= int(o["distrust"])
         if self._lone() and int(o["lone_patience"]) and self._own >= int(o["lone_patience"]):
-            stalled = True  # a lone source's region, uncorroborated, brought nothing better: a local optimum, maybe
+            stalled = True  # a lone source had its say: its region, uncorroborated, may be a local optimum
         if low and not self._used and not self._probed and agree is not None and agree >= float(o["probation"]):
             self._probed = True  # ranked the checks fairly: its first winner decides
             winner = self._winner()
