@@ -171,3 +171,24 @@ def test_bad_grid_is_one_line_exit_2(landscapes, tmp_path, capsys, monkeypatch, 
     err = capsys.readouterr().err.strip()
     assert rc == 2 and message in err and err.startswith("error: --grid") and "\n" not in err
     assert not out.exists()
+
+
+def test_sources_are_the_keys_within_one_of_the_nearest():
+    """A key further than the nearest tuned one by more than NEAR weighs under exp(-2) of it in the prior, yet
+    its fastest point would be a transferred winner: it is left out."""
+    from types import SimpleNamespace
+
+    from optuna.trial import TrialState
+
+    from evotune.autotune.neighbours import sources
+    from evotune.core.space import SearchSpace
+
+    space = SearchSpace("s", [ordinal("BLOCK_M", [16, 32])])
+    trials = [SimpleNamespace(params={"BLOCK_M": 16}, value=1.0, state=TrialState.COMPLETE, user_attrs={}),
+              SimpleNamespace(params={"BLOCK_M": 32}, value=2.0, state=TrialState.COMPLETE, user_attrs={})]
+    store = SimpleNamespace(study=SimpleNamespace(get_trials=lambda **_: trials))
+    keys = [{"M": m, "N": 4096} for m in (16, 32, 64, 128, 512)]
+    cache = SimpleNamespace(kernel=SimpleNamespace(prefix="k/"), existing=lambda key, space: store,
+                            tuned=lambda: [(k, f"k/M={k['M']}", None) for k in keys])
+    got = sources(cache, {"M": 256, "N": 4096}, space)  # type: ignore[arg-type]
+    assert [s.name for s in got] == ["key:M=128", "key:M=512", "key:M=64"]  # 1, 1, 2; not 32 (3) nor 16 (4)

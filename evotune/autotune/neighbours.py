@@ -2,7 +2,10 @@
 
 Two keys of one kernel are compared value by value (the key's argument values,
 then the argument dtypes): ``|log2(a / b)|`` for two positive numbers, ``MISMATCH``
-for any other pair that differs. Keys with other names are not comparable.
+for any other pair that differs. Keys with other names are not comparable. A new key's sources are the tuned keys
+within ``NEAR`` of the nearest: a farther key's fastest point is a worse winner to measure
+than the nearer keys' (at M = 256 of an M x 4096 x 4096 GEMM, those of M = 16 and 32
+reach 0.2-0.3 of the optimum), and its trials say less about the new key's launches.
 
 Example::
 
@@ -19,8 +22,13 @@ from optuna.trial import TrialState
 from evotune.autotune.cache import Decision, KernelCache
 from evotune.core.space import SearchSpace
 from evotune.search import launch
-from evotune.search.prior import MAX_DISTANCE, Source
+from evotune.search.prior import MAX_DISTANCE, TAU, Source
 from evotune.search.transfer import MISMATCH
+
+#: sources further than the nearest by more than this are left out: they weigh less than exp(-2) of its weight
+#: in the prior (TAU), yet each would still hand ``default`` its fastest point as a transferred winner, at the same
+#: turn as the nearest source's, and train the launch model as much as the nearest (docs/STRATEGY_DESIGN.md)
+NEAR = 2 * TAU
 
 
 def key_distance(a: dict[str, Any], b: dict[str, Any]) -> float | None:
@@ -52,8 +60,9 @@ def nearest_tuned(cache: KernelCache, key: dict[str, Any]) -> tuple[dict[str, An
 
 
 def sources(cache: KernelCache, key: dict[str, Any], space: SearchSpace, sms: int | None = None) -> list[Source]:
-    """The measured trials of the other tuned keys within MAX_DISTANCE, one source each, nearest first; with
-    their launch features (on a GPU of ``sms`` multiprocessors) when every trial kept its program count."""
+    """The measured trials of the other tuned keys within MAX_DISTANCE and within NEAR of the nearest such key,
+    one source each, nearest first; with their launch features (on a GPU of ``sms`` multiprocessors) when every
+    trial kept its program count."""
     out = []
     for other, name, _ in cache.tuned():
         d = key_distance(key, other)
@@ -74,4 +83,5 @@ def sources(cache: KernelCache, key: dict[str, Any], space: SearchSpace, sms: in
             counts = [p for p in programs if isinstance(p, int)]
             feats = tuple(launch.features(p, sms) for p in counts) if len(counts) == len(programs) else None
             out.append(Source(f"key:{name.removeprefix(cache.kernel.prefix)}", tuple(results), d, feats))
-    return sorted(out, key=lambda s: s.distance)
+    out.sort(key=lambda s: s.distance)
+    return [s for s in out if s.distance <= out[0].distance + NEAR + 1e-9]
