@@ -65,19 +65,15 @@ def findable(module: str) -> bool:
         return True
     top, *rest = module.split(".")
     try:
-        spec = importlib.util.find_spec(top)  # a top-level name is found without importing anything
+        name, spec = top, importlib.util.find_spec(top)  # a top-level name is found without importing anything
         if spec is None:
             return False
-        for i in range(1, len(rest) + 1):
+        for part in rest:  # each submodule among its package's files
+            name = f"{name}.{part}"
             locations = spec.submodule_search_locations if spec is not None else None
-            if locations is None:
-                break
-            spec = importlib.machinery.PathFinder.find_spec(".".join([top, *rest[:i]]), list(locations))
-        else:
-            if spec is not None:
-                return True
+            spec = importlib.machinery.PathFinder.find_spec(name, list(locations)) if locations else None
         # not among the package's files (made by its __init__, or by a finder of its own): import the parents
-        return importlib.util.find_spec(module) is not None
+        return spec is not None or importlib.util.find_spec(module) is not None
     except Exception:  # a parent package is missing, or fails to import: neither can the module
         return False
 
