@@ -161,7 +161,9 @@ def serve(conn: Any, setup: Callable[[], Any]) -> None:
             return
         if isinstance(message, Stop):
             return
+        started = time.perf_counter()
         reply = handler.handle(message)
+        reply.served_s = time.perf_counter() - started  # the parent's wait less this: the pipe and its own delays
         conn.send(reply)
         if reply.fatal:
             os._exit(3)

@@ -125,6 +125,7 @@ class Reply:
     baselines: dict[str, dict[str, Any]] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
     confirmation: dict[str, Any] | None = None
+    served_s: float = 0.0  # the worker's own seconds on the request, from reading it to answering (serve)
 
     @property
     def ok(self) -> bool:
