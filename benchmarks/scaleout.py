@@ -81,6 +81,7 @@ class Run:
     window_s: float = 0.0  # from the first evaluation's start to the last one's end
     loops_s: float = 0.0  # the same for each study, added up: the tuning loops alone, without what a problem
     #                       costs around them (its baselines, its confirmation)
+    inside: dict[str, float] = field(default_factory=dict)  # per trial, ms: see inside_ms
 
     @property
     def exact(self) -> bool:
@@ -160,6 +161,8 @@ def run(args: argparse.Namespace, exp: Experiment, workers: int, split: str, wor
                                       stderr=subprocess.STDOUT, text=True))
     logs = [p.communicate()[0] for p in procs]
     seconds = time.perf_counter() - started
+    for i, log in enumerate(logs):  # beside the run's studies and costs, for a closer look
+        (work / f"log-{tag}-{i}.txt").write_text(log)
     if any(p.returncode for p in procs):
         raise SystemExit("a worker failed:\n" + "\n".join(log[-3000:] for log in logs))
     copy = load_experiment(path)
@@ -185,7 +188,25 @@ def run(args: argparse.Namespace, exp: Experiment, workers: int, split: str, wor
     builds = KernelCache(kernels).builds()[builds_before:]
     busy, window = measuring_share(every)
     return Run(workers, split, storage, seconds, trials, expected, duplicates, costs, incomplete, len(builds),
-               len({b["key"] for b in builds}), busy, window, loops)
+               len({b["key"] for b in builds}), busy, window, loops, inside_ms(every))
+
+
+#: the trials' attributes of a GPU evaluation's time: the tuner's wait for the GPU worker, the GPU worker's own
+#: time on the request, and of that its verification, its timing and loading the built kernel
+INSIDE = ("worker_s", "served_s", "verify_s", "bench_s", "build_s")
+
+
+def inside_ms(trials: list[Any]) -> dict[str, float]:
+    """The mean of each of :data:`INSIDE` over the trials that have it, in ms; ``delay`` is ``worker_s`` less
+    ``served_s``: the pipe both ways and the tuner process's own delays in taking the reply (its other threads)."""
+    out = {}
+    for name in INSIDE:
+        values = [float(t.user_attrs[name]) for t in trials if name in t.user_attrs]
+        if values:
+            out[name] = 1e3 * sum(values) / len(values)
+    if "worker_s" in out and "served_s" in out:
+        out["delay"] = out["worker_s"] - out["served_s"]
+    return out
 
 
 def per_eval_s(r: Run) -> float:
@@ -235,6 +256,9 @@ def cost_lines(runs: list[Run]) -> list[str]:
     """Each tuning worker's measured costs."""
     out = []
     for r in runs:
+        if r.inside:
+            out.append(f"{r.storage} {r.split} x{r.workers}: per trial (ms) "
+                       + ", ".join(f"{k} {v:.2f}" for k, v in r.inside.items()))
         for i, c in enumerate(r.costs):
             m = c["model"]
             n = max(c["evals"], 1)
@@ -290,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
           + ("recording every feasible point" if args.record else f"{evals} evaluations each"))
     print("\n".join(table(runs, problems, evals, "workers" if args.cpu else "GPUs")))
     print("\n".join(cost_lines(runs)))
+    print(f"the runs' studies, costs and worker logs: {work}")
     if args.json:
         rows = []
         for r in runs:

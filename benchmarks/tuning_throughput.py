@@ -157,7 +157,7 @@ def main() -> None:
     ap.add_argument("--loop-only", action="store_true", help=argparse.SUPPRESS)  # fresh_process_loop's child
     args = ap.parse_args()
 
-    from evotune.measurement.gpu import default_workers
+    from evotune.measurement.host import default_workers
 
     problem, space, ctx, points = _setup(args)
     workers = default_workers() if args.workers is None else args.workers

@@ -5,6 +5,7 @@ the confirmation stage gets its share. A fake clock stands for the wall clock: n
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import time
 from pathlib import Path
 
@@ -249,7 +250,7 @@ def test_abandoning_the_compiles_kills_the_compilers_they_started(tmp_path):
     ev = object.__new__(gpu.GpuEvaluator)
     pool = concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"),
                                                   initializer=pool_initializer,
-                                                  initargs=(dict(os.environ), gpu._pool_init))
+                                                  initargs=(dict(os.environ), functools.partial(gpu._pool_init, None)))
     pid_file = tmp_path / "child"
     ev._pool, ev._compiling = pool, {("p", "k"): pool.submit(_compile_with_a_child, str(pid_file))}
     while not pid_file.exists() or not pid_file.read_text():
@@ -281,5 +282,6 @@ def test_compile_processes_run_below_the_measuring_process():
 
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"),
                                                 initializer=pool_initializer,
-                                                initargs=(dict(os.environ), gpu._pool_init)) as pool:
+                                                initargs=(dict(os.environ), functools.partial(gpu._pool_init, None))
+                                                ) as pool:
         assert pool.submit(_niceness).result() == min(19, _niceness() + 5)

@@ -1,4 +1,5 @@
-"""Compile pools of several workers on one host share its cores instead of each taking them all."""
+"""Workers on one host share it: their compile pools share its cores and memory, and each measures on cores that
+no compile process runs on."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import os
 
 import pytest
 
-from evotune.measurement import gpu
+from evotune.measurement import host as hostmod
+from evotune.measurement.host import Placement, plan
 
 
 @pytest.fixture
@@ -15,32 +17,78 @@ def host(monkeypatch):
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
     monkeypatch.setattr(os, "sysconf", lambda name: {"SC_PAGE_SIZE": 4096, "SC_AVPHYS_PAGES": 2**25}[name])
-    monkeypatch.setattr(gpu, "host_gpus", lambda: 2)
-    return monkeypatch
+    monkeypatch.setattr(hostmod, "host_gpus", lambda: 2)
+    monkeypatch.setattr(hostmod, "siblings", lambda cpu: {cpu})
+    hostmod.placement.cache_clear()
+    yield monkeypatch
+    hostmod.placement.cache_clear()
 
 
 def test_one_worker_per_gpu_takes_its_share_of_the_cores(host):
     host.setenv("CUDA_VISIBLE_DEVICES", "1")
-    assert gpu.workers_on_host() == 2
-    two = gpu.default_workers()
-    assert two == 16 // 2 - 2
-    assert 2 * (two + 2) <= 16  # two workers' pools, tuners and GPU workers fit the host's cores
+    assert hostmod.workers_on_host() == 2
+    place = hostmod.placement()
+    assert place == Placement(frozenset({2, 3}), frozenset(range(4, 16)))  # worker 1 measures on the second two
+    two = hostmod.default_workers()
+    assert two == 12 // 2  # the pools share the 12 cores nobody measures on
+    assert 2 * two + 2 * len(place.measuring) <= 16
 
 
 def test_a_worker_that_sees_every_gpu_is_alone(host):
     host.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    assert gpu.workers_on_host() == 1 and gpu.default_workers() == 14
+    assert hostmod.workers_on_host() == 1 and hostmod.default_workers() == 14
+    hostmod.placement.cache_clear()
     host.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    assert gpu.default_workers() == 14
+    assert hostmod.placement() == Placement(frozenset({0, 1}), frozenset(range(2, 16)))
+    assert hostmod.default_workers() == 14
 
 
-def test_a_worker_confined_to_some_cores_takes_those(host):
+def test_a_worker_confined_to_some_cores_takes_those_and_is_not_moved(host):
     host.setenv("CUDA_VISIBLE_DEVICES", "0")
     host.setattr(os, "sched_getaffinity", lambda pid: set(range(6)))
-    assert gpu.default_workers() == 4  # its 6 cores less 2: already its share
+    assert hostmod.placement() is None
+    assert hostmod.default_workers() == 4  # its 6 cores less 2: already its share
+
+
+def test_gpus_named_by_uuid_are_not_placed(host):
+    host.setenv("CUDA_VISIBLE_DEVICES", "GPU-5f0e7b0e-0000")
+    assert hostmod.gpu_index() is None and hostmod.placement() is None
 
 
 def test_memory_is_shared_too(host):
     host.setenv("CUDA_VISIBLE_DEVICES", "0")
     host.setattr(os, "sysconf", lambda name: {"SC_PAGE_SIZE": 4096, "SC_AVPHYS_PAGES": 6 * 2**18}[name])  # 6 GB
-    assert gpu.default_workers() == 2  # 3 GB each, 1.5 GB a compile process
+    assert hostmod.default_workers() == 2  # 3 GB each, 1.5 GB a compile process
+
+
+def test_a_core_is_a_cpu_and_its_hyperthreads():
+    """On a host of 8 cores with two hyperthreads each (CPU c and c + 8), two workers measure on two cores each:
+    all four of their CPUs are kept from the pools."""
+    place = plan(range(16), 2, 1, lambda c: {c % 8, c % 8 + 8})
+    assert place == Placement(frozenset({2, 3, 10, 11}), frozenset(range(16)) - {0, 1, 2, 3, 8, 9, 10, 11})
+
+
+@pytest.mark.parametrize(("cpus", "workers", "index", "measuring"), [
+    (range(32), 2, 0, {0, 1}),  # 16 per worker: two cores each
+    (range(12), 2, 1, {1}),  # 6 per worker: one core each
+    (range(7), 2, 0, None),  # under 4 per worker: no placement
+    (range(32), 2, 2, None),  # an index beyond the host's workers
+])
+def test_plan(cpus, workers, index, measuring):
+    place = plan(cpus, workers, index, lambda c: {c})
+    if measuring is None:
+        assert place is None
+    else:
+        assert place is not None and place.measuring == measuring
+        assert not place.pool & place.measuring and len(place.pool) == len(cpus) - workers * len(measuring)
+
+
+def test_a_compile_process_moves_to_the_pool_and_the_tuner_to_its_cores(host):
+    moved: list[tuple[int, frozenset[int]]] = []
+    host.setattr(os, "sched_setaffinity", lambda pid, cpus: moved.append((pid, frozenset(cpus))), raising=False)
+    host.setenv("CUDA_VISIBLE_DEVICES", "0")
+    hostmod.place_measuring()
+    place = hostmod.placement()
+    hostmod.place_pool(place)
+    hostmod.place_pool(None)  # no placement: left where it is
+    assert moved == [(0, frozenset({0, 1})), (0, frozenset(range(4, 16)))]

@@ -113,7 +113,7 @@ def test_a_gpu_run_starts_its_measuring_processes_before_it_reads_the_gpu(tmp_pa
     take seconds too: on a host with a GPU they overlap. On a host without one the experiment is refused while
     resolving, and nothing has started."""
     pytest.importorskip("torch")
-    from evotune.measurement import gpu
+    from evotune.measurement import gpu, host
     from evotune.running import session
     from evotune.running.experiment import load_experiment
 
@@ -122,7 +122,7 @@ def test_a_gpu_run_starts_its_measuring_processes_before_it_reads_the_gpu(tmp_pa
                     'n = 64\nk = 64\ndtype = "bf16"\n[strategy]\nname = "random"\n[budget]\ntrials = 4\n'
                     f'[storage]\nurl = "sqlite:///{tmp_path / "s.db"}"\n')
     happened: list[str] = []
-    monkeypatch.setattr(gpu, "host_gpus", lambda: gpus)
+    monkeypatch.setattr(host, "host_gpus", lambda: gpus)
     monkeypatch.setattr(gpu, "start_processes", lambda spaces: happened.append(
         "measuring processes started: " + ",".join(s.name for s in spaces)))
 

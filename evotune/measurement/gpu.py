@@ -14,7 +14,7 @@ context (an illegal address), or hangs, fails only its own trial:
 Compiling overlaps timing: when the space can ``precompile`` (fill its
 on-disk kernel cache without launching), a pool of compile processes, sized
 by CPU cores and memory (a CuTe DSL compile takes about 1 GB) and sharing the
-host with the other workers on it (:func:`default_workers`), builds the
+host with the other workers on it (:mod:`evotune.measurement.host`), builds the
 points the tuner will ask for next while the GPU worker times the current one;
 the GPU worker then loads them from the cache. A compile process that dies
 fails only the point it was compiling.
@@ -38,6 +38,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import time
@@ -51,6 +52,7 @@ from evotune.core.result import EvalResult
 from evotune.core.space import Point, SearchSpace
 from evotune.measurement.base import DeadlinePassed, Evaluator
 from evotune.measurement.gpu_worker import worker_main
+from evotune.measurement.host import Placement, default_workers, place_measuring, place_pool, placement
 from evotune.measurement.isolation import WorkerProcess
 from evotune.measurement.messages import Baselines, Confirm, DeviceInfo, Evaluate, ReplyStatus
 from evotune.measurement.options import OracleOptions
@@ -98,7 +100,8 @@ class GpuEvaluator(Evaluator):
         if self._pool is None:
             # started as the GPU worker is now: with spawn too once a forked worker found CUDA initialised
             self._pool = ProcessPoolExecutor(self.workers, mp_context=self.shared_worker.process.start_context,
-                                             initializer=pool_initializer, initargs=(dict(os.environ), _pool_init))
+                                             initializer=pool_initializer,
+                                             initargs=(dict(os.environ), functools.partial(_pool_init, placement())))
         for p in points:
             key = (problem.key, self.space.key(p))  # one evaluator may serve several problems (record)
             if key not in self._compiling:
@@ -172,6 +175,7 @@ class GpuEvaluator(Evaluator):
             raise DeadlinePassed(f"{self.space.key(point)} was still being evaluated at the run's deadline")
         extra = reply.extra
         extra["worker_s"] = time.perf_counter() - called  # the GPU worker's time on the point: build, verify, time
+        extra["served_s"] = reply.served_s  # of it, inside the GPU worker (the rest: the pipe, this process's delays)
         if pool_error:
             extra["pool_error"] = pool_error
         elif pool_hit is not None:  # prefetched: the pool found it in the cache, or compiled it there
@@ -237,49 +241,14 @@ def start_processes(spaces: Iterable[SearchSpace]) -> StartContext:
     """Start the server that GPU workers and compile processes fork from (unless it runs), importing torch, the
     worker's modules and ``spaces``' preload; how to start processes from it. A run calls this before opening
     its storage and studies, so the server's imports overlap them."""
+    place_measuring()  # before the server starts: it, and the GPU workers forked from it, measure there too
     modules = ["torch", "evotune.measurement.gpu_worker"]
     for space in spaces:
         modules += space.preload
     return start_method(modules)
 
 
-def default_workers() -> int:
-    """Compile processes for this worker: its share of the host's cores less two (its tuner and its GPU worker),
-    and of the free memory at about 1.5 GB each. The host's cores are shared by the workers on it
-    (:func:`workers_on_host`), so that N workers on one host start N pools that fit it together; a worker
-    already confined to some of the cores (``taskset``, a container's CPU set) takes those."""
-    try:
-        mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES") / 2**30
-    except (ValueError, OSError):
-        mem_gb = 8.0
-    host = os.cpu_count() or 2
-    mine = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else host
-    sharing = workers_on_host() if mine >= host else 1
-    return max(0, min(mine // sharing - 2, int(mem_gb / sharing / 1.5)))
-
-
-def workers_on_host() -> int:
-    """How many workers this host runs beside this one, this one included: one per GPU it sees of the host's
-    GPUs (``CUDA_VISIBLE_DEVICES=0`` on a host of two GPUs: two), as ``evotune worker`` is run."""
-    gpus = host_gpus()
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if not gpus or visible is None:
-        return 1
-    seen = len([d for d in visible.split(",") if d.strip()])
-    return max(1, gpus // max(1, min(seen, gpus)))
-
-
-def host_gpus() -> int:
-    """NVIDIA GPUs on this host, counted from the driver's files (the tuner process never starts CUDA)."""
-    from pathlib import Path
-
-    found = list(Path("/proc/driver/nvidia/gpus").glob("*"))
-    if not found:
-        found = [p for p in Path("/dev").glob("nvidia*") if p.name.removeprefix("nvidia").isdigit()]
-    return len(found)
-
-
-def _pool_init() -> None:
+def _pool_init(place: Placement | None) -> None:
     from evotune.measurement.kernel_cache import cache_root
     from evotune.measurement.processes import refuse_inherited_cuda
 
@@ -290,6 +259,7 @@ def _pool_init() -> None:
     # below the tuner and the GPU worker: where the host's cores are all busy (several workers on one host),
     # a compile waits, not the measuring process's launches and synchronisations, which every point waits on
     os.nice(5)
+    place_pool(place)  # and off the cores the host's workers measure on
 
     os.environ.setdefault("TRITON_CACHE_DIR", str(cache_root() / "triton"))
     os.environ.setdefault("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")

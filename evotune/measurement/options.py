@@ -59,6 +59,6 @@ class OracleOptions:
 
     timeout_s: float = 300.0  # a candidate that takes longer is killed and marked timeout
     workers: int | None = None  # gpu: compile processes; None: this worker's share of the host's cores and memory
-    #                             (gpu.default_workers)
+    #                             (host.default_workers)
     timing: TimingOptions = field(default_factory=TimingOptions)
     confirm: ConfirmOptions = field(default_factory=ConfirmOptions)  # gpu: the confirmation stage after a search

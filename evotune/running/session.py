@@ -221,7 +221,8 @@ def start_measuring(exp: Experiment, spaces: Iterable[SearchSpace] | None = None
     resolving says what is missing."""
     if exp.oracle != "gpu" or importlib.util.find_spec("torch") is None:
         return False
-    from evotune.measurement.gpu import host_gpus, start_processes
+    from evotune.measurement.gpu import start_processes
+    from evotune.measurement.host import host_gpus
 
     if spaces is None:
         if not host_gpus():
