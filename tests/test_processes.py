@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT
 
 SCRIPT = textwrap.dedent('''
-    import json, os, signal, sys
+    import json, os, signal, sys, time
     from concurrent.futures import ProcessPoolExecutor
 
     from evotune.measurement.isolation import WorkerProcess, serve
@@ -27,12 +27,13 @@ SCRIPT = textwrap.dedent('''
     class Handler:
         def handle(self, request):
             if isinstance(request, DeviceInfo):
+                time.sleep(0.05)  # the worker's own time on the request, which its reply reports
                 return Reply(ReplyStatus.OK, info={"value": os.environ.get("EVOTUNE_TEST_VALUE"),
                                                    "preloaded": PRELOADED in sys.modules, "pid": os.getpid()})
             os.kill(os.getpid(), signal.SIGSEGV)
 
     def flat(reply):
-        return {"status": reply.status.value, "message": reply.message, **reply.info}
+        return {"status": reply.status.value, "message": reply.message, "served_s": reply.served_s, **reply.info}
 
     def main(conn):
         serve(conn, Handler)
@@ -55,7 +56,10 @@ SCRIPT = textwrap.dedent('''
         out = {"method": ctx.get_start_method(), "parent_has_it": PRELOADED in sys.modules}
         os.environ["EVOTUNE_TEST_VALUE"] = "later"  # a child takes its parent's environment of its own start
         worker = WorkerProcess(main, (), "test worker", 600, start=ctx)
+        worker.call(DeviceInfo())  # started and answering: the next call's wait is the request's alone
+        began = time.perf_counter()
         out["first"] = flat(worker.call(DeviceInfo()))
+        out["first"]["waited_s"] = time.perf_counter() - began
         out["crash"] = flat(worker.call(Evaluate({}, {}, seed=1)))
         out["after_crash"] = flat(worker.call(DeviceInfo()))
         worker.close()
@@ -92,6 +96,12 @@ def test_children_fork_from_a_server_that_imported_the_preload_and_survives_a_ba
     # a child runs with its parent's environment as it was when the child started, not the server's
     assert out["first"]["value"] == "later"
     assert out["pool"] == ["later", True]
+
+
+def test_a_reply_says_the_workers_own_time_on_the_request(out):
+    """What the parent waited less the worker's own time is the pipe's and the parent's delays (a trial's
+    ``worker_s`` less its ``served_s``)."""
+    assert 0.05 <= out["first"]["served_s"] <= out["first"]["waited_s"]
 
 
 def test_a_crashed_child_is_reported_and_the_next_one_forks_from_the_same_server(out):
