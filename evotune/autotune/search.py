@@ -144,8 +144,9 @@ def measure_points(job: KeyJob, store: StudyStore) -> int:
         counts = None if job.programs is None else [job.programs(job.feasible.point(r))
                                                        for r in range(len(job.feasible))]
         # the sources are this kernel's own keys tuned on this GPU: a lone nearest key keeps its prior until
-        # `distrust` of its own results bring no gain, as several do (dropping it at its first miss cost the large
-        # space's batch sweep 64 x 4096 x 4096: 2 -> 11 evaluations to 0.99, 4096^3: 7 -> 19; docs/STRATEGY_DESIGN.md)
+        # `distrust` of its own results bring no gain, as several do (dropping it after its first own result, as
+        # `default` does, cost the large space's replay at the default budget 32 x 4096 x 4096: 9 -> 30
+        # evaluations to 0.99, 256 x 4096 x 4096: 8 -> 31, 4096^3: 8 -> 26; docs/STRATEGY_DESIGN.md)
         strategy = make_strategy("default", space, job.feasible, seed=job.seed, sources=srcs, lone_patience=0,
                                  launch=None if counts is None else launch.table(counts, job.sms))
         strategy.warm_start([v for k, v in history.items() if k in wanted])
