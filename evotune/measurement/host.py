@@ -9,7 +9,7 @@ they share its cores. Two rules follow:
 * **Placement.** A worker's measuring processes (the tuner, its GPU worker and the server they fork from) wait on
   every point: the GPU worker's launches and synchronisations, then the tuner's next proposal. Its compile
   processes work in bursts, a dozen at once. Left to the scheduler, a burst lands on the cores the measuring
-  processes were on, and each point's GPU work takes longer. So each worker measures on cores of its own, the
+  processes were on, and each point's GPU work takes longer. So each worker measures on a core of its own, the
   ``index``-th of the host (``index``: the first GPU it sees), and every compile process runs on the cores that
   no worker of the host measures on (:func:`placement`). What it gives on a host of two GPUs: benchmarks/RESULTS.md,
   "Two GPUs against one".
@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MIN_CPUS = 4  # per worker, for a placement: one core to measure on and three to compile
-TWO_CORES = 8  # per worker, from which a worker measures on two cores (its tuner and GPU worker side by side)
 COMPILE_GB = 1.5  # memory a compile process may take (a CuTe DSL compile: about 1 GB)
 
 
@@ -43,22 +42,22 @@ class Placement:
 
 def plan(cpus: Sequence[int], workers: int, index: int, siblings: Callable[[int], Iterable[int]]) -> Placement | None:
     """The placement of worker ``index`` of ``workers`` on a host of ``cpus``: the first cores (a core: a CPU and
-    its hyperthread ``siblings``) go to the workers' measuring, one or two each, in the workers' order; the rest
-    to the compile pools. None where the host has fewer than :data:`MIN_CPUS` per worker."""
+    its hyperthread ``siblings``) go to the workers' measuring, one each, in the workers' order; the rest to the
+    compile pools. The tuner and its GPU worker take turns more than they run side by side (the tuner proposes,
+    the GPU worker measures), so one core serves both. None where the host has fewer than :data:`MIN_CPUS` per
+    worker."""
     if not 0 <= index < workers or len(cpus) < MIN_CPUS * workers:
         return None
-    each = 2 if len(cpus) >= TWO_CORES * workers else 1
     usable, seen, cores = set(cpus), set[int](), list[frozenset[int]]()
     for cpu in sorted(usable):
         if cpu not in seen:
             core = frozenset({cpu, *(s for s in siblings(cpu) if s in usable)})
             seen |= core
             cores.append(core)
-    if len(cores) <= each * workers:
+    if len(cores) <= workers:
         return None
-    measuring = [frozenset().union(*cores[w * each:(w + 1) * each]) for w in range(workers)]
-    pool = frozenset(usable).difference(*measuring)
-    return Placement(measuring[index], pool)
+    pool = frozenset(usable).difference(*cores[:workers])
+    return Placement(cores[index], pool)
 
 
 @functools.cache
