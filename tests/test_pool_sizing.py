@@ -19,6 +19,8 @@ def host(monkeypatch):
     monkeypatch.setattr(os, "sysconf", lambda name: {"SC_PAGE_SIZE": 4096, "SC_AVPHYS_PAGES": 2**25}[name])
     monkeypatch.setattr(hostmod, "host_gpus", lambda: 2)
     monkeypatch.setattr(hostmod, "siblings", lambda cpu: {cpu})
+    monkeypatch.setattr(os, "sched_setaffinity", lambda pid, cpus: None, raising=False)
+    monkeypatch.setattr(hostmod, "_placed", None)  # and back to its value after the test
     hostmod.placement.cache_clear()
     yield monkeypatch
     hostmod.placement.cache_clear()
@@ -29,6 +31,7 @@ def test_one_worker_per_gpu_takes_its_share_of_the_cores(host):
     assert hostmod.workers_on_host() == 2
     place = hostmod.placement()
     assert place == Placement(frozenset({1}), frozenset(range(2, 16)))  # worker 1 measures on the second core
+    hostmod.place_measuring()  # as a run does
     two = hostmod.default_workers()
     assert two == 14 // 2  # the pools share the 14 cores nobody measures on
     assert 2 * two + 2 * len(place.measuring) <= 16
@@ -36,16 +39,20 @@ def test_one_worker_per_gpu_takes_its_share_of_the_cores(host):
 
 def test_a_worker_that_sees_every_gpu_is_alone(host):
     host.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    hostmod.place_measuring()
     assert hostmod.workers_on_host() == 1 and hostmod.default_workers() == 15
+    hostmod.unplace()
     hostmod.placement.cache_clear()
     host.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     assert hostmod.placement() == Placement(frozenset({0}), frozenset(range(1, 16)))
+    hostmod.place_measuring()
     assert hostmod.default_workers() == 15
 
 
 def test_a_worker_confined_to_some_cores_takes_those_and_is_not_moved(host):
     host.setenv("CUDA_VISIBLE_DEVICES", "0")
     host.setattr(os, "sched_getaffinity", lambda pid: set(range(6)))
+    hostmod.place_measuring()
     assert hostmod.placement() is None
     assert hostmod.default_workers() == 4  # its 6 cores less 2: already its share
 
@@ -84,11 +91,13 @@ def test_plan(cpus, workers, index, measuring):
 
 
 def test_a_compile_process_moves_to_the_pool_and_the_tuner_to_its_cores(host):
+    """And the tuner goes back where it was at the run's end (a process that goes on is not left on one core)."""
     moved: list[tuple[int, frozenset[int]]] = []
     host.setattr(os, "sched_setaffinity", lambda pid, cpus: moved.append((pid, frozenset(cpus))), raising=False)
     host.setenv("CUDA_VISIBLE_DEVICES", "0")
     hostmod.place_measuring()
-    place = hostmod.placement()
-    hostmod.place_pool(place)
+    hostmod.place_pool(hostmod.pool_cpus())
     hostmod.place_pool(None)  # no placement: left where it is
     assert moved == [(0, frozenset({0})), (0, frozenset(range(2, 16)))]
+    hostmod.unplace()
+    assert moved[-1] == (0, frozenset(range(16))) and hostmod.pool_cpus() == frozenset(range(16))

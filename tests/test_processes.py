@@ -145,3 +145,30 @@ def test_a_gpu_run_starts_its_measuring_processes_before_it_reads_the_gpu(tmp_pa
         session.Session(load_experiment(path))
     assert happened == (["measuring processes started: triton_matmul"] if gpus else []) + ["targets resolved"]
     assert not (tmp_path / "s.db").exists()
+
+
+def test_a_gpu_run_places_its_process_and_puts_it_back_when_it_ends(tmp_path, monkeypatch):
+    """The tuner measures on a core of its own for the run (evotune.measurement.host), placed before the server
+    its GPU workers fork from starts; a run that ends, here refused while resolving, leaves it where it was."""
+    pytest.importorskip("torch")
+    from evotune.measurement import gpu, host
+    from evotune.running import session
+    from evotune.running.experiment import load_experiment
+
+    path = tmp_path / "exp.toml"
+    path.write_text('space = "triton_matmul"\nhardware = "auto"\n[oracle]\nkind = "gpu"\n[[problem]]\nm = 64\n'
+                    'n = 64\nk = 64\ndtype = "bf16"\n[strategy]\nname = "random"\n[budget]\ntrials = 4\n'
+                    f'[storage]\nurl = "sqlite:///{tmp_path / "s.db"}"\n')
+    happened: list[str] = []
+    monkeypatch.setattr(host, "host_gpus", lambda: 1)
+    monkeypatch.setattr(host, "place_measuring", lambda: happened.append("placed"))
+    monkeypatch.setattr(session, "unplace", lambda: happened.append("put back"))
+    monkeypatch.setattr(gpu, "start_processes", lambda spaces: happened.append("server started"))
+
+    def resolve(exp, measuring=True):
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(session, "resolve", resolve)
+    with pytest.raises(RuntimeError, match="stop here"):
+        session.Session(load_experiment(path))
+    assert happened == ["placed", "server started", "put back"]

@@ -52,7 +52,7 @@ from evotune.core.result import EvalResult
 from evotune.core.space import Point, SearchSpace
 from evotune.measurement.base import DeadlinePassed, Evaluator
 from evotune.measurement.gpu_worker import worker_main
-from evotune.measurement.host import Placement, default_workers, place_measuring, place_pool, placement
+from evotune.measurement.host import default_workers, place_pool, pool_cpus
 from evotune.measurement.isolation import WorkerProcess
 from evotune.measurement.messages import Baselines, Confirm, DeviceInfo, Evaluate, ReplyStatus
 from evotune.measurement.options import OracleOptions
@@ -101,7 +101,7 @@ class GpuEvaluator(Evaluator):
             # started as the GPU worker is now: with spawn too once a forked worker found CUDA initialised
             self._pool = ProcessPoolExecutor(self.workers, mp_context=self.shared_worker.process.start_context,
                                              initializer=pool_initializer,
-                                             initargs=(dict(os.environ), functools.partial(_pool_init, placement())))
+                                             initargs=(dict(os.environ), functools.partial(_pool_init, pool_cpus())))
         for p in points:
             key = (problem.key, self.space.key(p))  # one evaluator may serve several problems (record)
             if key not in self._compiling:
@@ -241,14 +241,13 @@ def start_processes(spaces: Iterable[SearchSpace]) -> StartContext:
     """Start the server that GPU workers and compile processes fork from (unless it runs), importing torch, the
     worker's modules and ``spaces``' preload; how to start processes from it. A run calls this before opening
     its storage and studies, so the server's imports overlap them."""
-    place_measuring()  # before the server starts: it, and the GPU workers forked from it, measure there too
     modules = ["torch", "evotune.measurement.gpu_worker"]
     for space in spaces:
         modules += space.preload
     return start_method(modules)
 
 
-def _pool_init(place: Placement | None) -> None:
+def _pool_init(cpus: frozenset[int] | None) -> None:
     from evotune.measurement.kernel_cache import cache_root
     from evotune.measurement.processes import refuse_inherited_cuda
 
@@ -259,7 +258,7 @@ def _pool_init(place: Placement | None) -> None:
     # below the tuner and the GPU worker: where the host's cores are all busy (several workers on one host),
     # a compile waits, not the measuring process's launches and synchronisations, which every point waits on
     os.nice(5)
-    place_pool(place)  # and off the cores the host's workers measure on
+    place_pool(cpus)  # and off the cores the host's workers measure on
 
     os.environ.setdefault("TRITON_CACHE_DIR", str(cache_root() / "triton"))
     os.environ.setdefault("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")

@@ -11,8 +11,9 @@ they share its cores. Two rules follow:
   processes work in bursts, a dozen at once. Left to the scheduler, a burst lands on the cores the measuring
   processes were on, and each point's GPU work takes longer. So each worker measures on a core of its own, the
   ``index``-th of the host (``index``: the first GPU it sees), and every compile process runs on the cores that
-  no worker of the host measures on (:func:`placement`). What it gives on a host of two GPUs: benchmarks/RESULTS.md,
-  "Two GPUs against one".
+  no worker of the host measures on (:func:`placement`). A run places its process for its length
+  (:func:`place_measuring`, :func:`unplace`): a library call that measures moves nobody. What it gives on a
+  host of two GPUs: benchmarks/RESULTS.md, "Two GPUs against one".
 
 Nothing is placed where the worker is confined to some cores already (``taskset``, a container's CPU set: the
 user's choice stands), where the GPUs it sees are not named by index, or where the host has fewer than
@@ -29,6 +30,8 @@ from pathlib import Path
 
 MIN_CPUS = 4  # per worker, for a placement: one core to measure on and three to compile
 COMPILE_GB = 1.5  # memory a compile process may take (a CuTe DSL compile: about 1 GB)
+_placed: Placement | None = None  # this process's placement while a run holds it (place_measuring)
+_before: frozenset[int] = frozenset()  # and where it ran before
 
 
 @dataclass(frozen=True)
@@ -73,18 +76,39 @@ def placement() -> Placement | None:
 
 
 def place_measuring() -> None:
-    """Move this process (the tuner, before it starts the server its GPU worker forks from) to its measuring
-    cores; its children inherit them, and its compile processes move on to the pool's (:func:`place_pool`)."""
+    """For a run: move this process (the tuner, before it starts the server its GPU worker forks from) to its
+    measuring cores; its children inherit them, and its compile processes move on to :func:`pool_cpus`.
+    :func:`unplace` puts it back where it was at the run's end (a process that goes on, a notebook's, is not
+    left on one core)."""
+    global _placed, _before
     place = placement()
-    if place is not None:
-        os.sched_setaffinity(0, place.measuring)
+    if place is None or _placed is not None:
+        return
+    _before = frozenset(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, place.measuring)
+    _placed = place
 
 
-def place_pool(place: Placement | None) -> None:
-    """In a compile process: run on the pool's cores of ``place``, its tuner's :func:`placement` (the process
-    itself, started on the measuring cores, would find itself confined)."""
-    if place is not None:
-        os.sched_setaffinity(0, place.pool)
+def unplace() -> None:
+    """Undo :func:`place_measuring`, if it moved this process."""
+    global _placed
+    if _placed is not None:
+        os.sched_setaffinity(0, _before)
+        _placed = None
+
+
+def pool_cpus() -> frozenset[int] | None:
+    """Where this process's compile processes run: the pool's cores while it is placed, else where it runs
+    itself (a server started while it was placed keeps the measuring cores, and its children with it)."""
+    if _placed is not None:
+        return _placed.pool
+    return frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+
+
+def place_pool(cpus: frozenset[int] | None) -> None:
+    """In a compile process: run on ``cpus``, its tuner's :func:`pool_cpus`."""
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
 
 
 def siblings(cpu: int) -> set[int]:
@@ -113,18 +137,21 @@ def gpu_index() -> int | None:
 def default_workers() -> int:
     """Compile processes for this worker: its share of the host's cores and of the free memory at about
     :data:`COMPILE_GB` each. The host's cores are shared by the workers on it (:func:`workers_on_host`), so
-    that N workers on one host start N pools that fit it together: the pool's cores where the worker is placed
-    (:func:`placement`), else the host's less two for its tuner and GPU worker; a worker already confined to
-    some of the cores takes those."""
+    that N workers on one host start N pools that fit it together: the pool's cores while the worker is placed
+    (:func:`place_measuring`), else the host's less two for its tuner and GPU worker; a worker already confined
+    to some of the cores takes those."""
     try:
         mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES") / 2**30
     except (ValueError, OSError):
         mem_gb = 8.0
-    host = os.cpu_count() or 2
-    place = placement()
-    mine = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else host
-    sharing = workers_on_host() if place is not None or mine >= host else 1
-    cores = len(place.pool) // sharing if place is not None else mine // sharing - 2
+    if _placed is not None:
+        sharing = workers_on_host()
+        cores = len(_placed.pool) // sharing
+    else:
+        host = os.cpu_count() or 2
+        mine = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else host
+        sharing = workers_on_host() if mine >= host else 1
+        cores = mine // sharing - 2
     return max(0, min(cores, int(mem_gb / sharing / COMPILE_GB)))
 
 

@@ -37,6 +37,7 @@ from evotune.core.plugins import load_space
 from evotune.core.space import SearchSpace
 from evotune.core.tuned_cache import read_tuned
 from evotune.measurement.base import Evaluator
+from evotune.measurement.host import unplace
 from evotune.measurement.replay import ReplayEvaluator
 from evotune.measurement.space_worker import SpaceWorker
 from evotune.running import shared_baselines
@@ -90,7 +91,11 @@ class Session:
         self.console = console or Console(stderr=True)
         # the measuring processes' imports (seconds) run while the targets resolve, where they can start already
         self._measuring = not compile_only and start_measuring(exp)
-        self.targets = resolve(exp, measuring=not compile_only) if resolved is None else resolved
+        try:
+            self.targets = resolve(exp, measuring=not compile_only) if resolved is None else resolved
+        except BaseException:
+            unplace()  # the run ends here: this process goes back to its cores
+            raise
         self._progress = progress
         self._stack = ExitStack()
         self._baselines: dict[str, Baselines] = {}
@@ -112,6 +117,7 @@ class Session:
                 self.schedule.release()
         finally:
             self._stack.close()
+            unplace()
         if kind is None:  # not on the way out of an error: it is the error that is raised
             checkpoint(self.storage)
 
@@ -213,7 +219,8 @@ class Session:
 
 
 def start_measuring(exp: Experiment, spaces: Iterable[SearchSpace] | None = None) -> bool:
-    """On a GPU, start the process the measuring and compile processes fork from (once), importing torch and
+    """On a GPU, place this process on its measuring cores (:mod:`evotune.measurement.host`; the session's end
+    puts it back) and start the process the measuring and compile processes fork from (once), importing torch and
     ``spaces``' compilers (seconds), so that its imports run while the caller goes on; whether it runs now.
     Without ``spaces`` (the targets not resolved yet: the GPU's limits not read, the spaces not pruned), the
     experiment's spaces are loaded here, and only a host with an NVIDIA GPU starts it: on a host without one
@@ -222,12 +229,13 @@ def start_measuring(exp: Experiment, spaces: Iterable[SearchSpace] | None = None
     if exp.oracle != "gpu" or importlib.util.find_spec("torch") is None:
         return False
     from evotune.measurement.gpu import start_processes
-    from evotune.measurement.host import host_gpus
+    from evotune.measurement.host import host_gpus, place_measuring
 
     if spaces is None:
         if not host_gpus():
             return False
         spaces = [load_space(name, exp.base_dir) for name in exp.spaces]  # the file checked that they load
+    place_measuring()  # before the server starts: it, and the GPU workers forked from it, measure there too
     start_processes(spaces)
     return True
 
