@@ -117,6 +117,15 @@ def test_a_child_that_inherited_cuda_is_started_again_with_spawn(out):
     assert refused["restarts"] == 0
 
 
+def gpu_experiment(tmp_path):
+    """A small GPU experiment's file, with its sqlite storage beside it (``s.db``, not created)."""
+    path = tmp_path / "exp.toml"
+    path.write_text('space = "triton_matmul"\nhardware = "auto"\n[oracle]\nkind = "gpu"\n[[problem]]\nm = 64\n'
+                    'n = 64\nk = 64\ndtype = "bf16"\n[strategy]\nname = "random"\n[budget]\ntrials = 4\n'
+                    f'[storage]\nurl = "sqlite:///{tmp_path / "s.db"}"\n')
+    return path
+
+
 @pytest.mark.parametrize("gpus", [1, 0])
 def test_a_gpu_run_starts_its_measuring_processes_before_it_reads_the_gpu(tmp_path, monkeypatch, gpus):
     """Their imports (torch, the spaces' compilers) take seconds; reading the GPU's limits and opening the storage
@@ -127,10 +136,7 @@ def test_a_gpu_run_starts_its_measuring_processes_before_it_reads_the_gpu(tmp_pa
     from evotune.running import session
     from evotune.running.experiment import load_experiment
 
-    path = tmp_path / "exp.toml"
-    path.write_text('space = "triton_matmul"\nhardware = "auto"\n[oracle]\nkind = "gpu"\n[[problem]]\nm = 64\n'
-                    'n = 64\nk = 64\ndtype = "bf16"\n[strategy]\nname = "random"\n[budget]\ntrials = 4\n'
-                    f'[storage]\nurl = "sqlite:///{tmp_path / "s.db"}"\n')
+    path = gpu_experiment(tmp_path)
     happened: list[str] = []
     monkeypatch.setattr(host, "host_gpus", lambda: gpus)
     monkeypatch.setattr(gpu, "start_processes", lambda spaces: happened.append(
@@ -155,10 +161,7 @@ def test_a_gpu_run_places_its_process_and_puts_it_back_when_it_ends(tmp_path, mo
     from evotune.running import session
     from evotune.running.experiment import load_experiment
 
-    path = tmp_path / "exp.toml"
-    path.write_text('space = "triton_matmul"\nhardware = "auto"\n[oracle]\nkind = "gpu"\n[[problem]]\nm = 64\n'
-                    'n = 64\nk = 64\ndtype = "bf16"\n[strategy]\nname = "random"\n[budget]\ntrials = 4\n'
-                    f'[storage]\nurl = "sqlite:///{tmp_path / "s.db"}"\n')
+    path = gpu_experiment(tmp_path)
     happened: list[str] = []
     monkeypatch.setattr(host, "host_gpus", lambda: 1)
     monkeypatch.setattr(host, "place_measuring", lambda: happened.append("placed"))
