@@ -209,7 +209,7 @@ def test_the_gpu_evaluator_builds_the_confirmations_candidates_side_by_side_befo
     def precompile(source, point, problem):  # all three in the pool at once, or the barrier breaks
         started.wait()
         built.add(point["size"])
-        return 0.0, None, False
+        return gpu.Precompiled(0.0)
 
     class Worker:
         def call(self, message, timeout_s=None):
@@ -285,3 +285,29 @@ def test_compile_processes_run_below_the_measuring_process():
                                                 initargs=(dict(os.environ), functools.partial(gpu._pool_init, None))
                                                 ) as pool:
         assert pool.submit(_niceness).result() == min(19, _niceness() + 5)
+
+
+def test_a_point_another_process_compiles_is_ready_once_that_compile_is_done(tmp_path):
+    """The pool did not wait for it (evotune.measurement.kernel_cache.never_wait): the tuning loop takes the points
+    that are built first, and this one when the other process lets its lock go; then the GPU worker loads it."""
+    import fcntl
+
+    from evotune.measurement import gpu
+
+    ev = object.__new__(gpu.GpuEvaluator)  # its state only: no GPU worker is started
+    ev.space, ev.timeout_s = load_space(str(FAULTS)), 300.0
+    ev.bound(None)
+    elsewhere, built = {"mode": "ok_fast", "size": 1}, {"mode": "ok_fast", "size": 2}
+    lock = tmp_path / "k.lock"
+    done = {}
+    for point, result in ((elsewhere, gpu.Precompiled(0.01, elsewhere=str(lock))), (built, gpu.Precompiled(2.0))):
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        future.set_result(result)
+        done[(PROBLEM.key, ev.space.key(point))] = future
+    ev._compiling = done
+    with open(lock, "w") as held:  # the other process compiles
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert [ev.ready(p, PROBLEM) for p in (elsewhere, built)] == [False, True]
+    assert ev.ready(elsewhere, PROBLEM)
+    assert ev._precompiled(elsewhere, PROBLEM) == (0.0, None, None)  # not this pool's build: the GPU worker's load
+    assert ev._precompiled(built, PROBLEM) == (2.0, None, False)

@@ -79,3 +79,45 @@ def test_a_compile_that_died_holds_nobody_up(tmp_path):
     assert cache.build_once(KEY, lambda: _build_into(cache, KEY)) is False
     assert cache.build_once(KEY, lambda: _build_into(cache, KEY)) is True
     assert [b["pid"] for b in cache.builds()] == [os.getpid()]
+
+
+def _hold_until(root: str, holding, go) -> None:
+    """Claims the key as a compile does, and holds it until told."""
+    cache = KernelCache(Path(root))
+    with cache.claimed(KEY):
+        holding.set()
+        assert go.wait(TIMEOUT)
+    _build_into(cache, KEY)
+
+
+def _never_waiting(root: str, result) -> None:
+    """A compile process: it does not wait for the key another process compiles."""
+    from evotune.measurement import kernel_cache
+
+    kernel_cache.never_wait()
+    cache = KernelCache(Path(root))
+    try:
+        cache.build_once(KEY, lambda: _build_into(cache, KEY))
+        result.put("built")
+    except kernel_cache.BuiltElsewhere as exc:
+        result.put(str(exc.lock))
+
+
+def test_a_compile_process_moves_on_from_a_kernel_another_process_compiles(tmp_path):
+    """It says where the other compile's lock is, and `building` says when that compile is done."""
+    from evotune.measurement.kernel_cache import building
+
+    ctx = mp.get_context("fork")
+    holding, go, result = ctx.Event(), ctx.Event(), ctx.Queue()
+    first = ctx.Process(target=_hold_until, args=(str(tmp_path), holding, go))
+    first.start()
+    assert holding.wait(TIMEOUT)
+    second = ctx.Process(target=_never_waiting, args=(str(tmp_path), result))
+    second.start()
+    second.join(TIMEOUT)
+    lock = result.get(timeout=TIMEOUT)
+    assert lock.endswith(f"{KEY}.lock") and building(lock)
+    go.set()
+    first.join(TIMEOUT)
+    assert not building(lock) and KernelCache(tmp_path).has(KEY)
+    assert not building(tmp_path / "no such.lock")

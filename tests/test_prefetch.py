@@ -30,6 +30,13 @@ def test_the_evaluator_asks_for_enough_to_keep_its_pool_busy(depth, waiting, ask
     assert _Pool(depth).to_ask(waiting) == asked
 
 
+@pytest.mark.parametrize(("depth", "waiting", "asked"), [(1, 0, 1), (1, 1, 0), (14, 0, 42), (14, 28, 14), (14, 29, 0)])
+def test_an_order_fixed_beforehand_is_handed_out_twice_as_far(depth, waiting, asked):
+    """A strategy that does not adapt (a recording's order) loses nothing by proposing early; without a pool,
+    still one point at a time."""
+    assert _Pool(depth).to_ask(waiting, wide=True) == asked
+
+
 class _RecordingReplay(ReplayEvaluator):
     """A replay oracle that says it has a pool, and records what it was handed and when."""
 

@@ -309,9 +309,10 @@ def test_sample_refuses_a_bad_size_or_compile_only(tmp_path, pnpoly, capsys, arg
     assert not (tmp_path / "s_record.journal").exists()
 
 
-def test_a_whole_record_takes_odd_problems_backward_so_side_by_side_workers_build_different_kernels():
-    """Best predicted first, or (``backward``) the same points worst first: two workers recording problems
-    side by side need the same shape-free kernels, and in opposite orders they build disjoint halves."""
+def test_a_whole_record_takes_each_problem_from_both_ends_odd_ones_worst_first():
+    """Best predicted first; or from both ends in turn, best or worst first: two workers recording problems side
+    by side need the same shape-free kernels, and with the two turns their queues hold the same kernels, which
+    their pools build between them."""
     from evotune.core.hardware import get_hardware
     from evotune.core.space import Context
     from evotune.running.record import whole_space
@@ -329,7 +330,12 @@ def test_a_whole_record_takes_odd_problems_backward_so_side_by_side_workers_buil
             strategy.tell([(p, 1.0) for p in more])
         return points
 
-    forward, backward = order(whole_space(target, fs)), order(whole_space(target, fs, backward=True))
-    assert len(forward) == len(fs) > 100 and backward == forward[::-1]
+    forward, even, odd = (order(whole_space(target, fs, ends)) for ends in (None, 0, 1))
+    assert len(forward) == len(fs) > 100
     estimates = [SPACE.estimate(p, target.ctx) for p in forward]
     assert estimates == sorted(estimates)
+    assert even[:4] == [forward[0], forward[-1], forward[1], forward[-2]]
+    assert odd[:4] == [forward[-1], forward[0], forward[-2], forward[1]]
+    key = SPACE.key
+    assert sorted(map(key, even)) == sorted(map(key, odd)) == sorted(map(key, forward))  # each point once
+    assert {key(p) for p in even[:40]} == {key(p) for p in odd[:40]}  # the same kernels at the same time

@@ -41,7 +41,7 @@ class Evaluator(ABC):
     @abstractmethod
     def evaluate(self, point: Point, problem: Problem) -> EvalResult: ...
 
-    def to_ask(self, waiting: int) -> int:
+    def to_ask(self, waiting: int, wide: bool = False) -> int:
         """How many proposals to ask for now, when ``waiting`` points handed to :meth:`prefetch` are not
         evaluated yet.
 
@@ -49,11 +49,13 @@ class Evaluator(ABC):
         many points stay handed out, so no compile process sits idle while the GPU measures, and they are
         topped up half a pool at a time, so the strategy proposes a few points at once and hears every
         result before it proposes again. Example: with 14 processes, 21 are asked first, then 7 whenever
-        14 are left.
+        14 are left. ``wide`` (a strategy that does not adapt: it loses nothing by proposing early): twice
+        that, so that a pool whose processes find some kernels being compiled elsewhere, and move on at
+        once, still has a point for each of them.
         """
-        depth = self.prefetch_depth
-        if depth <= 1:
+        if self.prefetch_depth <= 1:
             return 0 if waiting else 1
+        depth = self.prefetch_depth * (2 if wide else 1)
         return 0 if waiting > depth else depth + max(1, depth // 2) - waiting
 
     def prefetch(self, points: list[Point], problem: Problem) -> None:  # noqa: B027 - optional hook

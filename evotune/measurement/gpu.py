@@ -44,7 +44,7 @@ import signal
 import time
 from collections.abc import Iterable
 from concurrent.futures import wait
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from evotune.core.problem import Problem
@@ -54,6 +54,7 @@ from evotune.measurement.base import DeadlinePassed, Evaluator
 from evotune.measurement.gpu_worker import worker_main
 from evotune.measurement.host import default_workers, place_pool, pool_cpus
 from evotune.measurement.isolation import WorkerProcess
+from evotune.measurement.kernel_cache import BuiltElsewhere, building, never_wait
 from evotune.measurement.messages import Baselines, Confirm, DeviceInfo, Evaluate, ReplyStatus
 from evotune.measurement.options import OracleOptions
 from evotune.measurement.processes import StartContext, pool_initializer, start_method
@@ -108,8 +109,18 @@ class GpuEvaluator(Evaluator):
                 self._compiling[key] = self._pool.submit(_precompile, self.space.source, p, problem.to_dict())
 
     def ready(self, point: Point, problem: Problem) -> bool:
+        """Not prefetched, or its kernel built: by the pool, or by another process (whose compile the pool did not
+        wait for) that is done with it."""
         future = self._compiling.get((problem.key, self.space.key(point)))
-        return future is None or future.done()
+        if future is None:
+            return True
+        if not future.done():
+            return False
+        try:
+            elsewhere = future.result().elsewhere
+        except Exception:  # the compile process died: the GPU worker compiles the point itself
+            return True
+        return elsewhere is None or not building(elsewhere)
 
     def _left(self) -> float | None:
         """Seconds to the run's deadline, when it is nearer than a point's own time limit; else None."""
@@ -128,10 +139,13 @@ class GpuEvaluator(Evaluator):
             raise DeadlinePassed(f"{self.space.key(point)} was still compiling at the run's deadline")
         del self._compiling[key]
         try:
-            return future.result(timeout=self.timeout_s)
+            done = future.result(timeout=self.timeout_s)
         except Exception as exc:  # the compile process died or hung: the GPU worker compiles it itself
             self.abandon()
             return 0.0, f"pool: {type(exc).__name__}: {exc}", None
+        if done.elsewhere is not None:  # another process's compile: the GPU worker loads it (once that is done)
+            return 0.0, None, None
+        return done.seconds, done.error, done.hit
 
     def _settle(self) -> None:
         """Drop the compiles queued for points that will not be asked for, and wait for the running ones:
@@ -259,6 +273,7 @@ def _pool_init(cpus: frozenset[int] | None) -> None:
     # a compile waits, not the measuring process's launches and synchronisations, which every point waits on
     os.nice(5)
     place_pool(cpus)  # and off the cores the host's workers measure on
+    never_wait()  # a kernel another process compiles is not this process's to wait for: it takes its next point
 
     os.environ.setdefault("TRITON_CACHE_DIR", str(cache_root() / "triton"))
     os.environ.setdefault("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")
@@ -267,8 +282,20 @@ def _pool_init(cpus: frozenset[int] | None) -> None:
 _POOL_SPACES: dict[str, SearchSpace] = {}  # in a compile process: the spaces it has loaded, by source
 
 
-def _precompile(space_source: str, point: Point, problem: dict[str, Any]) -> tuple[float, str | None, bool]:
-    """In a compile process: fill the kernel cache for one point. Returns (seconds, error or None, cache hit)."""
+@dataclass(frozen=True)
+class Precompiled:
+    """What a compile process did for one point: its ``seconds``, the compile's ``error`` (None: built), whether
+    the kernel was in the cache (``hit``), or ``elsewhere``: another process is compiling it (the lock it holds,
+    :func:`evotune.measurement.kernel_cache.building`), and this one did not wait."""
+
+    seconds: float
+    error: str | None = None
+    hit: bool = False
+    elsewhere: str | None = None
+
+
+def _precompile(space_source: str, point: Point, problem: dict[str, Any]) -> Precompiled:
+    """In a compile process: fill the kernel cache for one point."""
     from evotune.core.plugins import load_space
 
     started = time.perf_counter()
@@ -278,6 +305,8 @@ def _precompile(space_source: str, point: Point, problem: dict[str, Any]) -> tup
         precompile = _POOL_SPACES[space_source].precompile
         assert precompile is not None  # the pool exists only for a space that can precompile (GpuEvaluator.__init__)
         hit = bool(precompile(point, Problem.from_dict(problem)))
+    except BuiltElsewhere as exc:
+        return Precompiled(time.perf_counter() - started, elsewhere=str(exc.lock))
     except Exception as exc:
-        return time.perf_counter() - started, f"{type(exc).__name__}: {exc}"[:2000], False
-    return time.perf_counter() - started, None, hit
+        return Precompiled(time.perf_counter() - started, f"{type(exc).__name__}: {exc}"[:2000])
+    return Precompiled(time.perf_counter() - started, hit=hit)

@@ -21,7 +21,9 @@ A kernel is compiled once per cache, whichever process needs it first:
 lock file) before compiling, and another process that needs the same kernel
 meanwhile waits for that lock, then finds the kernel built. The kernel
 releases a dead compiler's lock, so a killed compile holds nobody up; the next
-process compiles the kernel itself.
+process compiles the kernel itself. A compile process does not wait
+(:func:`never_wait`): it raises :class:`BuiltElsewhere` and takes its next
+point, and whoever needs the kernel asks :func:`building` when it is done.
 
 Example::
 
@@ -45,6 +47,38 @@ from typing import Any
 
 # index.json path -> ((mtime_ns, size, inode) when parsed, parsed index), per process
 _INDEXES: dict[Path, tuple[tuple[int, int, int], dict[str, Any]]] = {}
+_WAITS = True  # whether build_once waits for another process's compile of its key (never_wait)
+
+
+class BuiltElsewhere(Exception):
+    """:meth:`KernelCache.build_once`, in a process that does not wait, found ``key`` being compiled by another
+    process: it holds ``lock``."""
+
+    def __init__(self, key: str, lock: Path):
+        super().__init__(f"{key} is being compiled by another process")
+        self.key, self.lock = key, lock
+
+
+def never_wait() -> None:
+    """In this process, :meth:`KernelCache.build_once` raises :class:`BuiltElsewhere` where it would wait for
+    another process's compile of the same key. For compile processes: one that waits holds a slot of its pool
+    that could compile the next point, and the kernel it waits for is built either way."""
+    global _WAITS
+    _WAITS = False
+
+
+def building(lock: str | Path) -> bool:
+    """Whether a process holds ``lock`` (a :class:`BuiltElsewhere`'s) now: compiles its key."""
+    try:
+        with open(lock, "a") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(f, fcntl.LOCK_UN)
+            return False
+    except OSError:  # gone, or unreadable: nobody is compiling into this cache through it
+        return False
 
 
 def cache_root() -> Path:
@@ -98,12 +132,17 @@ class KernelCache:
         return key in self._read()
 
     @contextmanager
-    def claimed(self, key: str) -> Iterator[None]:
-        """Hold ``key``'s build lock for the block: other processes building ``key`` wait for it meanwhile."""
+    def claimed(self, key: str, wait: bool = True) -> Iterator[None]:
+        """Hold ``key``'s build lock for the block: other processes building ``key`` wait for it meanwhile.
+        Without ``wait``, raise :class:`BuiltElsewhere` where another process holds it."""
         folder = self.root / "locks"
         folder.mkdir(parents=True, exist_ok=True)
-        with open(folder / f"{key}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        path = folder / f"{key}.lock"
+        with open(path, "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise BuiltElsewhere(key, path) from None
             try:
                 yield
             finally:
@@ -113,12 +152,13 @@ class KernelCache:
         """Compile ``key`` with ``build`` unless it is in the cache; True when it was (a hit, also when another
         process built it while this one waited). ``present`` says whether it is (default: :meth:`has`); a
         space whose files must exist too passes its own check. ``build`` fills the cache and calls :meth:`add`
-        (what it returns is ignored).
+        (what it returns is ignored). In a process that does not wait (:func:`never_wait`), raises
+        :class:`BuiltElsewhere` where another process is compiling ``key``.
         """
         present = present or (lambda: self.has(key))
         if present():
             return True
-        with self.claimed(key):
+        with self.claimed(key, wait=_WAITS):
             if present():  # built by another process while this one waited for the lock
                 return True
             started = time.perf_counter()

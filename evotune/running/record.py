@@ -3,8 +3,8 @@
 Recording is an ordinary study (``NAME/PROBLEM/SPACE/record``) driven by the
 exhaustive strategy, best-estimated points first, so it can be done in pieces
 (``--seconds``, for all problems of the command together) and resumed. With no
-time limit, odd problems go worst-estimated first (:func:`whole_space`). After
-each problem the landscape file is (re)written from the study: every point
+time limit, each problem is taken from both ends of that order in turn, odd ones
+worst first (:func:`whole_space`). After each problem the landscape file is (re)written from the study: every point
 measured so far with its status, bounded timing samples, compile and benchmark
 time, plus the device, clocks, versions, date and the baselines timed in the
 same run. ``complete`` says whether every feasible point is in it. The file is also
@@ -211,7 +211,7 @@ def _record_one(session: Session, target: Target, group: int, out_dir: Path, sec
     coverage: dict[str, Any] | None = None
     strategy: Strategy
     if sampling is None:
-        strategy = whole_space(target, fs, backward=seconds is None and group % 2 == 1)
+        strategy = whole_space(target, fs, ends=None if seconds is not None else group % 2)
         planned = feasible
     else:
         rows, coverage = sampling.plan(exp, target, fs)
@@ -253,14 +253,21 @@ def _record_one(session: Session, target: Target, group: int, out_dir: Path, sec
     return write_recorded(store, target, exp, feasible, path, previous, coverage), used
 
 
-def whole_space(target: Target, fs: FeasibleSet, backward: bool = False) -> Strategy:
+def whole_space(target: Target, fs: FeasibleSet, ends: int | None = None) -> Strategy:
     """Every feasible point once, best predicted first (a record cut short by its seconds keeps the top of the
-    space); ``backward``, worst predicted first. A record with no time limit takes odd problems backward:
-    workers recording problems side by side on one host need the same kernels (their keys leave the shape
-    out), and the kernel cache builds a key once, so in one order each worker's compiles would wait for the
-    other's instead of building kernels of their own; in opposite orders they build disjoint halves."""
+    space); with ``ends``, from both ends of that order in turn: the best and the worst first (0), or the worst
+    and the best (1). A record with no time limit takes even problems with 0 and odd ones with 1: workers
+    recording problems side by side on one host need the same kernels (their keys leave the shape out), and a
+    compile process does not wait for a kernel another process compiles (it takes its next point), so the two
+    workers' pools build what the other has not locked, and each GPU measures the points of both pools as they
+    are built. In one order the pools would build the same few kernels at a time; in opposite orders each GPU
+    would meet the other pool's kernels only after its own."""
     forward = Exhaustive(target.space, fs, ctx=target.ctx, seeding="hardware")
-    return Listed(target.space, fs, ctx=target.ctx, rows=forward.order[::-1]) if backward else forward
+    if ends is None:
+        return forward
+    order = forward.order if ends == 0 else forward.order[::-1]
+    turns = [row for pair in zip(order, order[::-1], strict=True) for row in pair][:len(order)]
+    return Listed(target.space, fs, ctx=target.ctx, rows=list(dict.fromkeys(turns)))
 
 
 def _import_recorded(store: StudyStore, target: Target, path: Path, claims: Claims) -> Landscape | None:

@@ -219,7 +219,7 @@ class _Run:
         such as new launch arguments of a kernel built already.
         """
         while True:
-            wanted = self.evaluator.to_ask(len(self.queue))
+            wanted = self.evaluator.to_ask(len(self.queue), wide=not self.strategy.adapts)
             if wanted:
                 more = self.strategy.ask(wanted)
                 if more and self.evaluator.prefetch_depth > 1:

@@ -85,6 +85,10 @@ class Strategy(ABC):
     schema: ClassVar[dict[str, Option]] = {}
     #: whether the strategy learns from related results (``sources``); the others ignore them
     transfers: ClassVar[bool] = False
+    #: whether what it proposes depends on the results it is told (an order fixed beforehand does not): the
+    #: tuning loop hands an adaptive strategy's proposals out a pool's worth at a time, so that it hears results
+    #: before it proposes more, and the others' twice as many (:meth:`Evaluator.to_ask`)
+    adapts: ClassVar[bool] = True
 
     @classmethod
     def check_options(cls, options: dict[str, Any]) -> None:

@@ -11,6 +11,7 @@ from evotune.search.strategies.base import Strategy
 
 class Exhaustive(Strategy):
     name = "exhaustive"
+    adapts = False
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -36,6 +37,7 @@ class Listed(Strategy):
     """
 
     name = "listed"
+    adapts = False
 
     def __init__(self, *args: Any, rows: list[int], **kwargs: Any):
         super().__init__(*args, **kwargs)
