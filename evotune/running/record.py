@@ -1,15 +1,14 @@
 """``evotune record``: measure every feasible point of a space for each problem, and write landscapes.
 
-Recording is an ordinary study (``NAME/PROBLEM/SPACE/record``) driven by the
-exhaustive strategy, best-estimated points first, so it can be done in pieces
-(``--seconds``, for all problems of the command together) and resumed. With no
-time limit, each problem is taken from both ends of that order in turn, odd ones
-worst first (:func:`whole_space`). After each problem the landscape file is (re)written from the study: every point
-measured so far with its status, bounded timing samples, compile and benchmark
-time, plus the device, clocks, versions, date and the baselines timed in the
-same run. ``complete`` says whether every feasible point is in it. The file is also
-rewritten every ``WRITE_EVERY_S`` seconds while a problem is measured, so a piece killed from
-outside keeps what it measured.
+Recording is an ordinary study (``NAME/PROBLEM/SPACE/record``) driven by the exhaustive strategy,
+best-estimated points first, so it can be done in pieces (``--seconds``, for all problems of the
+command together) and resumed. With no time limit, each problem is taken from both ends of that
+order in turn, odd ones worst first (:func:`whole_space`). After each problem the landscape file is
+(re)written from the study: every point measured so far with its status, bounded timing samples,
+compile and benchmark time, plus the device, clocks, versions, date and the baselines timed in the
+same run. ``complete`` says whether every feasible point is in it. The file is also rewritten every
+``WRITE_EVERY_S`` seconds while a problem is measured, so a piece killed from outside keeps what it
+measured.
 
 A piece can resume from the study, or from the landscape file alone: points
 the file already holds are copied into the study (marked ``imported_from``)
