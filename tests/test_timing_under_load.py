@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from conftest import load_benchmark
 
-ROOT = Path(__file__).resolve().parents[1]
 
-
-@pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("timing_under_load", ROOT / "benchmarks" / "timing_under_load.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture
+def bench(monkeypatch):
+    return load_benchmark("timing_under_load", monkeypatch)
 
 
 def test_a_row_gives_the_time_a_sample_takes_and_how_the_samples_spread(bench):
