@@ -103,7 +103,9 @@ def measure(condition: str, shape: tuple[int, int, int], points: int, other: str
     for p in loads:
         p.start()
     try:
-        ready.wait()
+        while not ready.wait(1.0):  # the other GPU's process: started and warm, or gone
+            if not all(p.is_alive() for p in loads):
+                raise SystemExit(f"timing_under_load.py: {condition}: a load process ended before it was ready")
         time.sleep(RAMP_S)
         timed = time_points(shape, points)
     finally:
