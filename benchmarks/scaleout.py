@@ -81,7 +81,7 @@ class Run:
     window_s: float = 0.0  # from the first evaluation's start to the last one's end
     loops_s: float = 0.0  # the same for each study, added up: the tuning loops alone, without what a problem
     #                       costs around them (its baselines, its confirmation)
-    inside: dict[str, float] = field(default_factory=dict)  # per trial, ms: see inside_ms
+    inside: dict[str, float] = field(default_factory=dict)  # per trial, ms (samples: a count): see inside_ms
 
     @property
     def exact(self) -> bool:
@@ -198,7 +198,10 @@ INSIDE = ("worker_s", "served_s", "verify_s", "bench_s", "build_s")
 
 def inside_ms(trials: list[Any]) -> dict[str, float]:
     """The mean of each of :data:`INSIDE` over the trials that have it, in ms; ``delay`` is ``worker_s`` less
-    ``served_s``: the pipe both ways and the tuner process's own delays in taking the reply (its other threads)."""
+    ``served_s``: the pipe both ways and the tuner process's own delays in taking the reply (its other threads);
+    ``samples``, the timed samples a trial took (a count), and ``sample``, the time a sample took (``bench_s`` over
+    them): the oracle samples until its interval is narrow enough, so noisier timing shows in the first, and a
+    slower measuring process in the second."""
     out = {}
     for name in INSIDE:
         values = [float(t.user_attrs[name]) for t in trials if name in t.user_attrs]
@@ -206,6 +209,11 @@ def inside_ms(trials: list[Any]) -> dict[str, float]:
             out[name] = 1e3 * sum(values) / len(values)
     if "worker_s" in out and "served_s" in out:
         out["delay"] = out["worker_s"] - out["served_s"]
+    timed = [(float(t.user_attrs["bench_s"]), len(t.user_attrs["samples_ms"])) for t in trials
+             if "bench_s" in t.user_attrs and t.user_attrs.get("samples_ms")]
+    if timed:
+        out["samples"] = sum(n for _, n in timed) / len(timed)
+        out["sample"] = 1e3 * sum(s / n for s, n in timed) / len(timed)
     return out
 
 
@@ -257,8 +265,9 @@ def cost_lines(runs: list[Run]) -> list[str]:
     out = []
     for r in runs:
         if r.inside:
-            out.append(f"{r.storage} {r.split} x{r.workers}: per trial (ms) "
-                       + ", ".join(f"{k} {v:.2f}" for k, v in r.inside.items()))
+            out.append(f"{r.storage} {r.split} x{r.workers}: per trial "
+                       + ", ".join(f"{k} {v:.1f}" if k == "samples" else f"{k} {v:.2f} ms"
+                                   for k, v in r.inside.items()))
         for i, c in enumerate(r.costs):
             m = c["model"]
             n = max(c["evals"], 1)

@@ -9,7 +9,7 @@ import sys
 import pytest
 from conftest import ROOT
 
-pytestmark = pytest.mark.slow  # whole runs with one and two workers
+SLOW = pytest.mark.slow  # whole runs with one and two workers
 
 
 def scaleout():
@@ -20,6 +20,7 @@ def scaleout():
     return module
 
 
+@SLOW
 def test_tuning_with_one_and_two_workers_is_exact_and_tabled(tmp_path, capsys):
     out = tmp_path / "runs.json"
     code = scaleout().main([str(ROOT / "experiments" / "scaleout_int8.toml"), "--cpu", "--workers", "1,2",
@@ -38,6 +39,7 @@ def test_tuning_with_one_and_two_workers_is_exact_and_tabled(tmp_path, capsys):
     assert "| 2 | sqlite | problems |" in printed and "per problem" in printed
 
 
+@SLOW
 def test_recording_is_split_across_workers_and_complete(tmp_path, capsys):
     out = tmp_path / "runs.json"
     code = scaleout().main([str(ROOT / "experiments" / "scaleout_record_int8.toml"), "--cpu", "--record",
@@ -50,6 +52,7 @@ def test_recording_is_split_across_workers_and_complete(tmp_path, capsys):
     assert "recording every feasible point" in capsys.readouterr().out
 
 
+@SLOW
 def test_both_storages_and_the_contention_learned_from_two_workers(tmp_path, capsys):
     out = tmp_path / "runs.json"
     code = scaleout().main([str(ROOT / "experiments" / "scaleout_int8.toml"), "--cpu", "--workers", "1,2",
@@ -66,6 +69,7 @@ def test_both_storages_and_the_contention_learned_from_two_workers(tmp_path, cap
     assert "| 2 | journal | problems |" in capsys.readouterr().out
 
 
+@SLOW
 def test_a_timed_run_after_a_warm_up_reports_how_busy_the_measuring_process_was(tmp_path, capsys):
     out = tmp_path / "runs.json"
     code = scaleout().main([str(ROOT / "experiments" / "gpu_busy_int8.toml"), "--cpu", "--run", "--warm",
@@ -75,3 +79,19 @@ def test_a_timed_run_after_a_warm_up_reports_how_busy_the_measuring_process_was(
     assert run["exact"] and run["workers"] == 1 and run["costs"] == []  # `evotune run`: no worker costs
     assert 0 < run["busy_s"] < run["loops_s"] <= run["window_s"]
     assert "% of " in capsys.readouterr().out
+
+
+def test_a_trials_time_inside_the_gpu_worker_and_its_samples_are_averaged_per_trial():
+    class Trial:
+        def __init__(self, **attrs):
+            self.user_attrs = attrs
+
+    trials = [Trial(worker_s=0.030, served_s=0.029, bench_s=0.020, samples_ms=[0.006] * 40),
+              Trial(worker_s=0.050, served_s=0.048, bench_s=0.060, samples_ms=[0.006] * 120),
+              Trial(worker_s=0.004, served_s=0.003)]  # failed before it was timed: no samples
+    inside = scaleout().inside_ms(trials)
+    assert inside["worker_s"] == pytest.approx(28.0) and inside["served_s"] == pytest.approx(80.0 / 3)
+    assert inside["delay"] == pytest.approx(28.0 - 80.0 / 3)
+    assert inside["bench_s"] == pytest.approx(40.0)  # the two trials that have it
+    assert inside["samples"] == pytest.approx(80.0)  # a count
+    assert inside["sample"] == pytest.approx(0.5)  # 0.5 ms a sample in both
