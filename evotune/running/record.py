@@ -265,8 +265,10 @@ def whole_space(target: Target, fs: FeasibleSet, ends: int | None = None) -> Str
     if ends is None:
         return forward
     order = forward.order if ends == 0 else forward.order[::-1]
+    # first, last, second, second last, ...: the first len(order) of these hold each row once (the middle one of
+    # an odd count last)
     turns = [row for pair in zip(order, order[::-1], strict=True) for row in pair][:len(order)]
-    return Listed(target.space, fs, ctx=target.ctx, rows=list(dict.fromkeys(turns)))
+    return Listed(target.space, fs, ctx=target.ctx, rows=turns)
 
 
 def _import_recorded(store: StudyStore, target: Target, path: Path, claims: Claims) -> Landscape | None:
