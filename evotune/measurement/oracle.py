@@ -3,17 +3,20 @@
 Method (see benchmarks/RESULTS.md for what it measured):
 
 1. warm up (module load, JIT, handle creation stay out of the numbers);
-2. capture the launch in a CUDA graph when it can be captured, so launch
-   overhead on the host cannot show in the samples; otherwise launch directly;
+2. capture the launch in a CUDA graph when it can be captured: a whole batch
+   of samples (step 4, ``n`` times) is one graph, replayed at once, so nothing
+   the host does (launch overhead, other processes compiling on its cores)
+   can fall inside a sample; a launch that cannot be captured is launched
+   directly;
 3. before every sample, empty the L2 (``timing.flush``), so each sample
    reads its inputs from HBM as a real layer would: ``"dirty"`` overwrites a
    buffer twice the size of L2, as Triton's ``do_bench`` does, and leaves the
    L2 full of dirty lines that the timed kernel writes back as it evicts them;
    ``"clean"`` then also reads a second such buffer, which leaves the L2 as
    cold and holding clean lines only (see :meth:`Oracle.empty_l2`);
-4. one sample = CUDA events recorded right before and after one launch; each
-   batch of samples is queued behind a short GPU spin, so the host is ahead of
-   the GPU and a busy host cannot add idle time inside a sample;
+4. one sample = CUDA events recorded right before and after one launch; a
+   batch launched directly is queued behind a short GPU spin, so the host is
+   mostly ahead of the GPU;
 5. take samples in batches until the 95% confidence interval of the median
    (distribution-free, from order statistics) is within ``timing.ci_target``
    of it, or ``timing.max_samples`` / ``max_seconds`` is reached;
@@ -35,6 +38,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +46,19 @@ from evotune.core.flush import FLUSHES
 from evotune.measurement.options import TimingOptions
 
 HEAD_START_CYCLES = 100_000  # GPU cycles of head start per queued sample (about 50 µs at 2 GHz)
+
+
+@dataclass(eq=False)
+class GraphLaunch:
+    """A launch that CUDA graphs can capture (what :meth:`Oracle.capture` returns for one). Calling it launches
+    ``fn``; :meth:`Oracle.sample` takes its samples from ``batches``, one graph per batch size holding the whole
+    batch (cold L2, start event, ``fn``, end event; ``n`` times), captured at first use and released with this."""
+
+    fn: Callable[[], object]
+    batches: dict[int, tuple[Any, list[Any], list[Any]] | None] = field(default_factory=dict)
+
+    def __call__(self) -> object:
+        return self.fn()
 
 
 @dataclass
@@ -120,7 +137,8 @@ class Oracle:
         if self._sweep is not None:
             self.torch.sum(self._sweep, dim=0, dtype=self.torch.int64, out=self._sink)
 
-    def _graph(self, fn: Callable[[], object]) -> Callable[[], object] | None:
+    def _capturable(self, fn: Callable[[], object]) -> bool:
+        """Whether ``fn`` can be captured in a CUDA graph, found by capturing it once (the graph is dropped)."""
         torch = self.torch
         try:
             stream = torch.cuda.Stream()
@@ -132,8 +150,28 @@ class Oracle:
             with torch.cuda.graph(graph):
                 fn()
             torch.cuda.synchronize()
-            return graph.replay
+            return True
         except Exception:  # not capturable (host sync, allocation, a launcher that pins a stream)
+            torch.cuda.synchronize()
+            return False
+
+    def _batch_graph(self, fn: Callable[[], object], n: int) -> tuple[Any, list[Any], list[Any]] | None:
+        """One CUDA graph of ``n`` samples of ``fn`` (cold L2, start event, ``fn``, end event, ``n`` times) and its
+        events, or None when it cannot be captured. The events are external: recorded by the graph's replay."""
+        torch = self.torch
+        starts = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(n)]
+        ends = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(n)]
+        try:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for s, e in zip(starts, ends, strict=True):
+                    self.empty_l2()
+                    s.record()
+                    fn()
+                    e.record()
+            torch.cuda.synchronize()
+            return graph, starts, ends
+        except Exception:  # captured once alone, but not n times (the graph's memory, say)
             torch.cuda.synchronize()
             return None
 
@@ -149,15 +187,13 @@ class Oracle:
         return self.capture(fn)
 
     def capture(self, fn: Callable[[], object]) -> tuple[Callable[[], object], bool]:
-        """``fn`` captured in a CUDA graph when it can be (else ``fn`` itself), launched once: (the launch to time,
-        whether a graph). :meth:`prepare` without the warm-up, for a launch that has run before."""
-        torch = self.torch
-        launch = self._graph(fn) if self.use_graph else None
-        graph = launch is not None
-        launch = launch or fn
-        launch()
-        torch.cuda.synchronize()
-        return launch, graph
+        """``fn`` as a :class:`GraphLaunch` when a CUDA graph can capture it (else ``fn`` itself), launched once:
+        (the launch to time, whether a graph). :meth:`prepare` without the warm-up, for a launch that has run
+        before."""
+        graph = self.use_graph and self._capturable(fn)
+        fn()
+        self.torch.cuda.synchronize()
+        return (GraphLaunch(fn) if graph else fn), graph
 
     def round(self, fn: Callable[[], object], n: int) -> list[float]:
         """``n`` samples of a warmed-up ``fn`` from a graph captured for them and released after them: how the
@@ -171,6 +207,14 @@ class Oracle:
     def sample(self, launch: Callable[[], object], n: int) -> list[float]:
         """``n`` samples (ms) of a prepared launch, each its own pair of CUDA events after a cold L2."""
         torch = self.torch
+        if isinstance(launch, GraphLaunch):
+            if n not in launch.batches:
+                launch.batches[n] = self._batch_graph(launch.fn, n)
+            if (batch := launch.batches[n]) is not None:
+                graph, starts, ends = batch
+                graph.replay()
+                torch.cuda.synchronize()
+                return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         # Keep the GPU busy while this thread queues the batch: a sample is the GPU time between its two
