@@ -93,7 +93,7 @@ def check(path: Path, top: int, random: int, seed: int, workers: int, rounds: in
         row = {"group": group, "point": point, "recorded_ms": ls.lookup(point).time_ms, "oracle": [], "do_bench": []}
         rows.append(row)
         eager = lambda kernel=kernel: kernel(a, b, c)  # noqa: E731
-        timed.append((row, oracle.prepare(eager)[0], eager))
+        timed.append((row, oracle.prepare(eager), eager))
     # A power-bound kernel runs a few per cent slower on a GPU that has just run a heavy one for a while: timed
     # one point after another, each point's figure would carry the previous point's load. In rounds, every
     # point, with both timers, sees the same mix of what ran before; the two timers alternate which goes first.

@@ -50,15 +50,21 @@ HEAD_START_CYCLES = 100_000  # GPU cycles of head start per queued sample (about
 
 @dataclass(eq=False)
 class GraphLaunch:
-    """A launch that CUDA graphs can capture (what :meth:`Oracle.capture` returns for one). Calling it launches
-    ``fn``; :meth:`Oracle.sample` takes its samples from ``batches``, one graph per batch size holding the whole
-    batch (cold L2, start event, ``fn``, end event; ``n`` times), captured at first use and released with this."""
+    """A launch to sample from CUDA graphs (what :meth:`Oracle.capture` returns while ``use_graph`` is on).
+    Calling it launches ``fn``. :meth:`Oracle.sample` takes its samples from ``batches``: one graph per batch
+    size holding the whole batch (cold L2, start event, ``fn``, end event; ``n`` times), captured at first use
+    and released with this; None once ``fn`` could not be captured, and its batches are then launched directly."""
 
     fn: Callable[[], object]
     batches: dict[int, tuple[Any, list[Any], list[Any]] | None] = field(default_factory=dict)
 
     def __call__(self) -> object:
         return self.fn()
+
+    @property
+    def graph(self) -> bool:
+        """Whether its samples come from graphs: it was captured, and never failed to be."""
+        return bool(self.batches) and None not in self.batches.values()
 
 
 @dataclass
@@ -137,31 +143,21 @@ class Oracle:
         if self._sweep is not None:
             self.torch.sum(self._sweep, dim=0, dtype=self.torch.int64, out=self._sink)
 
-    def _capturable(self, fn: Callable[[], object]) -> bool:
-        """Whether ``fn`` can be captured in a CUDA graph, found by capturing it once (the graph is dropped)."""
-        torch = self.torch
-        try:
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                fn()  # one eager launch on the side stream before capture, as torch recommends
-            torch.cuda.current_stream().wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                fn()
-            torch.cuda.synchronize()
-            return True
-        except Exception:  # not capturable (host sync, allocation, a launcher that pins a stream)
-            torch.cuda.synchronize()
-            return False
-
-    def _batch_graph(self, fn: Callable[[], object], n: int) -> tuple[Any, list[Any], list[Any]] | None:
+    def _batch_graph(self, fn: Callable[[], object], n: int, first: bool) -> tuple[Any, list[Any], list[Any]] | None:
         """One CUDA graph of ``n`` samples of ``fn`` (cold L2, start event, ``fn``, end event, ``n`` times) and its
-        events, or None when it cannot be captured. The events are external: recorded by the graph's replay."""
+        events, or None when ``fn`` cannot be captured (a host sync, an allocation a graph cannot hold, a
+        launcher that pins a stream). The events are external: the graph's replay records them. Before the
+        ``first`` capture of ``fn``, one eager launch on a side stream, as torch recommends."""
         torch = self.torch
         starts = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(n)]
         ends = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(n)]
         try:
+            if first:
+                stream = torch.cuda.Stream()
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):
+                    fn()
+                torch.cuda.current_stream().wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 for s, e in zip(starts, ends, strict=True):
@@ -171,7 +167,7 @@ class Oracle:
                     e.record()
             torch.cuda.synchronize()
             return graph, starts, ends
-        except Exception:  # captured once alone, but not n times (the graph's memory, say)
+        except Exception:
             torch.cuda.synchronize()
             return None
 
@@ -181,19 +177,15 @@ class Oracle:
             fn()
         self.torch.cuda.synchronize()
 
-    def prepare(self, fn: Callable[[], object]) -> tuple[Callable[[], object], bool]:
-        """Warm ``fn`` up and capture it in a CUDA graph when it can be: (the launch to time, whether a graph)."""
+    def prepare(self, fn: Callable[[], object]) -> Callable[[], object]:
+        """Warm ``fn`` up: the launch to time (:meth:`capture`)."""
         self.warm(fn)
         return self.capture(fn)
 
-    def capture(self, fn: Callable[[], object]) -> tuple[Callable[[], object], bool]:
-        """``fn`` as a :class:`GraphLaunch` when a CUDA graph can capture it (else ``fn`` itself), launched once:
-        (the launch to time, whether a graph). :meth:`prepare` without the warm-up, for a launch that has run
-        before."""
-        graph = self.use_graph and self._capturable(fn)
-        fn()
-        self.torch.cuda.synchronize()
-        return (GraphLaunch(fn) if graph else fn), graph
+    def capture(self, fn: Callable[[], object]) -> Callable[[], object]:
+        """The launch to time for a warmed-up ``fn``: a :class:`GraphLaunch` (its batches captured when sampled,
+        where a graph can capture ``fn``), or ``fn`` itself when ``use_graph`` is off."""
+        return GraphLaunch(fn) if self.use_graph else fn
 
     def round(self, fn: Callable[[], object], n: int) -> list[float]:
         """``n`` samples of a warmed-up ``fn`` from a graph captured for them and released after them: how the
@@ -201,16 +193,15 @@ class Oracle:
         allocated during its capture (a library call's output or workspace, as torch's cuDNN convolution
         allocates) is not reliably kept once others are captured after it; on an H100 a cuDNN baseline's graph
         faulted with an illegal address on replay once a CUTLASS kernel's graph had been captured after it."""
-        launch, _ = self.capture(fn)
-        return self.sample(launch, n)
+        return self.sample(self.capture(fn), n)
 
     def sample(self, launch: Callable[[], object], n: int) -> list[float]:
         """``n`` samples (ms) of a prepared launch, each its own pair of CUDA events after a cold L2."""
         torch = self.torch
         if isinstance(launch, GraphLaunch):
-            if n not in launch.batches:
-                launch.batches[n] = self._batch_graph(launch.fn, n)
-            if (batch := launch.batches[n]) is not None:
+            if n not in launch.batches and None not in launch.batches.values():
+                launch.batches[n] = self._batch_graph(launch.fn, n, first=not launch.batches)
+            if (batch := launch.batches.get(n)) is not None:
                 graph, starts, ends = batch
                 graph.replay()
                 torch.cuda.synchronize()
@@ -231,7 +222,7 @@ class Oracle:
 
     def time(self, fn: Callable[[], object]) -> Timing:
         started = time.perf_counter()
-        launch, graph = self.prepare(fn)
+        launch = self.prepare(fn)
         samples: list[float] = []
         notes = []
         while True:
@@ -248,6 +239,7 @@ class Oracle:
                 notes.append(f"stopped after {self.max_seconds:.0f} s before the CI reached {self.ci_target:.0%}")
                 break
         med, ci, trimmed = summarize(samples)
+        graph = isinstance(launch, GraphLaunch) and launch.graph
         return Timing(samples, med, ci, trimmed, graph, time.perf_counter() - started, notes)
 
     def copy_bandwidth_gbps(self, nbytes: int = 2 * 2**30) -> float:
