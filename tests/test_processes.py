@@ -29,7 +29,8 @@ SCRIPT = textwrap.dedent('''
             if isinstance(request, DeviceInfo):
                 time.sleep(0.05)  # the worker's own time on the request, which its reply reports
                 return Reply(ReplyStatus.OK, info={"value": os.environ.get("EVOTUNE_TEST_VALUE"),
-                                                   "preloaded": PRELOADED in sys.modules, "pid": os.getpid()})
+                                                   "preloaded": PRELOADED in sys.modules, "pid": os.getpid(),
+                                                   "cpus": sorted(os.sched_getaffinity(0))})
             os.kill(os.getpid(), signal.SIGSEGV)
 
     def flat(reply):
@@ -70,6 +71,14 @@ SCRIPT = textwrap.dedent('''
         with ProcessPoolExecutor(1, mp_context=ctx, initializer=pool_initializer,
                                  initargs=(dict(os.environ),)) as pool:
             out["pool"] = pool.submit(in_pool).result()
+        # the server started on every CPU; a worker started while its parent runs on one runs there too
+        everywhere = os.sched_getaffinity(0)
+        out["cpus"] = sorted(everywhere)
+        os.sched_setaffinity(0, {max(everywhere)})
+        placed = WorkerProcess(main, (), "test worker", 600, start=ctx)
+        out["placed"] = flat(placed.call(DeviceInfo()))
+        placed.close()
+        os.sched_setaffinity(0, everywhere)
         print(json.dumps(out))
 ''')
 
@@ -96,6 +105,12 @@ def test_children_fork_from_a_server_that_imported_the_preload_and_survives_a_ba
     # a child runs with its parent's environment as it was when the child started, not the server's
     assert out["first"]["value"] == "later"
     assert out["pool"] == ["later", True]
+
+
+def test_a_child_runs_on_the_cpus_of_the_process_that_starts_it_not_the_servers(out):
+    assert out["first"]["cpus"] == out["cpus"]  # started while its parent ran on every CPU
+    assert out["placed"]["status"] == "ok" and out["placed"]["preloaded"] is True
+    assert out["placed"]["cpus"] == [max(out["cpus"])]  # the server still runs on every CPU
 
 
 def test_a_reply_says_the_workers_own_time_on_the_request(out):
@@ -154,8 +169,9 @@ def test_a_gpu_run_starts_its_measuring_processes_before_it_reads_the_gpu(tmp_pa
 
 
 def test_a_gpu_run_places_its_process_and_puts_it_back_when_it_ends(tmp_path, monkeypatch):
-    """The tuner measures on a core of its own for the run (evotune.measurement.host), placed before the server
-    its GPU workers fork from starts; a run that ends, here refused while resolving, leaves it where it was."""
+    """The tuner measures on a core of its own for the run (evotune.measurement.host), placed once the server its
+    GPU workers fork from has started on every core (its imports then run beside the tuner's start-up); a run
+    that ends, here refused while resolving, leaves it where it was."""
     pytest.importorskip("torch")
     from evotune.measurement import gpu, host
     from evotune.running import session
@@ -174,4 +190,4 @@ def test_a_gpu_run_places_its_process_and_puts_it_back_when_it_ends(tmp_path, mo
     monkeypatch.setattr(session, "resolve", resolve)
     with pytest.raises(RuntimeError, match="stop here"):
         session.Session(load_experiment(path))
-    assert happened == ["placed", "server started", "put back"]
+    assert happened == ["server started", "placed", "put back"]

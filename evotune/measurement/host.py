@@ -6,14 +6,17 @@ they share its cores. Two rules follow:
 
 * **Pool sizes.** Each worker's compile pool takes its share of the host's cores and free memory
   (:func:`default_workers`), so that the N pools fit the host together.
-* **Placement.** A worker's measuring processes (the tuner, its GPU worker and the server they fork from) wait on
-  every point: the GPU worker's launches and synchronisations, then the tuner's next proposal. Its compile
-  processes work in bursts, a dozen at once. Left to the scheduler, a burst lands on the cores the measuring
-  processes were on, and each point's GPU work takes longer. So each worker measures on a core of its own, the
-  ``index``-th of the host (``index``: the first GPU it sees), and every compile process runs on the cores that
-  no worker of the host measures on (:func:`placement`). A run places its process for its length
-  (:func:`place_measuring`, :func:`unplace`): a library call that measures moves nobody. What it gives on a
-  host of two GPUs: benchmarks/RESULTS.md, "Two GPUs against one".
+* **Placement.** A worker's measuring processes (the tuner and its GPU worker) wait on every point: the GPU
+  worker's launches and synchronisations, then the tuner's next proposal. Its compile processes work in bursts, a
+  dozen at once. Left to the scheduler, a burst lands on the cores the measuring processes were on, and each
+  point's GPU work takes longer. So each worker measures on a core of its own, the ``index``-th of the host
+  (``index``: the first GPU it sees), and every compile process runs on the cores that no worker of the host
+  measures on (:func:`placement`). A run places its process for its length (:func:`place_measuring`,
+  :func:`unplace`): a library call that measures moves nobody. The server the GPU worker and the compile processes
+  fork from is started before, on every core: its imports run beside the tuner's start-up, and each process forked
+  from it moves where it belongs (the GPU worker to its tuner's CPUs,
+  :func:`evotune.measurement.processes.as_child`; a compile process to :func:`pool_cpus`). What it gives on a host
+  of two GPUs: benchmarks/RESULTS.md, "Two GPUs against one".
 
 Nothing is placed where the worker is confined to some cores already (``taskset``, a container's CPU set: the
 user's choice stands), where the GPUs it sees are not named by index, or where the host has fewer than
@@ -76,10 +79,9 @@ def placement() -> Placement | None:
 
 
 def place_measuring() -> None:
-    """For a run: move this process (the tuner, before it starts the server its GPU worker forks from) to its
-    measuring cores; its children inherit them, and its compile processes move on to :func:`pool_cpus`.
-    :func:`unplace` puts it back where it was at the run's end (a process that goes on, a notebook's, is not
-    left on one core)."""
+    """For a run: move this process (the tuner) to its measuring cores; its GPU worker runs there too, and its
+    compile processes run on :func:`pool_cpus`. :func:`unplace` puts it back where it was at the run's end (a
+    process that goes on, a notebook's, is not left on one core)."""
     global _placed, _before
     place = placement()
     if place is None or _placed is not None:
@@ -99,7 +101,7 @@ def unplace() -> None:
 
 def pool_cpus() -> frozenset[int] | None:
     """Where this process's compile processes run: the pool's cores while it is placed, else where it runs
-    itself (a server started while it was placed keeps the measuring cores, and its children with it)."""
+    itself."""
     if _placed is not None:
         return _placed.pool
     return frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from evotune.measurement.messages import Reply, ReplyStatus, Stop
-from evotune.measurement.processes import INHERITED_CUDA, StartContext, with_environment
+from evotune.measurement.processes import INHERITED_CUDA, Inherited, StartContext, as_child
 
 
 class WorkerProcess:
@@ -58,7 +58,7 @@ class WorkerProcess:
         self._proc = self._conn = None
         self._ready = False
         parent, child = self._mp.Pipe()
-        proc = self._mp.Process(target=with_environment, args=(dict(os.environ), self.target, child, *self.args),
+        proc = self._mp.Process(target=as_child, args=(Inherited.here(), self.target, child, *self.args),
                                 daemon=True)
         proc.start()
         child.close()

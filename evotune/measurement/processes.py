@@ -9,15 +9,17 @@ forking it is safe, and a child starts in milliseconds with those modules import
 
 What the server imports is fixed when it starts: the first caller's ``preload``, read with the environment and
 ``sys.path`` of that moment; a module that fails to import there is left for the child to import (and report).
-A child runs with its parent's environment as it is when the child starts (:func:`with_environment`,
-:func:`pool_initializer`), as under ``spawn``; only what a preloaded module read at import time is the
+A child runs with its parent's environment as it is when the child starts (:func:`as_child`,
+:func:`pool_initializer`), as under ``spawn``, and on its parent's CPUs (:func:`as_child`): the server itself
+keeps the CPUs of its own start, so that its imports can run beside the parent's start-up on cores the parent
+then leaves (:mod:`evotune.measurement.host`); only what a preloaded module read at import time is the
 server's. Processes that need other import-time settings (CuTe DSL's ``CUTE_DSL_ARCH``, to compile for
 another GPU) use ``spawn``. Where the platform has no forkserver, :func:`start_method` is ``spawn``.
 
 Example::
 
     ctx = start_method(("torch", "cutlass.cute"))
-    proc = ctx.Process(target=with_environment, args=(dict(os.environ), worker_main, conn), daemon=True)
+    proc = ctx.Process(target=as_child, args=(Inherited.here(), worker_main, conn), daemon=True)
     pool = ProcessPoolExecutor(8, mp_context=ctx, initializer=pool_initializer, initargs=(dict(os.environ),))
 """
 
@@ -28,6 +30,7 @@ import multiprocessing as mp
 import os
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from multiprocessing.context import ForkServerContext, SpawnContext
 from typing import Any
 
@@ -64,9 +67,26 @@ def start_method(preload: Iterable[str] = ()) -> StartContext:
     return ctx
 
 
-def with_environment(env: dict[str, str], target: Callable[..., Any], *args: Any) -> Any:
-    """A process's entry point: take ``env`` (the parent's environment when it started this one), run ``target``."""
-    _replace_environment(env)
+@dataclass(frozen=True)
+class Inherited:
+    """What a child of the server takes from the process that starts it, as a child of ``spawn`` would: that
+    process's environment and the CPUs it may run on (None where the platform cannot say)."""
+
+    env: dict[str, str]
+    cpus: frozenset[int] | None
+
+    @classmethod
+    def here(cls) -> Inherited:
+        """This process's environment and CPUs, now."""
+        cpus = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        return cls(dict(os.environ), cpus)
+
+
+def as_child(parent: Inherited, target: Callable[..., Any], *args: Any) -> Any:
+    """A process's entry point: take ``parent``'s environment and CPUs (:class:`Inherited`), then run ``target``."""
+    _replace_environment(parent.env)
+    if parent.cpus is not None and parent.cpus != frozenset(os.sched_getaffinity(0)):
+        os.sched_setaffinity(0, parent.cpus)
     return target(*args)
 
 

@@ -219,9 +219,9 @@ class Session:
 
 
 def start_measuring(exp: Experiment, spaces: Iterable[SearchSpace] | None = None) -> bool:
-    """On a GPU, place this process on its measuring cores (:mod:`evotune.measurement.host`; the session's end
-    puts it back) and start the process the measuring and compile processes fork from (once), importing torch and
-    ``spaces``' compilers (seconds), so that its imports run while the caller goes on; whether it runs now.
+    """On a GPU, start the process the measuring and compile processes fork from (once), importing torch and
+    ``spaces``' compilers (seconds), so that its imports run while the caller goes on, then place this process on
+    its measuring cores (:mod:`evotune.measurement.host`; the session's end puts it back); whether it runs now.
     Without ``spaces`` (the targets not resolved yet: the GPU's limits not read, the spaces not pruned), the
     experiment's spaces are loaded here, and only a host with an NVIDIA GPU starts it: on a host without one
     resolving refuses the experiment, and nothing should have started. Without torch nothing starts either:
@@ -235,8 +235,11 @@ def start_measuring(exp: Experiment, spaces: Iterable[SearchSpace] | None = None
         if not host_gpus():
             return False
         spaces = [load_space(name, exp.base_dir) for name in exp.spaces]  # the file checked that they load
-    place_measuring()  # before the server starts: it, and the GPU workers forked from it, measure there too
+    # The server first, on every core this process has: its imports (seconds of torch and the spaces' compilers)
+    # then run beside this process's own start-up, which goes on on its measuring cores. The GPU workers forked
+    # from the server take the CPUs of the process that starts them (processes.as_child): the measuring cores.
     start_processes(spaces)
+    place_measuring()
     return True
 
 
