@@ -86,7 +86,10 @@ def as_child(parent: Inherited, target: Callable[..., Any], *args: Any) -> Any:
     """A process's entry point: take ``parent``'s environment and CPUs (:class:`Inherited`), then run ``target``."""
     _replace_environment(parent.env)
     if parent.cpus is not None and parent.cpus != frozenset(os.sched_getaffinity(0)):
-        os.sched_setaffinity(0, parent.cpus)
+        try:
+            os.sched_setaffinity(0, parent.cpus)
+        except OSError:  # none of them is this process's to take now (its CPU set changed): it runs where it is
+            pass
     return target(*args)
 
 
