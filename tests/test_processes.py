@@ -191,3 +191,12 @@ def test_a_gpu_run_places_its_process_and_puts_it_back_when_it_ends(tmp_path, mo
     with pytest.raises(RuntimeError, match="stop here"):
         session.Session(load_experiment(path))
     assert happened == ["server started", "placed", "put back"]
+
+
+def test_a_child_that_cannot_take_its_parents_cpus_runs_where_it_is():
+    from evotune.measurement.processes import Inherited, as_child
+
+    before = os.sched_getaffinity(0)
+    gone = Inherited(dict(os.environ), frozenset({(os.cpu_count() or 1) + 4096}))  # no such CPU here
+    assert as_child(gone, lambda x: x + 1, 1) == 2
+    assert os.sched_getaffinity(0) == before
