@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
 import statistics
 
 import numpy as np
@@ -131,25 +133,32 @@ def shuffled(source: Source, seed: int = 0) -> Source:
     return Source("shuffled", tuple((p, v) for (p, _), v in zip(source.results, values, strict=True)), 0.0)
 
 
+def _misleading(job: tuple[str, str, int]) -> tuple[float, float, bool]:
+    """One seed of a target beside a shuffled source: evaluations to 0.99 without it and with it, and whether
+    fifteen results found it out."""
+    shape, source_shape, seed = job
+    target = int8(shape)
+    bad = shuffled(from_landscape(int8(source_shape).landscape, target.landscape.problem, None))
+    without = measure(run_evotune(target, "default", seed, 100), target, 100)["evals_to_99"]
+    with_bad = measure(run_evotune(target, "default", seed, 100, sources=[bad]), target, 100)["evals_to_99"]
+    space, fs, times = target.replay()
+    s = make_strategy("default", space, fs, seed=seed, ctx=Context(problem=target.landscape.problem), sources=[bad])
+    for _ in range(15):
+        (p,) = s.ask(1)
+        s.tell([(p, float(times[fs.row(p)]))])
+    return without, with_bad, not s._trusted
+
+
 def test_a_misleading_source_costs_at_most_ten_percent_more_evaluations():
-    """Times shuffled, at distance 0 (the most trusted a source can be): the checks drop it."""
-    with_bad, without, dropped = [], [], 0
-    for shape, source_shape in [("64x4096x11008", "64x4096x4096"), ("256x4096x4096", "256x4096x11008"),
-                                ("16x4096x4096", "16x4096x11008")]:
-        target = int8(shape)
-        bad = shuffled(from_landscape(int8(source_shape).landscape, target.landscape.problem, None))
-        for seed in range(8):
-            without.append(measure(run_evotune(target, "default", seed, 100), target, 100)["evals_to_99"])
-            with_bad.append(measure(run_evotune(target, "default", seed, 100, sources=[bad]), target, 100)
-                            ["evals_to_99"])
-            space, fs, times = target.replay()
-            s = make_strategy("default", space, fs, seed=seed, ctx=Context(problem=target.landscape.problem),
-                              sources=[bad])
-            for _ in range(15):
-                (p,) = s.ask(1)
-                s.tell([(p, float(times[fs.row(p)]))])
-            dropped += not s._trusted
-    assert dropped >= 22  # of 24: after fifteen results, the shuffled times have been found out
+    """Times shuffled, at distance 0 (the most trusted a source can be): the checks drop it. The seeds run side by
+    side (processes forked from this one, as tests/test_transfer_floor.py runs them)."""
+    jobs = [(shape, source_shape, seed)
+            for shape, source_shape in [("64x4096x11008", "64x4096x4096"), ("256x4096x4096", "256x4096x11008"),
+                                        ("16x4096x4096", "16x4096x11008")]
+            for seed in range(8)]
+    with multiprocessing.get_context("fork").Pool(max(1, min(4, os.cpu_count() or 1))) as pool:
+        without, with_bad, dropped = zip(*pool.map(_misleading, jobs, chunksize=1), strict=True)
+    assert sum(dropped) >= 22  # of 24: after fifteen results, the shuffled times have been found out
     assert statistics.mean(with_bad) <= 1.10 * statistics.mean(without)
 
 
