@@ -99,12 +99,15 @@ def unplace() -> None:
         _placed = None
 
 
+def own_cpus() -> frozenset[int] | None:
+    """The CPUs this process may run on now, or None where the platform cannot say."""
+    return frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+
+
 def pool_cpus() -> frozenset[int] | None:
     """Where this process's compile processes run: the pool's cores while it is placed, else where it runs
     itself."""
-    if _placed is not None:
-        return _placed.pool
-    return frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return _placed.pool if _placed is not None else own_cpus()
 
 
 def place_pool(cpus: frozenset[int] | None) -> None:
@@ -151,7 +154,7 @@ def default_workers() -> int:
         cores = len(_placed.pool) // sharing
     else:
         host = os.cpu_count() or 2
-        mine = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else host
+        mine = len(own_cpus() or range(host))
         sharing = workers_on_host() if mine >= host else 1
         cores = mine // sharing - 2
     return max(0, min(cores, int(mem_gb / sharing / COMPILE_GB)))

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from multiprocessing.context import ForkServerContext, SpawnContext
 from typing import Any
 
+from evotune.measurement.host import own_cpus
+
 INHERITED_CUDA = "started from a process that had initialised CUDA"  # how a child that must not go on says why
 PRELOAD_ENV = "EVOTUNE_PRELOAD"  # the server reads its list of modules here (evotune.measurement._preload)
 # the contexts evotune starts processes with (both have Process, Pipe, Queue...; BaseContext declares none)
@@ -78,14 +80,13 @@ class Inherited:
     @classmethod
     def here(cls) -> Inherited:
         """This process's environment and CPUs, now."""
-        cpus = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-        return cls(dict(os.environ), cpus)
+        return cls(dict(os.environ), own_cpus())
 
 
 def as_child(parent: Inherited, target: Callable[..., Any], *args: Any) -> Any:
     """A process's entry point: take ``parent``'s environment and CPUs (:class:`Inherited`), then run ``target``."""
     _replace_environment(parent.env)
-    if parent.cpus is not None and parent.cpus != frozenset(os.sched_getaffinity(0)):
+    if parent.cpus is not None and parent.cpus != own_cpus():
         try:
             os.sched_setaffinity(0, parent.cpus)
         except OSError:  # none of them is this process's to take now (its CPU set changed): it runs where it is
