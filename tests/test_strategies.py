@@ -110,6 +110,23 @@ def test_hardware_seeding_starts_from_the_best_estimates():
     assert space.estimate(first[0], ctx) == best
 
 
+@pytest.mark.parametrize("seeding", ["hardware", "random"])
+def test_a_first_population_one_short_asks_for_one_more_point(seeding):
+    """The tuner asks ahead while points are in flight: with the first population one member short and its queue
+    handed out, the strategy seeds exactly one more point (the ranked half of a population of one is all of it)."""
+    space, ctx = constrained_space()
+    space.estimate = lambda p, ctx: (p["x0"] - 3) ** 2 + (p["x1"] - 4) ** 2 + p["x2"] + abs(p["x3"] - 2)
+    fs = space.feasible(ctx)
+    ga = make_strategy("ga", space, fs, seed=0, ctx=ctx, population=12, offspring=12, seeding=seeding)
+    first = ga.ask(12)
+    ga.tell([(p, float(i)) for i, p in enumerate(first[:11])])
+    (more,) = ga.ask(1)
+    assert space.key(more) not in {space.key(p) for p in first}
+    if seeding == "hardware":  # the best-estimated point nobody has taken
+        rest = [fs.point(r) for r in range(len(fs)) if space.key(fs.point(r)) not in {space.key(p) for p in first}]
+        assert space.estimate(more, ctx) == min(space.estimate(p, ctx) for p in rest)
+
+
 def test_resumed_strategy_skips_what_the_study_holds(gemm_landscape):
     space = gemm_landscape.space()
     fs = space.feasible(Context())

@@ -34,6 +34,8 @@ def ranked_by_estimate(strategy: StrategyState) -> list[int]:
 def spread_rows(strategy: StrategyState, n: int, pool: int = 40) -> list[int]:
     """``n`` fresh rows chosen greedily to be far from each other (max-min distance)."""
     fs, rng = strategy.feasible, strategy.rng
+    if n <= 0:  # the ranked half took every row asked for (a first population one short of full)
+        return []
     free = np.flatnonzero(~strategy.taken)
     if len(free) <= n:
         return [int(r) for r in free]
