@@ -22,7 +22,8 @@ problem's baselines and confirmation between them).
 
 ``--storage sqlite,journal`` runs every count on each storage; ``--warm``
 fills a kernel cache with one untimed run first, which every timed run then
-shares (so nothing is compiled: the per-point GPU work alone); ``--run``
+shares (so little is compiled: a GA breeds from measured times, and a second
+run breeds some children the first did not); ``--run``
 times ``evotune run`` (one process, as a user runs it) instead of workers.
 
 ``--cpu`` runs the same problems, strategies and budget on the CPU against
@@ -35,7 +36,7 @@ the run smaller, ``--points`` records excerpts of the landscapes instead.
 Usage (``--gpus N`` alone runs 1 and N)::
 
     python3 benchmarks/scaleout.py experiments/scaleout_int8.toml --gpus 1,2 --storage sqlite,journal
-    python3 benchmarks/scaleout.py experiments/busy_int8.toml --run --warm --gpus 1
+    python3 benchmarks/scaleout.py experiments/gpu_busy_int8.toml --run --warm --gpus 1
     python3 benchmarks/scaleout.py experiments/scaleout_record_int8.toml --record --gpus 1,2,4
     python3 benchmarks/scaleout.py experiments/scaleout_int8.toml --cpu --workers 1,2 --split problems,points
 """
