@@ -127,6 +127,34 @@ def test_a_first_population_one_short_asks_for_one_more_point(seeding):
         assert space.estimate(more, ctx) == min(space.estimate(p, ctx) for p in rest)
 
 
+@pytest.mark.parametrize("seeding", ["hardware", "random"])
+@pytest.mark.parametrize("name", CPU_STRATEGIES)
+def test_every_strategy_takes_results_late_and_out_of_order(name, seeding):
+    """The tuner asks ahead while points compile and measure, and hears back in whatever order they finish: with a
+    random number of points in flight and results told in a random order, no strategy fails, repeats a point or
+    hands out an infeasible one before its budget."""
+    import random
+
+    space, ctx = constrained_space()
+    space.estimate = lambda p, ctx: (p["x0"] - 3) ** 2 + (p["x1"] - 4) ** 2 + p["x2"] + abs(p["x3"] - 2)
+    fs = space.feasible(ctx)
+    rnd = random.Random(f"{name}-{seeding}")
+    strategy = make_strategy(name, space, fs, seed=1, ctx=ctx, seeding=seeding)
+    asked, flight = [], []
+    while len(asked) < 40:
+        more = strategy.ask(rnd.randint(1, 4))
+        assert more, "a strategy ran dry with most of the space unmeasured"
+        asked += more
+        flight += more
+        rnd.shuffle(flight)
+        done = rnd.randint(0, len(flight))  # some finish now, in any order
+        told, flight = flight[:done], flight[done:]
+        strategy.tell([(p, None if p["x2"] == 5 else 1.0 + space.estimate(p, ctx)) for p in told])
+    keys = [space.key(p) for p in asked]
+    assert len(set(keys)) == len(keys), "a point was handed out twice"
+    assert all(space.check(p, ctx) is None for p in asked), "an infeasible point was handed out"
+
+
 def test_resumed_strategy_skips_what_the_study_holds(gemm_landscape):
     space = gemm_landscape.space()
     fs = space.feasible(Context())
