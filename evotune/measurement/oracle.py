@@ -121,7 +121,9 @@ class Oracle:
             l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 * 2**20)
             self._flush = torch.empty(2 * l2 // 4, dtype=torch.int32, device="cuda")
             if timing.flush == "clean":
-                self._sweep = torch.ones(2 * l2 // 4, dtype=torch.int32, device="cuda")
+                # int64 summed as int64: a sum that widens int32 to int64 reads at about a fifth of the HBM's
+                # bandwidth, and the flush is most of a small kernel's sample
+                self._sweep = torch.ones(2 * l2 // 8, dtype=torch.int64, device="cuda")
                 self._sink = torch.empty((), dtype=torch.int64, device="cuda")
 
     def empty_l2(self) -> None:
@@ -141,7 +143,7 @@ class Oracle:
             return
         self._flush.zero_()
         if self._sweep is not None:
-            self.torch.sum(self._sweep, dim=0, dtype=self.torch.int64, out=self._sink)
+            self.torch.sum(self._sweep, dim=0, out=self._sink)
 
     def _batch_graph(self, fn: Callable[[], object], n: int, first: bool) -> tuple[Any, list[Any], list[Any]] | None:
         """One CUDA graph of ``n`` samples of ``fn`` (cold L2, start event, ``fn``, end event, ``n`` times) and its
