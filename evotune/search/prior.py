@@ -36,7 +36,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from evotune.core.space import Point
 from evotune.search.state import StrategyState
@@ -47,6 +46,7 @@ from evotune.search.surrogate import (
     encode_codes,
     log_likelihood,
     matern52,
+    one_blas_thread,
     with_launch,
 )
 
@@ -175,7 +175,7 @@ class Prior:
             keep = np.sort(rng.choice(len(y), size=PREDICT_ROWS, replace=False))
             x, y = type(x)(x.x[keep], x.features), y[keep]
         target = with_launch(encode(s.space, s.feasible), s.launch).x
-        with threadpool_limits(1, user_api="blas"):
+        with one_blas_thread():
             scale = choose_scale(x.x, y - y.mean(), 1e-2, x.features, rng)
             got = log_likelihood(x.x * scale, y - y.mean(), 1e-2) if scale is not None else None
             if got is None:
@@ -196,7 +196,7 @@ class Prior:
             known = np.sort(rng.choice(known, size=PREDICT_ROWS, replace=False))
         ys = col[known] - col[known].mean()
         best = None
-        with threadpool_limits(1, user_api="blas"):
+        with one_blas_thread():
             for ls in LENGTHSCALES:
                 got = log_likelihood(x[known] / ls, ys, 1e-3)
                 if got is not None and (best is None or got[0] > best[0]):

@@ -9,11 +9,12 @@ ones (:func:`scaled_prior`). Used by the ``gp`` and ``default`` strategies and b
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from itertools import pairwise
 
 import numpy as np
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from evotune.core.space import FeasibleSet, SearchSpace
 from evotune.search.state import StrategyState
@@ -30,6 +31,23 @@ ALIGNMENT_CAP = 6  # 2-adic valuations above 6 (multiples of 64) count alike
 #: length-scales are chosen on at most this many training rows (a random subset): the relevance
 #: pass factorises ~5 x (features + 1) kernels, and at 400 rows that alone took ~2 s
 FIT_ROWS = 160
+
+
+_BLAS: ThreadpoolController | None = None
+
+
+def one_blas_thread() -> AbstractContextManager[object]:
+    """A context in which NumPy's and SciPy's BLAS run one thread: the GP's matrices are budget-sized (a few
+    hundred rows), and a multi-threaded BLAS spends more on waking its threads than it saves, several times more on
+    a busy machine; one thread gives the same proposals. The loaded BLAS libraries are found once per process:
+    finding them reads every shared library the process holds, about 3 ms with torch loaded, which was a third
+    of a proposal's time."""
+    global _BLAS
+    if _BLAS is None:
+        import scipy.linalg  # noqa: F401 - loads SciPy's own BLAS, which is limited too
+
+        _BLAS = ThreadpoolController()
+    return _BLAS.limit(limits=1, user_api="blas")
 
 
 def matern52(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -235,10 +253,7 @@ class Surrogate:
 
     def expected_improvement(self, rows: np.ndarray) -> np.ndarray | None:
         """EI of each of ``rows`` under a fresh fit; None when the GP cannot be fitted."""
-        # The matrices are budget-sized (a few hundred rows): a multi-threaded BLAS spends more on
-        # waking its threads than it saves, several times more on a busy machine. One thread gives
-        # the same proposals.
-        with threadpool_limits(1, user_api="blas"):
+        with one_blas_thread():
             model = self.fit()
             if model is None:
                 return None
