@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -43,8 +44,19 @@ class Param:
             # a point's key is "name=value,..." and identifies it in storage: keep it unambiguous
             raise ValueError(f"parameter {self.name!r}: names and text choices may not hold ',' or '=': {bad}")
 
+    @cached_property
+    def _positions(self) -> dict[Any, int]:
+        """Each choice's position, by value (a choice unequal to itself, a NaN, is left to the scan)."""
+        return {_hashable(c): i for i, c in reversed(list(enumerate(self.choices))) if c == c}
+
     def index(self, value: Any) -> int:
         """Position of ``value`` among the choices (tuples and lists compare equal)."""
+        # by hash first: encoding points is on every path that reads a landscape or looks a point up, thousands
+        # of times a run; the scan answers the rest (a list for a tuple choice, a value that is not a choice)
+        try:
+            return self._positions[value]
+        except (KeyError, TypeError):
+            pass
         key = _hashable(value)
         for i, c in enumerate(self.choices):
             if _hashable(c) == key:
