@@ -133,20 +133,31 @@ _PLAIN: dict[tuple[str, int, int], object] = {}
 #: runs side by side (processes forked from this one, as benchmarks/transfer.py --jobs does): the seeds are
 #: independent, and these replays are most of the suite's time on a 2-core machine
 WORKERS = max(1, min(4, os.cpu_count() or 1))
+#: the target, its replay built, and its sources, for the forked runs: they inherit them rather than each load
+#: the landscape and build its replay again (a second or more of each run) and receive the sources' points
+_FORKED: tuple[Case, tuple] | None = None
 
 
-def _run(job: tuple[str, int, int, tuple]) -> object:
-    path, seed, top, sources = job
-    return run_evotune(Case.load(path, 400), "default", seed, top, sources=sources)
+def _run(job: tuple[int, int, bool]) -> object:
+    seed, top, with_sources = job
+    assert _FORKED is not None
+    target, sources = _FORKED
+    return run_evotune(target, "default", seed, top, sources=sources if with_sources else ())
 
 
 def holds(target: Case, sources, budgets=(50, 100, 200), seeds=range(10)) -> tuple[bool, str]:
+    global _FORKED
     top = max(budgets)
     path = str(target.landscape.path)
     missing = [s for s in seeds if (path, s, top) not in _PLAIN]
-    jobs = [(path, s, top, ()) for s in missing] + [(path, s, top, tuple(sources)) for s in seeds]
-    with multiprocessing.get_context("fork").Pool(WORKERS) as pool:
-        done = pool.map(_run, jobs, chunksize=1)
+    jobs = [(s, top, False) for s in missing] + [(s, top, True) for s in seeds]
+    target.replay()
+    _FORKED = (target, tuple(sources))
+    try:
+        with multiprocessing.get_context("fork").Pool(WORKERS) as pool:
+            done = pool.map(_run, jobs, chunksize=1)
+    finally:
+        _FORKED = None
     _PLAIN.update({(path, s, top): r for s, r in zip(missing, done, strict=False)})
     plain = [_PLAIN[(path, s, top)] for s in seeds]
     tx = done[len(missing):]
