@@ -73,7 +73,10 @@ def run_script(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow  # Triton kernels through the interpreter, in other processes
 def test_the_script_records_one_sample_on_every_shape_as_landscapes(bench, tmp_path: Path) -> None:
-    done = run_script(tmp_path, "--sample", "4", "--seed", "3", "--checkpoint", "3")
+    # one confirmation round of one sample: the run's last step runs, and its interpreted launches (100 per point by
+    # default) are what this test does not look at
+    done = run_script(tmp_path, "--sample", "4", "--seed", "3", "--checkpoint", "3", "--confirm-rounds", "1",
+                      "--confirm-samples", "1")
     files = sorted(tmp_path.glob("*.json.gz"))
     assert [f.name for f in files] == ["matmul_example_gemm_fp32_tt_16x48x32.json.gz",
                                        "matmul_example_gemm_fp32_tt_32x32x32.json.gz"]
@@ -86,6 +89,7 @@ def test_the_script_records_one_sample_on_every_shape_as_landscapes(bench, tmp_p
         assert ls.meta["complete"] is False and ls.meta["coverage"]["seed"] == 3
         assert ls.meta["feasible"] == ls.meta["coverage"]["feasible"] == len(FeasibleSet.build(space, feasible_ctx))
         assert "torch.matmul" in ls.baselines
+        assert (ls.meta["confirmed"]["points"], ls.meta["confirmed"]["rounds"]) == (4, 1)  # fewer than --confirm-top
         for key, r in ls.entries.items():
             assert space.check(dict(zip(ls.names, key, strict=True)), feasible_ctx) is None
             assert r.status is Status.OK and r.error is not None and r.error < 1e-4, r.message
@@ -98,7 +102,9 @@ def test_the_script_records_one_sample_on_every_shape_as_landscapes(bench, tmp_p
 
 @pytest.mark.slow  # Triton kernels through the interpreter, in other processes
 def test_max_seconds_stops_after_one_configuration_and_writes_it(tmp_path: Path) -> None:
-    done = run_script(tmp_path, "--sample", "3", "--max-seconds", "0")
+    # the confirmation at its shortest, as above: what it times is not looked at here
+    done = run_script(tmp_path, "--sample", "3", "--max-seconds", "0", "--confirm-rounds", "1",
+                      "--confirm-samples", "1")
     assert "--max-seconds 0 reached after 1 configurations" in done.stdout
     points = [set(load_landscape(f).entries) for f in sorted(tmp_path.glob("*.json.gz"))]
     assert len(points) == 2 and len(points[0]) == 1 and points[0] == points[1]
