@@ -186,6 +186,22 @@ def load_landscape(path: str | Path) -> Landscape:
     return ls
 
 
+def landscape_header(path: str | Path) -> tuple[str, tuple[str, ...]]:
+    """(the space, the parameters' names) a landscape file says it holds, read without its points: building a
+    landscape's entries is most of the cost of reading one. LandscapeError for a file that is not one; a file
+    can pass here and still fail :func:`load_landscape` on its points."""
+    path = Path(path)
+    data = _read_json(path)
+    try:
+        if data.get("format") == FORMAT:
+            return str(data.get("space", "landscape")), tuple(str(spec["name"]) for spec in data["params"])
+        if "cache" in data and "tune_params" in data:
+            return "landscape", tuple(data.get("tune_params_keys") or list(data["tune_params"]))
+    except (KeyError, TypeError) as exc:
+        raise LandscapeError(f"{path}: malformed landscape ({type(exc).__name__}: {exc})") from exc
+    raise LandscapeError(f"{path}: neither a Kernel Tuner cache file nor an evotune landscape")
+
+
 def _make_param(name: str, values: list[Any]) -> Param:
     numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
     return ordinal(name, values) if numeric or all(isinstance(v, bool) for v in values) else categorical(name, values)

@@ -34,7 +34,7 @@ from typing import Any
 
 import optuna
 
-from evotune.core.landscape import Landscape, LandscapeError, load_landscape
+from evotune.core.landscape import Landscape, LandscapeError, landscape_header, load_landscape
 from evotune.core.problem import Problem
 from evotune.core.result import Status
 from evotune.core.space import Point, SearchSpace
@@ -51,23 +51,35 @@ SHIPPED = Path(__file__).resolve().parents[2] / "experiments" / "landscapes"
 
 
 def shipped_landscapes(space: SearchSpace, folder: Path = SHIPPED) -> list[Path]:
-    """The shipped landscape files of ``space``: those that name it and its parameters, in name order (the
-    generic ``landscape`` space of a replay holds every kernel's files: only the same kernel's match)."""
+    """The shipped landscape files of ``space``: those that name it and its parameters and load, in name order
+    (the generic ``landscape`` space of a replay holds every kernel's files: only the same kernel's match)."""
     names = tuple(p.name for p in space.params)
-    return [p for p, s, n in _shipped_index(folder) if s == space.name and n == names]
+    return [p for p, s, n in _shipped_index(folder) if s == space.name and n == names and _loads(p)]
 
 
 @functools.lru_cache(maxsize=4)
 def _shipped_index(folder: Path) -> tuple[tuple[Path, str, tuple[str, ...]], ...]:
-    """(file, its space, its parameters) for every landscape under ``folder``; other files are left out."""
+    """(file, its space, its parameters) for every landscape under ``folder``, as its header says; other files
+    are left out. Only the headers: loading every shipped landscape took seconds at the start of every run with
+    a strategy that transfers, though a run's space matches a few of them or none."""
     out = []
     for p in sorted(folder.glob("*/*.json.gz")) if folder.is_dir() else []:
         try:
-            ls = load_landscape(p)
+            space, names = landscape_header(p)
         except (LandscapeError, OSError):
             continue
-        out.append((p, ls.space_name, tuple(ls.names)))
+        out.append((p, space, names))
     return tuple(out)
+
+
+@functools.cache
+def _loads(path: Path) -> bool:
+    """Whether a shipped file whose header matches loads: one that does not is left out, as one without a header."""
+    try:
+        load_landscape(path)
+    except (LandscapeError, OSError):
+        return False
+    return True
 
 
 def _sizes(problem: Problem) -> dict[str, Any]:
