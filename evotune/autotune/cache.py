@@ -38,7 +38,7 @@ from typing import Any
 import optuna
 
 from evotune.core.space import SearchSpace
-from evotune.storage.study import StudyStore, make_storage
+from evotune.storage.study import StudyStore, make_storage, study_summaries
 
 ENV = "EVOTUNE_AUTOTUNE_CACHE"
 PREFIX = "autotune"
@@ -168,7 +168,7 @@ class KernelCache:
     def tuned(self) -> list[tuple[dict[str, Any], str, Decision]]:
         """(key, study name, decision) of every key of this kernel that has a decision."""
         out = []
-        for s in optuna.get_all_study_summaries(self.storage, include_best_trial=False):
+        for s in study_summaries(self.storage):
             if not s.study_name.startswith(self.kernel.prefix):
                 continue
             d = Decision.from_attr(s.user_attrs.get(DECISION))

@@ -28,6 +28,7 @@ from typing import Any
 import optuna
 
 from evotune.autotune.cache import DECISION, PREFIX, Decision
+from evotune.storage.study import study_summaries
 
 VLLM_FIELDS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
 
@@ -39,7 +40,7 @@ class ExportError(ValueError):
 def entries(storage: optuna.storages.BaseStorage, kernel: str | None = None) -> list[dict[str, Any]]:
     """Every decided key of the cache (of ``kernel``, when given), newest decision per (kernel, device, key)."""
     newest: dict[str, dict[str, Any]] = {}
-    for s in optuna.get_all_study_summaries(storage, include_best_trial=False):
+    for s in study_summaries(storage):
         a = s.user_attrs
         d = Decision.from_attr(a.get(DECISION))
         k = a.get("kernel")

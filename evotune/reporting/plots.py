@@ -39,7 +39,7 @@ from optuna.trial import TrialState
 
 from evotune.measurement.retiming import newer
 from evotune.reporting.report import sources_text
-from evotune.storage.study import make_storage
+from evotune.storage.study import make_storage, study_summaries
 
 
 @dataclass
@@ -66,7 +66,7 @@ class ProblemRuns:
 def load_runs(storage: str | optuna.storages.BaseStorage, experiment: str | None = None) -> list[ProblemRuns]:
     st = make_storage(storage) if isinstance(storage, str) else storage
     groups: dict[tuple[str, str], ProblemRuns] = {}
-    for s in optuna.get_all_study_summaries(st, include_best_trial=False):
+    for s in study_summaries(st):
         a = s.user_attrs
         exp = a.get("experiment", s.study_name.split("/")[0])
         if experiment is not None and exp != experiment:

@@ -29,7 +29,7 @@ from evotune.core.flush import UNRECORDED_FLUSH
 from evotune.core.problem import Problem
 from evotune.measurement.oracle import ci_half_width
 from evotune.measurement.retiming import newer
-from evotune.storage.study import make_storage
+from evotune.storage.study import StudySummary, make_storage, study_summaries
 
 
 @dataclass
@@ -84,8 +84,8 @@ class Best:
 def collect_best(storage: str | optuna.storages.BaseStorage, experiment: str | None = None) -> list[Best]:
     """The best trial per problem over every study (of ``experiment``, when given) in ``storage``."""
     st = make_storage(storage) if isinstance(storage, str) else storage
-    by_problem: dict[tuple[str, str], list[optuna.study.StudySummary]] = defaultdict(list)
-    for s in optuna.get_all_study_summaries(st, include_best_trial=True):
+    by_problem: dict[tuple[str, str], list[StudySummary]] = defaultdict(list)
+    for s in study_summaries(st, best=True):
         exp = s.user_attrs.get("experiment", s.study_name.split("/")[0])
         if experiment is not None and exp != experiment:
             continue
@@ -116,14 +116,14 @@ def collect_best(storage: str | optuna.storages.BaseStorage, experiment: str | N
     return out
 
 
-def _best_value(s: optuna.study.StudySummary) -> float:
+def _best_value(s: StudySummary) -> float:
     """The value of ``s``'s best trial, for a summary that has one (a best trial is complete: it has a value)."""
     t = s.best_trial
     assert t is not None and t.value is not None
     return float(t.value)
 
 
-def _newest_records(summaries: list[optuna.study.StudySummary]) -> dict[str, dict[str, Any]]:
+def _newest_records(summaries: list[StudySummary]) -> dict[str, dict[str, Any]]:
     """Each space's newest confirmation record among a problem's studies (records that confirmed something)."""
     records: dict[str, dict[str, Any]] = {}
     for s in summaries:
@@ -139,7 +139,7 @@ def _confirmed_items(rec: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return [(key, item) for key, item in rec["items"].items() if key in rec["configs"]]
 
 
-def _space_bests(summaries: list[optuna.study.StudySummary]) -> dict[str, float]:
+def _space_bests(summaries: list[StudySummary]) -> dict[str, float]:
     """Each space's fastest time for one problem: its newest confirmation record's fastest configuration,
     else the fastest trial of its studies."""
     searched: dict[str, float] = {}
@@ -153,7 +153,7 @@ def _space_bests(summaries: list[optuna.study.StudySummary]) -> dict[str, float]
     return dict(sorted(searched.items(), key=lambda kv: kv[1]))
 
 
-def _apply_confirmation(best: Best, summaries: list[optuna.study.StudySummary],
+def _apply_confirmation(best: Best, summaries: list[StudySummary],
                         storage: optuna.storages.BaseStorage) -> None:
     """Make ``best`` the fastest confirmed configuration of the problem over every space's confirmation
     record (the newest per space), with that record's baselines; unchanged when nothing was confirmed."""

@@ -39,6 +39,7 @@ from evotune.core.problem import Problem
 from evotune.core.result import Status
 from evotune.core.space import Point, SearchSpace
 from evotune.search.prior import Source
+from evotune.storage.study import StudySummary, study_summaries
 
 #: a study counts as a source once it holds this many measured results
 MIN_RESULTS = 10
@@ -144,8 +145,8 @@ def from_studies(storage: optuna.storages.BaseStorage, space: SearchSpace, probl
     trials of its studies that hold at least MIN_RESULTS measured results."""
     from optuna.trial import TrialState
 
-    by_problem: dict[str, list[optuna.study.StudySummary]] = defaultdict(list)
-    for s in optuna.get_all_study_summaries(storage, include_best_trial=False):
+    by_problem: dict[str, list[StudySummary]] = defaultdict(list)
+    for s in study_summaries(storage):
         a = s.user_attrs
         if a.get("space") != space.name or (experiment is not None and a.get("experiment") != experiment):
             continue
