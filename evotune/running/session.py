@@ -17,7 +17,6 @@ Example::
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import itertools
 from collections.abc import Callable, Iterable, Iterator
@@ -32,7 +31,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from evotune.core.budget import Budget
-from evotune.core.landscape import Landscape, LandscapeError, load_landscape
+from evotune.core.landscape import LandscapeError
 from evotune.core.plugins import load_space
 from evotune.core.space import SearchSpace
 from evotune.core.tuned_cache import read_tuned
@@ -55,7 +54,7 @@ from evotune.running.targets import (
 from evotune.running.tuner import OnTrial, TuneResult, tune
 from evotune.search.strategies import STRATEGIES, Source
 from evotune.search.strategies.base import Strategy
-from evotune.search.transfer import from_cache, from_landscape, from_studies, shipped_landscapes
+from evotune.search.transfer import from_cache, from_landscape, from_studies, read_landscape, shipped_landscapes
 from evotune.storage.claims import Claims, make_claims
 from evotune.storage.journal import JournalError
 from evotune.storage.study import StudyStore, create_database, make_storage
@@ -320,13 +319,6 @@ def progress_bar(console: Console, enabled: bool) -> Iterator[Progress | None]:
         yield progress
 
 
-@functools.lru_cache(maxsize=128)
-def _source_landscape(path: Path, mtime_ns: int, size: int) -> Landscape:
-    """A landscape named as a source, read once per version of the file: every (problem, strategy, seed) of a
-    run asks for the same ones."""
-    return load_landscape(path)
-
-
 def transfer_sources(exp: Experiment, target: Target, storage: optuna.storages.BaseStorage, strategy: str,
                      options: dict[str, Any]) -> list[Source]:
     """For a strategy that transfers (unless its options say ``transfer = false``): the experiment's own studies
@@ -349,8 +341,7 @@ def transfer_sources(exp: Experiment, target: Target, storage: optuna.storages.B
         if n.resolve() in measured_on:
             continue
         try:
-            stat = n.stat()
-            ls = _source_landscape(n, stat.st_mtime_ns, stat.st_size)
+            ls = read_landscape(n)
         except (LandscapeError, OSError) as exc:
             raise ExperimentError(exp.path, "sources", str(exc)) from None
         source = from_landscape(ls, target.problem, device)

@@ -73,11 +73,23 @@ def _shipped_index(folder: Path) -> tuple[tuple[Path, str, tuple[str, ...]], ...
     return tuple(out)
 
 
-@functools.cache
+def read_landscape(path: Path) -> Landscape:
+    """A landscape named as a source, read once per version of the file (its path, size and time): every
+    (problem, strategy, seed) of a run asks for the same ones, and :func:`shipped_landscapes` has read them
+    already. LandscapeError or OSError as :func:`load_landscape` raises them."""
+    stat = path.stat()
+    return _read(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=128)
+def _read(path: Path, mtime_ns: int, size: int) -> Landscape:
+    return load_landscape(path)
+
+
 def _loads(path: Path) -> bool:
     """Whether a shipped file whose header matches loads: one that does not is left out, as one without a header."""
     try:
-        load_landscape(path)
+        read_landscape(path)
     except (LandscapeError, OSError):
         return False
     return True
