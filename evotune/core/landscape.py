@@ -174,12 +174,7 @@ def load_landscape(path: str | Path) -> Landscape:
     """Read a Kernel Tuner cache file or an evotune landscape (plain or ``.gz``)."""
     path = Path(path)
     data = _read_json(path)
-    if data.get("format") == FORMAT:
-        ls = _from_evotune(data, path)
-    elif "cache" in data and "tune_params" in data:
-        ls = _from_kernel_tuner(data, path)
-    else:
-        raise LandscapeError(f"{path}: neither a Kernel Tuner cache file nor an evotune landscape")
+    ls = _from_evotune(data, path) if _is_evotune(data, path) else _from_kernel_tuner(data, path)
     if not ls.entries:
         raise LandscapeError(f"{path}: holds no recorded points")
     ls.path = str(path)
@@ -192,14 +187,27 @@ def landscape_header(path: str | Path) -> tuple[str, tuple[str, ...]]:
     can pass here and still fail :func:`load_landscape` on its points."""
     path = Path(path)
     data = _read_json(path)
+    evotune = _is_evotune(data, path)
     try:
-        if data.get("format") == FORMAT:
+        if evotune:
             return str(data.get("space", "landscape")), tuple(str(spec["name"]) for spec in data["params"])
-        if "cache" in data and "tune_params" in data:
-            return "landscape", tuple(data.get("tune_params_keys") or list(data["tune_params"]))
+        return "landscape", tuple(_kernel_tuner_names(data))
     except (KeyError, TypeError) as exc:
         raise LandscapeError(f"{path}: malformed landscape ({type(exc).__name__}: {exc})") from exc
+
+
+def _is_evotune(data: dict[str, Any], path: Path) -> bool:
+    """Whether ``data`` is an evotune landscape (else a Kernel Tuner cache file); LandscapeError for neither."""
+    if data.get("format") == FORMAT:
+        return True
+    if "cache" in data and "tune_params" in data:
+        return False
     raise LandscapeError(f"{path}: neither a Kernel Tuner cache file nor an evotune landscape")
+
+
+def _kernel_tuner_names(data: dict[str, Any]) -> list[str]:
+    """A Kernel Tuner cache file's parameter names, in its keys' order."""
+    return data.get("tune_params_keys") or list(data["tune_params"])
 
 
 def _make_param(name: str, values: list[Any]) -> Param:
@@ -217,7 +225,7 @@ def _from_kernel_tuner(data: dict[str, Any], path: Path) -> Landscape:
 
 
 def _parse_kernel_tuner(data: dict[str, Any], path: Path) -> Landscape:
-    keys = data.get("tune_params_keys") or list(data["tune_params"])
+    keys = _kernel_tuner_names(data)
     params = [_make_param(k, list(data["tune_params"][k])) for k in keys]
     entries: dict[tuple[Any, ...], EvalResult] = {}
     for cache_key, row in data["cache"].items():
