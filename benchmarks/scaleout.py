@@ -193,13 +193,16 @@ def run(args: argparse.Namespace, exp: Experiment, workers: int, split: str, wor
 
 
 #: the trials' attributes of a GPU evaluation's time: the tuner's wait for the GPU worker, the GPU worker's own
-#: time on the request, and of that its verification, its timing and loading the built kernel
+#: time on the request, and of that its verification, its timing and loading the built kernel (neither counts
+#: the GPU worker's wait for another process's compile of the kernel: ``waited_s``)
 INSIDE = ("worker_s", "served_s", "verify_s", "bench_s", "build_s")
 
 
 def inside_ms(trials: list[Any]) -> dict[str, float]:
     """The mean of each of :data:`INSIDE` over the trials that have it, in ms; ``delay`` is ``worker_s`` less
     ``served_s``: the pipe both ways and the tuner process's own delays in taking the reply (its other threads);
+    ``waited_s``, over every GPU trial, the GPU worker's wait for another process's compile of the kernel (a
+    worker beside others on a host meets it where they need one kernel at once);
     ``samples``, the timed samples a trial took (a count), and ``sample``, the time a sample took (``bench_s`` over
     them): the oracle samples until its interval is narrow enough, so noisier timing shows in the first, and a
     slower measuring process in the second."""
@@ -210,6 +213,9 @@ def inside_ms(trials: list[Any]) -> dict[str, float]:
             out[name] = 1e3 * sum(values) / len(values)
     if "worker_s" in out and "served_s" in out:
         out["delay"] = out["worker_s"] - out["served_s"]
+    gpu = [t for t in trials if "worker_s" in t.user_attrs]
+    if gpu:  # over every trial: a trial records it only where the GPU worker waited
+        out["waited_s"] = 1e3 * sum(float(t.user_attrs.get("waited_s", 0.0)) for t in gpu) / len(gpu)
     timed = [(float(t.user_attrs["bench_s"]), len(t.user_attrs["samples_ms"])) for t in trials
              if "bench_s" in t.user_attrs and t.user_attrs.get("samples_ms")]
     if timed:

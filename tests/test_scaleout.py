@@ -88,8 +88,9 @@ def test_a_trials_time_inside_the_gpu_worker_and_its_samples_are_averaged_per_tr
 
     trials = [Trial(worker_s=0.030, served_s=0.029, bench_s=0.020, samples_ms=[0.006] * 40),
               Trial(worker_s=0.050, served_s=0.048, bench_s=0.060, samples_ms=[0.006] * 120),
-              Trial(worker_s=0.004, served_s=0.003)]  # failed before it was timed: no samples
+              Trial(worker_s=0.004, served_s=0.003, waited_s=0.012)]  # failed before it was timed: no samples
     inside = scaleout().inside_ms(trials)
+    assert inside["waited_s"] == pytest.approx(4.0)  # over every trial: one waited 12 ms for another's compile
     assert inside["worker_s"] == pytest.approx(28.0) and inside["served_s"] == pytest.approx(80.0 / 3)
     assert inside["delay"] == pytest.approx(28.0 - 80.0 / 3)
     assert inside["bench_s"] == pytest.approx(40.0)  # the two trials that have it

@@ -23,6 +23,7 @@ from typing import Any
 from evotune.core.problem import Problem, Workload, call_args
 from evotune.core.space import Point
 from evotune.measurement.isolation import serve
+from evotune.measurement.kernel_cache import waited_s
 from evotune.measurement.messages import (
     Baselines,
     Confirm,
@@ -111,6 +112,14 @@ class _Worker:
         return self.inputs[problem.key]
 
     def evaluate(self, point: Point, problem: Problem, seed: int) -> Reply:
+        before = waited_s()
+        reply = self._evaluate(point, problem, seed)
+        waited = waited_s() - before
+        if waited > 0:  # for another process's compile of the kernel: a compile wait, not this point's work
+            reply.extra["waited_s"] = waited
+        return reply
+
+    def _evaluate(self, point: Point, problem: Problem, seed: int) -> Reply:
         workload = _workload(problem)
         kept = (problem.key, self.space.key(point)) in self.kernels
         started = time.perf_counter()

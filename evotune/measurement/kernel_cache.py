@@ -48,6 +48,7 @@ from typing import Any
 # index.json path -> ((mtime_ns, size, inode) when parsed, parsed index), per process
 _INDEXES: dict[Path, tuple[tuple[int, int, int], dict[str, Any]]] = {}
 _WAITS = True  # whether build_once waits for another process's compile of its key (never_wait)
+_waited = 0.0  # seconds this process has waited for other processes' compiles, all told (waited_s)
 
 
 class BuiltElsewhere(Exception):
@@ -65,6 +66,17 @@ def never_wait() -> None:
     that could compile the next point, and the kernel it waits for is built either way."""
     global _WAITS
     _WAITS = False
+
+
+def waited_s() -> float:
+    """Seconds this process has waited, all told, for other processes' compiles of keys it needed (their build
+    locks). A caller takes the difference around a build: time spent on a compile it did not make."""
+    return _waited
+
+
+def _count_wait(seconds: float) -> None:
+    global _waited
+    _waited += seconds
 
 
 def building(lock: str | Path) -> bool:
@@ -133,16 +145,21 @@ class KernelCache:
 
     @contextmanager
     def claimed(self, key: str, wait: bool = True) -> Iterator[None]:
-        """Hold ``key``'s build lock for the block: other processes building ``key`` wait for it meanwhile.
-        Without ``wait``, raise :class:`BuiltElsewhere` where another process holds it."""
+        """Hold ``key``'s build lock for the block: other processes building ``key`` wait for it meanwhile (and
+        count the wait in :func:`waited_s`). Without ``wait``, raise :class:`BuiltElsewhere` where another process
+        holds it."""
         folder = self.root / "locks"
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{key}.lock"
         with open(path, "a") as lock:
             try:
-                fcntl.flock(lock, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise BuiltElsewhere(key, path) from None
+                if not wait:
+                    raise BuiltElsewhere(key, path) from None
+                started = time.perf_counter()
+                fcntl.flock(lock, fcntl.LOCK_EX)  # another process is compiling it: until it is done
+                _count_wait(time.perf_counter() - started)
             try:
                 yield
             finally:
