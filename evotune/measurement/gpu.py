@@ -188,12 +188,12 @@ class GpuEvaluator(Evaluator):
         if left is not None and reply.status is ReplyStatus.TIMEOUT:
             raise DeadlinePassed(f"{self.space.key(point)} was still being evaluated at the run's deadline")
         extra = reply.extra
-        # the GPU worker's time on the point: build, verify, time; not its wait for another process's compile of
-        # the kernel (waited_s: a compile wait, as this process's wait for the pool is)
+        # worker_s: the GPU worker's time on the point (build, verify, time); served_s: of it, inside the GPU worker
+        # (the rest: the pipe, this process's delays). Neither counts its wait for another process's compile of the
+        # kernel (waited_s): a compile wait, as this process's wait for the pool is.
         waited = float(extra.get("waited_s", 0.0))
         extra["worker_s"] = time.perf_counter() - called - waited
-        extra["served_s"] = reply.served_s - waited  # of it, inside the GPU worker (the rest: the pipe, this
-        # process's delays)
+        extra["served_s"] = reply.served_s - waited
         if pool_error:
             extra["pool_error"] = pool_error
         elif pool_hit is not None:  # prefetched: the pool found it in the cache, or compiled it there
