@@ -18,7 +18,10 @@ duplicate), and how busy the measuring process was: the GPU worker's seconds
 on the points (each trial's ``worker_s``) over the seconds from the first
 evaluation's start to the last one's end (the trials' own times), and over the
 same window of each study added up (the tuning loops alone, without each
-problem's baselines and confirmation between them).
+problem's baselines and confirmation between them). The ceiling is the
+speed-up the runs would reach if only the lone run's evaluations got N times
+as fast: the time outside its window (start-up, the last confirmation) is
+every worker's, so no scaling of the evaluations gets past it.
 
 ``--storage sqlite,journal`` runs every count on each storage; ``--warm``
 fills a kernel cache with one untimed run first, which every timed run then
@@ -249,21 +252,33 @@ def predictions(runs: list[Run], r: Run, problems: int, evals: int) -> tuple[flo
                  for m in (one, learned))
 
 
+def ceiling(one: Run, workers: int) -> float | None:
+    """The speed-up of ``workers`` against the lone run ``one`` if its evaluations ran exactly ``workers`` times as
+    fast and nothing else changed: what lies outside its evaluations' window (start-up before the first, the last
+    problem's confirmation after the last) is paid by every worker, so it bounds the speed-up however well the
+    evaluations scale. None without a window."""
+    if one.window_s <= 0 or one.seconds <= one.window_s:
+        return None
+    return one.seconds / (one.window_s / workers + one.seconds - one.window_s)
+
+
 def table(runs: list[Run], problems: int, evals: int, unit: str) -> list[str]:
     """The rows printed: each run's wall time, trials, duplicates, kernels compiled, the measuring process's
-    share of the evaluations' window, the speed-up and the cost model's predictions."""
+    share of the evaluations' window, the speed-up, the cost model's predictions and the :func:`ceiling`."""
     lines = [f"| {unit} | storage | split | wall time (s) | trials (studies) | exact | duplicates | kernels compiled "
-             "(different) | measuring | speed-up | predicted (1 worker) | predicted (1 and 2 workers) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "(different) | measuring | speed-up | predicted (1 worker) | predicted (1 and 2 workers) | ceiling |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         one = next((o for o in runs if o.workers == 1 and o.split == r.split and o.storage == r.storage), None)
         speedup = f"{one.seconds / r.seconds:.2f}x" if one else "-"
+        bound = ceiling(one, r.workers) if one else None
         alone, contended = (f"{p:.2f}x" if p is not None else "-" for p in predictions(runs, r, problems, evals))
         busy = (f"{100 * r.busy_s / r.window_s:.0f}% of {r.window_s:.1f} s ({100 * r.busy_s / r.loops_s:.0f}% of "
                 f"the loops' {r.loops_s:.1f} s)" if r.window_s > 0 and r.loops_s > 0 else "-")
         lines.append(f"| {r.workers} | {r.storage} | {r.split} | {r.seconds:.1f} | {sum(r.trials.values())} "
                      f"({len(r.trials)}) | {'yes' if r.trials == r.expected and not r.incomplete else 'NO'} | "
-                     f"{r.duplicates} | {r.builds} ({r.kernels}) | {busy} | {speedup} | {alone} | {contended} |")
+                     f"{r.duplicates} | {r.builds} ({r.kernels}) | {busy} | {speedup} | {alone} | {contended} | "
+                     + (f"{bound:.2f}x |" if bound is not None else "- |"))
     return lines
 
 
@@ -335,9 +350,10 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for r in runs:
             alone, contended = predictions(runs, r, problems, evals)
-            rows.append({**r.__dict__, "exact": r.exact, "speedup": next(
-                (o.seconds / r.seconds for o in runs if o.workers == 1 and o.split == r.split
-                 and o.storage == r.storage), None), "predicted": alone, "predicted_with_contention": contended})
+            one = next((o for o in runs if o.workers == 1 and o.split == r.split and o.storage == r.storage), None)
+            rows.append({**r.__dict__, "exact": r.exact, "speedup": one.seconds / r.seconds if one else None,
+                         "predicted": alone, "predicted_with_contention": contended,
+                         "ceiling": ceiling(one, r.workers) if one else None})
         args.json.write_text(json.dumps({"experiment": str(exp.path), "cpu": args.cpu, "record": args.record,
                                          "problems": problems, "evals": evals, "runs": rows}, indent=1))
     return 0 if all(r.exact for r in runs) else 1

@@ -66,6 +66,7 @@ def test_both_storages_and_the_contention_learned_from_two_workers(tmp_path, cap
         assert r["window_s"] > 0 and r["busy_s"] > 0
         # predicted from the lone worker's costs, and from those with the two workers' contention
         assert r["predicted"] > 0 and r["predicted_with_contention"] > 0
+        assert 1.0 < r["ceiling"] <= 2.0 if r["workers"] == 2 else r["ceiling"] == pytest.approx(1.0)
     assert "| 2 | journal | problems |" in capsys.readouterr().out
 
 
@@ -96,3 +97,12 @@ def test_a_trials_time_inside_the_gpu_worker_and_its_samples_are_averaged_per_tr
     assert inside["bench_s"] == pytest.approx(40.0)  # the two trials that have it
     assert inside["samples"] == pytest.approx(80.0)  # a count
     assert inside["sample"] == pytest.approx(0.5)  # 0.5 ms a sample in both
+
+
+def test_the_ceiling_is_the_lone_runs_time_outside_its_evaluations_paid_by_every_worker():
+    module = scaleout()
+    one = module.Run(1, "problems", "journal", 152.6, {}, {}, 0, window_s=141.6)
+    # 141.6 s of evaluations over two GPUs, the 11.0 s around them as alone
+    assert module.ceiling(one, 2) == pytest.approx(152.6 / (70.8 + 11.0))
+    assert module.ceiling(one, 1) == pytest.approx(1.0)
+    assert module.ceiling(module.Run(1, "problems", "journal", 10.0, {}, {}, 0), 2) is None  # no window
