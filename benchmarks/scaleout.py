@@ -252,12 +252,17 @@ def predictions(runs: list[Run], r: Run, problems: int, evals: int) -> tuple[flo
                  for m in (one, learned))
 
 
+def lone(runs: list[Run], r: Run) -> Run | None:
+    """The run of one worker that ``r`` is compared with: the same split and storage."""
+    return next((o for o in runs if o.workers == 1 and o.split == r.split and o.storage == r.storage), None)
+
+
 def ceiling(one: Run, workers: int) -> float | None:
     """The speed-up of ``workers`` against the lone run ``one`` if its evaluations ran exactly ``workers`` times as
     fast and nothing else changed: what lies outside its evaluations' window (start-up before the first, the last
     problem's confirmation after the last) is paid by every worker, so it bounds the speed-up however well the
     evaluations scale. None without a window."""
-    if one.window_s <= 0 or one.seconds <= one.window_s:
+    if one.window_s <= 0:
         return None
     return one.seconds / (one.window_s / workers + one.seconds - one.window_s)
 
@@ -269,7 +274,7 @@ def table(runs: list[Run], problems: int, evals: int, unit: str) -> list[str]:
              "(different) | measuring | speed-up | predicted (1 worker) | predicted (1 and 2 workers) | ceiling |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
-        one = next((o for o in runs if o.workers == 1 and o.split == r.split and o.storage == r.storage), None)
+        one = lone(runs, r)
         speedup = f"{one.seconds / r.seconds:.2f}x" if one else "-"
         bound = ceiling(one, r.workers) if one else None
         alone, contended = (f"{p:.2f}x" if p is not None else "-" for p in predictions(runs, r, problems, evals))
@@ -350,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for r in runs:
             alone, contended = predictions(runs, r, problems, evals)
-            one = next((o for o in runs if o.workers == 1 and o.split == r.split and o.storage == r.storage), None)
+            one = lone(runs, r)
             rows.append({**r.__dict__, "exact": r.exact, "speedup": one.seconds / r.seconds if one else None,
                          "predicted": alone, "predicted_with_contention": contended,
                          "ceiling": ceiling(one, r.workers) if one else None})

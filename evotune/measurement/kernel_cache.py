@@ -74,11 +74,6 @@ def waited_s() -> float:
     return _waited
 
 
-def _count_wait(seconds: float) -> None:
-    global _waited
-    _waited += seconds
-
-
 def building(lock: str | Path) -> bool:
     """Whether a process holds ``lock`` (a :class:`BuiltElsewhere`'s) now: compiles its key."""
     try:
@@ -148,6 +143,7 @@ class KernelCache:
         """Hold ``key``'s build lock for the block: other processes building ``key`` wait for it meanwhile (and
         count the wait in :func:`waited_s`). Without ``wait``, raise :class:`BuiltElsewhere` where another process
         holds it."""
+        global _waited
         folder = self.root / "locks"
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{key}.lock"
@@ -159,7 +155,7 @@ class KernelCache:
                     raise BuiltElsewhere(key, path) from None
                 started = time.perf_counter()
                 fcntl.flock(lock, fcntl.LOCK_EX)  # another process is compiling it: until it is done
-                _count_wait(time.perf_counter() - started)
+                _waited += time.perf_counter() - started
             try:
                 yield
             finally:
