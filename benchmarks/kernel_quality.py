@@ -27,7 +27,7 @@ Usage::
 
     python benchmarks/kernel_quality.py                      # table to stdout, plots/kernel_quality.png
     python benchmarks/kernel_quality.py --markdown runs/kq.md
-    python benchmarks/kernel_quality.py --dir experiments/landscapes/h100   # one folder only
+    python benchmarks/kernel_quality.py --dir evotune/landscapes/h100   # one folder only
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from evotune.core.result import Status  # noqa: E402
 from evotune.reporting.compare import geometric_mean  # noqa: E402
 from evotune.reporting.report import throughput  # noqa: E402
 
-H100_DIRS = [ROOT / "experiments" / "landscapes" / "h100", ROOT / "experiments" / "landscapes" / "h100_cutlass"]
+H100_DIRS = [ROOT / "evotune" / "landscapes" / "h100", ROOT / "evotune" / "landscapes" / "h100_cutlass"]
 CONFIRMED = ROOT / "benchmarks" / "confirmed" / "h100.json"
 # a shape where the best of all spaces is below this much of the baseline's speed counts as lost, not tied
 TIE = 0.97
@@ -307,7 +307,7 @@ def bar_chart(rows: Sequence[Row | Confirmed], path: Path, title: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", type=Path, action="append", help="folder of recorded landscapes (repeatable; default: "
-                    "experiments/landscapes/h100 and h100_cutlass)")
+                    "evotune/landscapes/h100 and h100_cutlass)")
     ap.add_argument("--plot", type=Path, default=ROOT / "plots" / "kernel_quality.png")
     ap.add_argument("--markdown", type=Path, help="also write the tables here")
     ap.add_argument("--confirmed", type=Path, default=CONFIRMED, help="the confirmed table (benchmarks/"

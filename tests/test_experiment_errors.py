@@ -20,7 +20,7 @@ import pytest
 from evotune import cli
 
 ROOT = Path(__file__).parents[1]
-PNPOLY = ROOT / "experiments/landscapes/kerneltuner/pnpoly_RTX_2080_Ti.json.gz"
+PNPOLY = ROOT / "evotune/landscapes/kerneltuner/pnpoly_RTX_2080_Ti.json.gz"
 
 SPACE = 'space = "landscape"\n'
 REPLAY = '[oracle]\nkind = "replay"\nlandscapes = ["@PNPOLY@"]\n'
