@@ -390,7 +390,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--shapes", default=SHAPES, help="comma-separated MxNxK")
     p.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 4) - 2), help="compile workers")
-    p.add_argument("--out", default=str(ROOT / "evotune" / "landscapes" / "autotune_matmul"))
+    p.add_argument("--out", default="runs/autotune_matmul",
+                   help="default runs/autotune_matmul: the shipped files (evotune/landscapes/autotune_matmul) are "
+                        "rewritten only when --out names their folder")
     p.add_argument("--max-seconds", type=float, default=420.0, help="stop taking configurations after this")
     p.add_argument("--point-seconds", type=float, default=2.0, help="at most this much sampling per point")
     p.add_argument("--checkpoint", type=int, default=50, help="rewrite the files every N configurations")
