@@ -75,7 +75,7 @@ def _parser() -> argparse.ArgumentParser:
 
     plot = sub.add_parser("plot", help="write convergence and parameter-effect PNGs")
     _source_args(plot)
-    plot.add_argument("--out", help="output folder (default: the experiment's outputs.plots, or plots/)")
+    plot.add_argument("--out", help="output folder (default: the experiment's outputs.plots, or runs/plots/)")
     plot.set_defaults(func=results.cmd_plot)
 
     best = sub.add_parser("best", help="print the best configurations and export them as JSON")
