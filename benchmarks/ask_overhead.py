@@ -28,7 +28,7 @@ from evotune.core.space import Context  # noqa: E402
 from evotune.reporting.compare import Case  # noqa: E402
 from evotune.search.strategies import make_strategy  # noqa: E402
 
-GEMM = ROOT / "experiments" / "landscapes" / "kerneltuner" / "gemm_RTX_2080_Ti.evotune.json.gz"
+GEMM = ROOT / "evotune" / "landscapes" / "kerneltuner" / "gemm_RTX_2080_Ti.json.gz"
 TOLD = 390  # points told before timing starts
 
 

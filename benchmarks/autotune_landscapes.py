@@ -16,7 +16,7 @@ says what it holds), rewritten every ``--checkpoint`` configurations and at the 
 stops taking configurations once that much time has passed (at least one is measured) and writes what it
 has. Default shapes (fp16, M x N x K): 512^3, 1024^3, 2048^3, 4096^3, 16 x 4096 x 4096, 64 x 11008 x 4096::
 
-    python benchmarks/autotune_landscapes.py --sample 400 --out experiments/landscapes/autotune_matmul
+    python benchmarks/autotune_landscapes.py --sample 400 --out evotune/landscapes/autotune_matmul
 
 Then every shape's near-optimal points (``--confirm-within``: within that fraction of the shape's recorded
 optimum, and at least its ``--confirm-top`` fastest) are timed again side by side: ``--confirm-rounds`` rounds,
@@ -26,7 +26,7 @@ makes a lucky optimum that no search can match (the optimum of a recording is th
 confirmed medians make near-ties ties. The file's ``confirmed`` field says which points, how, and when.
 ``--confirm-only`` runs this pass alone on the files ``--out`` holds for ``--shapes``::
 
-    python benchmarks/autotune_landscapes.py --confirm-only --out experiments/landscapes/autotune_matmul
+    python benchmarks/autotune_landscapes.py --confirm-only --out evotune/landscapes/autotune_matmul
 
 On the CPU (``TRITON_INTERPRET=1``) it runs the same steps on fp32 tensors, the wall clock as its timer.
 """
@@ -390,7 +390,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--shapes", default=SHAPES, help="comma-separated MxNxK")
     p.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 4) - 2), help="compile workers")
-    p.add_argument("--out", default=str(ROOT / "experiments" / "landscapes" / "autotune_matmul"))
+    p.add_argument("--out", default="runs/autotune_matmul",
+                   help="default runs/autotune_matmul: the shipped files (evotune/landscapes/autotune_matmul) are "
+                        "rewritten only when --out names their folder")
     p.add_argument("--max-seconds", type=float, default=420.0, help="stop taking configurations after this")
     p.add_argument("--point-seconds", type=float, default=2.0, help="at most this much sampling per point")
     p.add_argument("--checkpoint", type=int, default=50, help="rewrite the files every N configurations")

@@ -32,7 +32,7 @@ after 10 and after 40 evaluations (after the last one when the budget is smaller
 decided configuration (after the confirmation), and the number of sources each key's search was
 given. The acceptance check: the first key within 40 evaluations, every later key within 10::
 
-    python benchmarks/autotune_replay.py --landscapes experiments/landscapes/autotune_matmul \\
+    python benchmarks/autotune_replay.py --landscapes evotune/landscapes/autotune_matmul \\
         --seeds 5 --budget 40 --out runs/autotune_replay.json
 """
 

@@ -10,7 +10,7 @@ points that built (median, 90th percentile, largest, total).
 
 Usage::
 
-    python benchmarks/compile_check.py [experiments/landscapes/compile/*.json.gz]
+    python benchmarks/compile_check.py [evotune/landscapes/compile/*.json.gz]
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from evotune.core.space import Context  # noqa: E402
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("files", nargs="*", help="compile-only files (default: experiments/landscapes/compile/*)")
+    ap.add_argument("files", nargs="*", help="compile-only files (default: evotune/landscapes/compile/*)")
     args = ap.parse_args(argv)
-    files = [Path(f) for f in args.files] or sorted((ROOT / "experiments/landscapes/compile").glob("*.json.gz"))
+    files = [Path(f) for f in args.files] or sorted((ROOT / "evotune/landscapes/compile").glob("*.json.gz"))
     print("| space | GPU (arch) | dtype | feasible | compiled | false-feasible | pruned compiled | "
           "false-infeasible (builds) | pruned for the shape | compile s of built points: median / p90 / max / "
           "total | date |")

@@ -11,8 +11,8 @@ of a first population would find). CPU only.
 
 Usage::
 
-    python benchmarks/compiled_seeding.py [--landscapes experiments/landscapes/h100]
-        [--compiled experiments/landscapes/compile] [--hardware H100]
+    python benchmarks/compiled_seeding.py [--landscapes evotune/landscapes/h100]
+        [--compiled evotune/landscapes/compile] [--hardware H100]
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ TOP = 10
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--landscapes", default=str(ROOT / "experiments/landscapes/h100"))
-    ap.add_argument("--compiled", default=str(ROOT / "experiments/landscapes/compile"))
+    ap.add_argument("--landscapes", default=str(ROOT / "evotune/landscapes/h100"))
+    ap.add_argument("--compiled", default=str(ROOT / "evotune/landscapes/compile"))
     ap.add_argument("--hardware", default="H100")
     args = ap.parse_args(argv)
     hw = get_hardware(args.hardware)

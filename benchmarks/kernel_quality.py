@@ -25,9 +25,9 @@ that value, over the optimum), as a median over the class's shapes.
 
 Usage::
 
-    python benchmarks/kernel_quality.py                      # table to stdout, plots/kernel_quality.png
+    python benchmarks/kernel_quality.py                      # table to stdout, runs/plots/kernel_quality.png
     python benchmarks/kernel_quality.py --markdown runs/kq.md
-    python benchmarks/kernel_quality.py --dir experiments/landscapes/h100   # one folder only
+    python benchmarks/kernel_quality.py --dir evotune/landscapes/h100   # one folder only
 """
 
 from __future__ import annotations
@@ -50,8 +50,9 @@ from evotune.core.result import Status  # noqa: E402
 from evotune.reporting.compare import geometric_mean  # noqa: E402
 from evotune.reporting.report import throughput  # noqa: E402
 
-H100_DIRS = [ROOT / "experiments" / "landscapes" / "h100", ROOT / "experiments" / "landscapes" / "h100_cutlass"]
+H100_DIRS = [ROOT / "evotune" / "landscapes" / "h100", ROOT / "evotune" / "landscapes" / "h100_cutlass"]
 CONFIRMED = ROOT / "benchmarks" / "confirmed" / "h100.json"
+CHART_TITLE = "H100: each problem's best of all spaces against cuBLAS, confirmed side by side"
 # a shape where the best of all spaces is below this much of the baseline's speed counts as lost, not tied
 TIE = 0.97
 
@@ -293,7 +294,7 @@ def bar_chart(rows: Sequence[Row | Confirmed], path: Path, title: str) -> None:
     mark = {"triton_matmul": "T ", "cutlass_sm90_gemm": "C ", "triton_decode_gemm": "D "}
     ax.set_xticklabels([f"{mark.get(r.space, '')}{r.dtype} {r.m}x{r.n}x{r.k}" for r in rows],
                        rotation=75, ha="right", fontsize=7)
-    ax.set_ylabel("cuBLAS time / best of space (>1: evotune's space wins)")
+    ax.set_ylabel("cuBLAS time / best of space\n(>1: evotune's space wins)")
     ax.set_title(title + " (T = Triton matmul, D = Triton decode GEMM, C = CUTLASS C++ sm90, else CuTe DSL sm90)",
                  fontsize=9)
     for dtype, c in colors.items():
@@ -307,8 +308,10 @@ def bar_chart(rows: Sequence[Row | Confirmed], path: Path, title: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", type=Path, action="append", help="folder of recorded landscapes (repeatable; default: "
-                    "experiments/landscapes/h100 and h100_cutlass)")
-    ap.add_argument("--plot", type=Path, default=ROOT / "plots" / "kernel_quality.png")
+                    "evotune/landscapes/h100 and h100_cutlass)")
+    ap.add_argument("--plot", type=Path, default=Path("runs/plots/kernel_quality.png"),
+                    help="where the chart goes (default runs/plots/kernel_quality.png; README's is drawn by "
+                         "docs/images/make.py)")
     ap.add_argument("--markdown", type=Path, help="also write the tables here")
     ap.add_argument("--confirmed", type=Path, default=CONFIRMED, help="the confirmed table (benchmarks/"
                     "confirmed_table.py writes it)")
@@ -329,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if args.markdown:
         args.markdown.write_text(text + "\n")
-    bar_chart(confirmed, args.plot, "H100: each problem's best of all spaces against cuBLAS, confirmed side by side")
+    bar_chart(confirmed, args.plot, CHART_TITLE)
     print(f"\nwrote {args.plot}")
     return 0
 

@@ -14,7 +14,7 @@ do_bench / oracle, and the same against the times in the landscape.
 Usage (on the GPU machine, with the gpu extra)::
 
     python benchmarks/oracle_check.py --top 50 --random 50 --out runs/oracle_check.json \\
-        experiments/landscapes/h100/cute_hopper_gemm_gemm_bf16_tn_4096x4096x4096.json.gz
+        evotune/landscapes/h100/cute_hopper_gemm_gemm_bf16_tn_4096x4096x4096.json.gz
 """
 
 from __future__ import annotations

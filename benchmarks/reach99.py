@@ -8,7 +8,7 @@ more than the budget, such a run counts as a miss (it is not known to get there 
 
 Usage::
 
-    python benchmarks/reach99.py runs/h100 experiments/landscapes/h100/*.json.gz
+    python benchmarks/reach99.py runs/h100 evotune/landscapes/h100/*.json.gz
 """
 
 from __future__ import annotations

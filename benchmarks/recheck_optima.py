@@ -10,7 +10,7 @@ or refuted. Needs the gpu extra and the GPU the landscapes were recorded on.
 Usage (on the GPU machine)::
 
     python benchmarks/recheck_optima.py --top 3 --out runs/recheck.json \\
-        experiments/landscapes/h100/cute_hopper_gemm_gemm_int8_tn_64x65536x4096.json.gz
+        evotune/landscapes/h100/cute_hopper_gemm_gemm_int8_tn_64x65536x4096.json.gz
 """
 
 from __future__ import annotations

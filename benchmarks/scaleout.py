@@ -319,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", help="with --cpu: counts of workers (default: --gpus)")
     ap.add_argument("--split", default="problems", help="problems, points, or both: problems,points")
     ap.add_argument("--record", action="store_true", help="run `evotune record` (the experiment records)")
-    ap.add_argument("--landscapes", type=Path, default=ROOT / "experiments" / "landscapes" / "h100")
+    ap.add_argument("--landscapes", type=Path, default=ROOT / "evotune" / "landscapes" / "h100")
     ap.add_argument("--problems", type=int, help="with --cpu: only the first N problems")
     ap.add_argument("--trials", type=int, help="with --cpu: this budget instead of the experiment's")
     ap.add_argument("--points", type=int, help="with --cpu: record excerpts of the landscapes, N points each")

@@ -7,8 +7,8 @@ and prints, per budget, a markdown table of the fraction of the optimum per
 strategy, the checks below and ``default``'s ask() overhead, and draws
 ``strategies.png`` (the geometric means against the budget, all / tuning / held-out).
 
-The landscapes are ``experiments/landscapes/kerneltuner/*.json.gz`` unless
-``--landscape`` names others (the H100 ones under ``experiments/landscapes/h100/``
+The landscapes are ``evotune/landscapes/kerneltuner/*.json.gz`` unless
+``--landscape`` names others (the H100 ones under ``evotune/landscapes/h100/``
 are left out by default: the halves below are those of the twelve).
 
 Aggregation: for each (landscape, strategy, budget) the **median over repeats**
@@ -61,13 +61,13 @@ from evotune.reporting.compare import (  # noqa: E402
 )
 from evotune.reporting.compare import geometric_mean as gmean  # noqa: E402
 
-KT_DIR = ROOT / "experiments" / "landscapes" / "kerneltuner"
+KT_DIR = ROOT / "evotune" / "landscapes" / "kerneltuner"
 BUDGETS = (25, 50, 100, 200, 400)
 STRATEGIES = ("default", "ga", "random", "tpe", *(KT_PREFIX + n for n in KT_STRATEGIES))
 
 
 def landscapes() -> list[Path]:
-    """The Kernel Tuner landscapes shipped under experiments/landscapes/kerneltuner/, by name."""
+    """The Kernel Tuner landscapes shipped under evotune/landscapes/kerneltuner/, by name."""
     found = sorted(KT_DIR.glob("*.json.gz"))
     if not found:
         raise SystemExit(f"no landscapes under {KT_DIR}: a checkout without them? name some with --landscape")
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--landscape", action="append",
-                    help="default: the twelve under experiments/landscapes/kerneltuner/")
+                    help="default: the twelve under evotune/landscapes/kerneltuner/")
     ap.add_argument("--reuse", action="store_true", help="keep a strategy's results made with the same plan")
     args = ap.parse_args(argv)
     strategies = args.strategy or list(STRATEGIES)

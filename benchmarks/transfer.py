@@ -2,10 +2,10 @@
 
 Two families of recorded landscapes:
 
-* **h100**: for each landscape of ``experiments/landscapes/h100/``, the other
+* **h100**: for each landscape of ``evotune/landscapes/h100/``, the other
   landscapes of the same space (other shapes and dtypes, the same GPU) are its sources;
 * **kerneltuner**: for each kernel shipped for several GPUs in
-  ``experiments/landscapes/kerneltuner/``, each GPU's file in turn is the target and the
+  ``evotune/landscapes/kerneltuner/``, each GPU's file in turn is the target and the
   other GPUs' files are its sources.
 
 Each target is replayed with ``default`` with transfer (``default+transfer``), without
@@ -52,7 +52,7 @@ from evotune.reporting.compare.runs import run_evotune  # noqa: E402
 from evotune.search.strategies import Source  # noqa: E402
 from evotune.search.transfer import device_distance, from_landscape, vendor  # noqa: E402
 
-LANDSCAPES = ROOT / "experiments/landscapes"
+LANDSCAPES = ROOT / "evotune/landscapes"
 FOLDERS = {"h100": LANDSCAPES / "h100", "kerneltuner": LANDSCAPES / "kerneltuner",
            "h100_cutlass": LANDSCAPES / "h100_cutlass", "h100_conv": LANDSCAPES / "h100_conv",
            "adversarial": LANDSCAPES / "kerneltuner"}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -11,7 +13,7 @@ from types import ModuleType
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LANDSCAPES = ROOT / "experiments" / "landscapes" / "kerneltuner"
+LANDSCAPES = ROOT / "evotune" / "landscapes" / "kerneltuner"
 PNPOLY = LANDSCAPES / "pnpoly_RTX_2080_Ti.json.gz"  # with failed entries
 GEMM = LANDSCAPES / "gemm_RTX_2080_Ti.json.gz"
 KT_EXCERPT = ROOT / "tests" / "data" / "pnpoly_RTX_2080_Ti_excerpt.json.gz"  # Kernel Tuner format, with failures
@@ -53,7 +55,7 @@ url = "{url}"
     return path
 
 
-H100_INT8 = ROOT / "experiments" / "landscapes" / "h100"  # cute_hopper_gemm_gemm_int8_tn_*.json.gz: 992 points each
+H100_INT8 = ROOT / "evotune" / "landscapes" / "h100"  # cute_hopper_gemm_gemm_int8_tn_*.json.gz: 992 points each
 
 
 def int8_landscapes(count: int) -> list[Path]:
@@ -68,6 +70,30 @@ def landscape_excerpt(src: Path, dst: Path, points: int) -> Path:
     ls = load_landscape(src)
     rows = [(dict(zip(ls.names, key, strict=True)), r) for key, r in list(ls.entries.items())[:points]]
     return write_landscape(dst, landscape_document(ls.params, rows, ls.problem, ls.meta, ls.space_name))
+
+
+def copy_checkout(dst: Path) -> Path:
+    """The repository as a fresh clone of this working tree would hold it once committed: its tracked files and
+    the untracked ones git does not ignore, as they are now, in a new git repository of one commit (so that
+    ``git status`` there says what a command changed). Skips the test outside a git checkout."""
+    git = ["git", "-c", "user.name=evotune", "-c", "user.email=evotune@localhost", "-c", "commit.gpgsign=false"]
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    for name in listed.stdout.decode().split("\0"):
+        if name and (ROOT / name).is_file():  # a tracked file deleted in the working tree is left out
+            (dst / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dst / name)
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "--no-verify", "-m", "checkout"]):
+        subprocess.run([*git, *args], cwd=dst, check=True, capture_output=True)
+    return dst
+
+
+def git_status(checkout: Path) -> str:
+    """``git status --porcelain`` of ``checkout``: empty when nothing was changed, added or deleted."""
+    return subprocess.run(["git", "status", "--porcelain"], cwd=checkout, capture_output=True, text=True,
+                          check=True).stdout
 
 
 def _has_gpu() -> bool:

@@ -281,6 +281,11 @@ def test_export_json_and_vllm_moe(kernels, tmp_path: Path, monkeypatch: pytest.M
     assert main(["export-configs", "--cache", str(tmp_path / "c"), "--format", "vllm-moe", "--out", "half",
                  "--n-divisor", "2"]) == 0
     assert [p.name for p in (tmp_path / "half").iterdir()] == ["E=8,N=16,device_name=cpu-interpreter.json"]
+    # without --out, under runs/ (ignored in a checkout), not among the files of the folder it runs in
+    assert main(["export-configs", "--cache", str(tmp_path / "c")]) == 0
+    assert json.loads((tmp_path / "runs" / "autotune_configs.json").read_text()) == rows
+    assert main(["export-configs", "--cache", str(tmp_path / "c"), "--format", "vllm-moe"]) == 0
+    assert [p.name for p in (tmp_path / "runs" / "vllm_configs").iterdir()] == [path.name]
     doc = json.loads(path.read_text())
     assert set(doc) == {"triton_version", "1", "16"}
     for batch in ("1", "16"):

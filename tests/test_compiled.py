@@ -21,7 +21,7 @@ from evotune.measurement.binary import BinaryError, launch_smem_from_ir, read_cu
 from search_spaces import cute_blackwell_gemm, cute_hopper_gemm
 
 ROOT = Path(__file__).resolve().parents[1]
-COMPILED = ROOT / "experiments" / "landscapes" / "compile"
+COMPILED = ROOT / "evotune" / "landscapes" / "compile"
 CHECKS = [(cute_blackwell_gemm.SPACE, "B200", dtype) for dtype in ("bf16", "int8")] + [
     (cute_hopper_gemm.SPACE, "H100", dtype) for dtype in ("bf16", "int8")]
 

@@ -50,7 +50,7 @@ def test_the_shipped_table_covers_every_gemm_shape_of_the_h100_landscapes_with_c
     keys = [r["problem_key"] for r in rows]
     assert len(keys) == len(set(keys))
     shapes = set()
-    for f in (ROOT / "experiments" / "landscapes" / "h100").glob("*_gemm_*.json.gz"):
+    for f in (ROOT / "evotune" / "landscapes" / "h100").glob("*_gemm_*.json.gz"):
         m = re.search(r"_gemm_(bf16|int8)_tn_(\d+)x(\d+)x(\d+)\.json\.gz$", f.name)
         if m:
             shapes.add((m.group(1), *(int(x) for x in m.groups()[1:])))

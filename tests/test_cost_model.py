@@ -125,7 +125,7 @@ def test_a_worker_notes_where_its_start_up_goes(tmp_path):
     from evotune.running.experiment import load_experiment
     from evotune.running.run import run_experiment
 
-    landscape = Path(__file__).resolve().parents[1] / "experiments/landscapes/kerneltuner/gemm_RTX_2080_Ti.json.gz"
+    landscape = Path(__file__).resolve().parents[1] / "evotune/landscapes/kerneltuner/gemm_RTX_2080_Ti.json.gz"
     path = tmp_path / "exp.toml"
     path.write_text(f'name = "marks"\nspace = "landscape"\n[oracle]\nkind = "replay"\nlandscapes = ["{landscape}"]\n'
                     f'[[strategy]]\nname = "random"\n[budget]\ntrials = 5\n'

@@ -22,7 +22,7 @@ from search_spaces.cutlass_conv2d_int8 import HAND_PICKED, SPACE, interleaved_th
 CONV = get_workload("conv2d")
 SEED = CONV.parse({"N": 10, "C": 128, "H": 72, "W": 120, "K": 128, "R": 3, "S": 3, "pad": 1, "dtype": "int8",
                    "layout": "nc32hw32"})
-LANDSCAPES = sorted((ROOT / "experiments" / "landscapes" / "h100_conv").glob("*.json.gz"))
+LANDSCAPES = sorted((ROOT / "evotune" / "landscapes" / "h100_conv").glob("*.json.gz"))
 
 
 def ctx(problem=SEED):

@@ -1,4 +1,4 @@
-"""The CUTLASS C++ sm90 landscapes shipped in experiments/landscapes/h100_cutlass: sampled, small, replayable."""
+"""The CUTLASS C++ sm90 landscapes shipped in evotune/landscapes/h100_cutlass: sampled, small, replayable."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from evotune.core.result import Status
 from evotune.core.space import Context
 from evotune.running.experiment import load_experiment
 
-FOLDER = ROOT / "experiments" / "landscapes" / "h100_cutlass"
+FOLDER = ROOT / "evotune" / "landscapes" / "h100_cutlass"
 FILES = sorted(FOLDER.glob("*.json.gz"))
 EXPERIMENT = ROOT / "experiments" / "h100_cutlass_landscapes.toml"
 

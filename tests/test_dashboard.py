@@ -28,7 +28,7 @@ from evotune import cli
 pytest.importorskip("optuna_dashboard")
 
 ROOT = Path(__file__).parents[1]
-PNPOLY = ROOT / "experiments/landscapes/kerneltuner/pnpoly_RTX_2080_Ti.json.gz"
+PNPOLY = ROOT / "evotune/landscapes/kerneltuner/pnpoly_RTX_2080_Ti.json.gz"
 TRIALS = 15
 
 

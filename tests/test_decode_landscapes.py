@@ -1,4 +1,4 @@
-"""The decode GEMM space's sampled H100 landscapes (experiments/landscapes/h100_decode): sound, and replayable on the
+"""The decode GEMM space's sampled H100 landscapes (evotune/landscapes/h100_decode): sound, and replayable on the
 CPU, as `evotune run` with `oracle.kind = "replay"` reads them."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from evotune.core.landscape import load_landscape
 from evotune.core.plugins import load_space
 from evotune.core.space import Context
 
-DECODE = ROOT / "experiments" / "landscapes" / "h100_decode"
+DECODE = ROOT / "evotune" / "landscapes" / "h100_decode"
 FILES = sorted(DECODE.glob("*.json.gz"))
 
 

@@ -20,7 +20,7 @@ import pytest
 from evotune import cli
 
 ROOT = Path(__file__).parents[1]
-PNPOLY = ROOT / "experiments/landscapes/kerneltuner/pnpoly_RTX_2080_Ti.json.gz"
+PNPOLY = ROOT / "evotune/landscapes/kerneltuner/pnpoly_RTX_2080_Ti.json.gz"
 
 SPACE = 'space = "landscape"\n'
 REPLAY = '[oracle]\nkind = "replay"\nlandscapes = ["@PNPOLY@"]\n'
@@ -280,7 +280,7 @@ def _assert_refused(tmp_path: Path, capsys, text: str, field: str, files: dict[s
 
 @pytest.mark.parametrize(("text", "field", "files"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_broken_experiment_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch, capsys, text, field, files):
-    monkeypatch.chdir(tmp_path)  # default outputs (runs/, plots/) would land here
+    monkeypatch.chdir(tmp_path)  # default outputs (under runs/) would land here
     _assert_refused(tmp_path, capsys, text, field, files)
 
 

@@ -1,4 +1,4 @@
-"""The H100 landscapes shipped in experiments/landscapes/h100: small, complete where claimed, replayable."""
+"""The H100 landscapes shipped in evotune/landscapes/h100: small, complete where claimed, replayable."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from evotune.core.plugins import load_space
 from evotune.core.result import Status
 from evotune.core.space import Context
 
-H100 = ROOT / "experiments" / "landscapes" / "h100"
+H100 = ROOT / "evotune" / "landscapes" / "h100"
 FILES = sorted(H100.glob("*.json.gz"))
 
 

@@ -1,26 +1,51 @@
-"""The README's quickstart, as a user runs it: finishes, converges, writes its outputs, and resumes."""
+"""The README's quickstart, as a user runs it in a fresh clone: finishes, converges, writes its outputs under runs/
+(the clone stays clean), resumes, and draws the curves README's figure was drawn from."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, copy_checkout, git_status
 
 from evotune.running.experiment import load_experiment
 
 QUICKSTART = ROOT / "experiments" / "quickstart.toml"
+FIGURE_DATA = ROOT / "docs" / "images" / "quickstart_Xgemm_4096x4096_convergence.csv"
 
 
-def run(cwd):
+@dataclass
+class Checkout:
+    """A fresh clone of the repository, and a tuning-result cache of its own for the commands run in it."""
+
+    path: Path
+    env: dict[str, str]
+
+    def run(self, *args: str) -> subprocess.CompletedProcess:
+        """``python ARGS`` in the clone, as a user runs README's commands there (its own evotune imported)."""
+        proc = subprocess.run([sys.executable, *args], cwd=self.path, env=self.env, capture_output=True, text=True,
+                              timeout=1800)  # a hang guard, not a time limit
+        assert proc.returncode == 0, proc.stderr
+        return proc
+
+
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory) -> tuple[Checkout, subprocess.CompletedProcess]:
+    """A fresh clone with README's quickstart run in it once (the tests below share the run: it takes ~20 s)."""
+    root = tmp_path_factory.mktemp("quickstart")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["EVOTUNE_TUNED"] = str(root / "tuned.json")
+    checkout = Checkout(copy_checkout(root / "checkout"), env)
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "evotune", "run", str(QUICKSTART), "--no-progress"],
-                          cwd=cwd, capture_output=True, text=True, timeout=1800)  # a hang guard, not a time limit
-    assert proc.returncode == 0, proc.stderr
-    return proc, time.monotonic() - started
+    proc = checkout.run("-m", "evotune", "run", "experiments/quickstart.toml", "--no-progress")
+    print(f"quickstart: {time.monotonic() - started:.1f} s on this machine")
+    return checkout, proc
 
 
 def study_sizes(cwd):
@@ -38,24 +63,61 @@ def study_sizes(cwd):
 
 
 @pytest.mark.slow  # the README's quickstart, run twice
-def test_quickstart_runs_resumes_and_writes_its_outputs(tmp_path):
-    proc, seconds = run(tmp_path)
-    print(f"quickstart: {seconds:.1f} s on this machine")
-    first = study_sizes(tmp_path)
+def test_quickstart_runs_resumes_and_writes_its_outputs(quickstart):
+    checkout, proc = quickstart
+    first = study_sizes(checkout.path)
     for strategy in ("default", "ga", "random"):  # default: the strategy the README recommends
         runs = {k: v for k, v in first.items() if f"/{strategy}/" in k}
         assert len(runs) == 3 and all(len(v) == 200 for v in runs.values()), strategy
     assert len(first) == 9
     assert all(len(set(v)) == len(v) for v in first.values()), "a point was measured twice in one study"
-    plots = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
+    plots = sorted(p.name for p in (checkout.path / "runs" / "plots").glob("*.png"))
     assert plots == ["quickstart_Xgemm_4096x4096_convergence.png", "quickstart_Xgemm_4096x4096_params.png"]
-    best = json.loads((tmp_path / "runs" / "quickstart_best.json").read_text())
+    best = json.loads((checkout.path / "runs" / "quickstart_best.json").read_text())
     assert best[0]["fraction_of_optimum"] > 0.9 and best[0]["trials"] == 1800
     assert "Best configurations: quickstart" in proc.stdout
 
-    proc, _ = run(tmp_path)  # the same command again resumes: nothing new is measured
+    proc = checkout.run("-m", "evotune", "run", "experiments/quickstart.toml", "--no-progress")  # resumes
     assert proc.stderr.count("(0 new)") == 9
-    assert study_sizes(tmp_path) == first
+    assert study_sizes(checkout.path) == first
+
+
+@pytest.mark.slow  # shares the quickstart's run
+def test_readmes_commands_leave_a_fresh_clone_clean(quickstart):
+    """The quickstart, then README's other cheap commands on its results: everything they write is under runs/
+    (ignored), none touches a tracked file, README's pictures in docs/images/ included."""
+    checkout, _ = quickstart
+    checkout.run("-m", "evotune", "best", "experiments/quickstart.toml")
+    checkout.run("-m", "evotune", "plot", "experiments/quickstart.toml")
+    checkout.run("benchmarks/kernel_quality.py")
+    assert (checkout.path / "runs" / "plots" / "kernel_quality.png").is_file()
+    assert git_status(checkout.path) == ""
+
+
+@pytest.mark.slow  # shares the quickstart's run
+def test_readmes_quickstart_figure_is_drawn_from_the_curves_the_quickstart_draws_today(quickstart, tmp_path):
+    """README's figure keeps its data beside it; when the quickstart's curves change, ``python docs/images/make.py``
+    draws both again (and this fails until it has)."""
+    from evotune.reporting.plots import evaluation_bands, load_runs, write_bands
+
+    checkout, _ = quickstart
+    exp = load_experiment(QUICKSTART)
+    (runs,) = load_runs(exp.storage.replace("journal:", f"journal:{checkout.path}/"), exp.name)
+    today = write_bands(evaluation_bands(runs), tmp_path / FIGURE_DATA.name).read_text().splitlines()
+    committed = FIGURE_DATA.read_text().splitlines()
+    differ = [f"{a!r} != {b!r}" for a, b in zip(today, committed, strict=False) if a != b]
+    assert not differ and len(today) == len(committed), (
+        f"{FIGURE_DATA.relative_to(ROOT)} is stale: run python docs/images/make.py; first differences: {differ[:3]}")
+
+
+def test_an_experiments_outputs_default_to_runs(tmp_path):
+    """Without an [outputs] table, plots and the best-configuration export go under runs/ too, where the storage
+    goes: a run inside a checkout changes no tracked file."""
+    from conftest import replay_experiment
+
+    exp = load_experiment(replay_experiment(tmp_path / "bare.toml", name="bare", url="journal:runs/bare.journal",
+                                            trials=5))
+    assert exp.plots_dir == Path("runs/plots") and exp.best_path == Path("runs/bare_best.json")
 
 
 def test_the_quickstart_landscape_is_labelled_fp32():

@@ -1,5 +1,5 @@
 """What ``record`` and ``record --compile-only`` write, and where: a missing compiler writes nothing, and the
-shipped files under experiments/landscapes are rewritten only when ``--out`` names their folder."""
+shipped files under evotune/landscapes are rewritten only when ``--out`` names their folder."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from conftest import KT_EXCERPT, replay_experiment
 
 from evotune.cli import main
-from evotune.core.compile_results import file_name
+from evotune.core.compile_results import DEFAULT_DIR, file_name
 from evotune.core.space import Needs, findable
 
 # a space with a compile_only that runs anywhere; NEEDS is filled in per test
@@ -89,13 +89,13 @@ def test_the_cute_dsl_spaces_say_they_need_cute_dsl(capsys, monkeypatch):
 def test_compile_only_writes_under_runs_unless_out_names_the_shipped_folder(tmp_path, monkeypatch, capsys):
     exp = _compile_experiment(tmp_path, ("json",))
     monkeypatch.chdir(tmp_path)
-    shipped = tmp_path / "experiments" / "landscapes" / "compile" / file_name("needy", "H100", "bf16", "tn")
-    shipped.parent.mkdir(parents=True)
-    shipped.write_bytes(b"a shipped file")
+    name = file_name("needy", "H100", "bf16", "tn")
+    shipped = {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in DEFAULT_DIR.iterdir()}
+    assert shipped and name not in shipped
     assert main(["record", "--compile-only", str(exp), "--workers", "1"]) == 0
-    assert shipped.read_bytes() == b"a shipped file"  # untouched
-    written = tmp_path / "runs" / "compile" / shipped.name
-    assert Path(capsys.readouterr().out.strip()) == Path("runs/compile") / shipped.name
+    assert {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in DEFAULT_DIR.iterdir()} == shipped  # untouched
+    written = tmp_path / "runs" / "compile" / name
+    assert Path(capsys.readouterr().out.strip()) == Path("runs/compile") / name
     assert _rows(written) == 4  # the feasible points and the pruned one
 
     # a rerun planning fewer points (no pruned ones) keeps the rows the file holds

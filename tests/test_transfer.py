@@ -20,7 +20,7 @@ from evotune.search.strategies import Source, make_strategy
 from evotune.search.strategies.base import OptionError
 from evotune.search.transfer import device_distance, from_landscape, problem_distance
 
-H100 = ROOT / "experiments" / "landscapes" / "h100"
+H100 = ROOT / "evotune" / "landscapes" / "h100"
 INT8 = "cute_hopper_gemm_gemm_int8_tn_{}.json.gz"
 
 #: the rows ``default`` handed out on pnpoly_RTX_2080_Ti (seeds 0 and 7, ask(1) / tell), before sources existed

@@ -104,11 +104,11 @@ def test_workers_take_whole_problems_and_share_the_last(tmp_path, split):
     url = f"sqlite:///{tmp_path / 'x.db'}"
     exp = replay_experiment(tmp_path / "exp.toml", name="whole", url=url, trials=budget,
                             options="population = 8, offspring = 8", landscapes=tuple(int8_landscapes(problems)))
-    outs = run_workers(tmp_path, exp, workers, "--split", split, "--costs", "costs{i}.json")
+    outs = run_workers(tmp_path, exp, workers, "--split", split, "--costs", "costs/{i}.json")  # --costs makes costs/
     counts = check_exact(url, budget)
     per = measured_per_study(outs)
     assert set(per) == set(counts) and all(sum(per[name]) == budget for name in counts)
-    costs = [json.loads((tmp_path / f"costs{i}.json").read_text()) for i in range(workers)]
+    costs = [json.loads((tmp_path / "costs" / f"{i}.json").read_text()) for i in range(workers)]
     taken_up = sum(len(c["problems_s"]) for c in costs)  # each time a worker took up a problem
     assert sum(c["evals"] for c in costs) == problems * budget
     assert all(c["model"]["per_eval_s"] > 0 and c["wall_s"] > 0 for c in costs if c["evals"])

@@ -14,6 +14,11 @@ from evotune.autotune.export import ExportError, entries, write_json, write_vllm
 from evotune.storage.study import open_existing
 from evotune.storage.url import StorageError
 
+# where export-configs writes without --out: under runs/, beside the other commands' outputs, never among the files
+# of the folder it is run in
+EXPORT_JSON = Path("runs/autotune_configs.json")
+EXPORT_VLLM_DIR = Path("runs/vllm_configs")
+
 
 class CommandError(ValueError):
     """A bad argument or input file, in one line naming it and the field."""
@@ -57,9 +62,9 @@ def export_command(cache: str | None, kernel: str | None, fmt: str, out: str | N
         raise CommandError(f"--cache: {url} holds no tuned kernel" + (f" named {kernel}" if kernel else ""))
     try:
         if fmt == "json":
-            print(write_json(rows, Path(out or "autotune_configs.json")))
+            print(write_json(rows, Path(out or EXPORT_JSON)))
         else:
-            for path in write_vllm_moe(rows, Path(out or "."), batch, experts, n, divisor):
+            for path in write_vllm_moe(rows, Path(out or EXPORT_VLLM_DIR), batch, experts, n, divisor):
                 print(path)
     except ExportError as exc:
         raise CommandError(str(exc)) from None

@@ -42,8 +42,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                                                            "else ~/.cache/evotune/autotune)")
     ex.add_argument("--kernel", metavar="NAME", help="only this kernel's decisions")
     ex.add_argument("--format", choices=("json", "vllm-moe"), default="json")
-    ex.add_argument("--out", metavar="PATH", help="json: the file (default autotune_configs.json); vllm-moe: the "
-                                                  "folder (default .)")
+    ex.add_argument("--out", metavar="PATH", help="json: the file (default runs/autotune_configs.json); vllm-moe: "
+                                                  "the folder (default runs/vllm_configs)")
     ex.add_argument("--batch-key", default="M", help="vllm-moe: the key field holding the batch size (default M)")
     ex.add_argument("--experts-key", default="E", help="vllm-moe: the key field holding E (default E)")
     ex.add_argument("--n-key", default="N", help="vllm-moe: the key field holding N (default N)")

@@ -57,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     record.add_argument("experiment", help="path to an experiment .toml file (its strategies are ignored)")
     record.add_argument("--out", help="folder for the landscape files (default runs/landscapes; with "
                                       "--compile-only, runs/compile); the shipped files under "
-                                      "experiments/landscapes are rewritten only when --out names their folder")
+                                      "evotune/landscapes are rewritten only when --out names their folder")
     record.add_argument("--no-progress", action="store_true", help="no live progress bar")
     record.add_argument("--seconds", type=float, help="stop after this much tuning time (all problems together); "
                                                       "run again to go on where it stopped")
@@ -75,7 +75,7 @@ def _parser() -> argparse.ArgumentParser:
 
     plot = sub.add_parser("plot", help="write convergence and parameter-effect PNGs")
     _source_args(plot)
-    plot.add_argument("--out", help="output folder (default: the experiment's outputs.plots, or plots/)")
+    plot.add_argument("--out", help="output folder (default: the experiment's outputs.plots, or runs/plots/)")
     plot.set_defaults(func=results.cmd_plot)
 
     best = sub.add_parser("best", help="print the best configurations and export them as JSON")
@@ -98,7 +98,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="also say what each space is, list each parameter's choices and how the pruning fared "
                              "against the compiler")
     spaces.add_argument("--compiled", metavar="DIR", default=None,
-                        help="where compile-only files are looked for (default experiments/landscapes/compile)")
+                        help="where compile-only files are looked for (default: the shipped ones, "
+                             "evotune/landscapes/compile)")
     spaces.set_defaults(func=results.cmd_spaces)
 
     cmp = sub.add_parser("compare", help="compare strategies on recorded landscapes (in memory, no storage)")

@@ -10,7 +10,7 @@ from typing import Any
 from rich.table import Table
 
 from evotune.cli.output import UsageError, make_console, remember
-from evotune.running.experiment import Experiment, load_experiment
+from evotune.running.experiment import PLOTS_DIR, Experiment, load_experiment
 from evotune.storage.url import StorageError
 
 
@@ -39,7 +39,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from evotune.reporting.plots import plot_experiment
 
     storage, url, name, exp = _open_source(args)
-    out = args.out or (exp.plots_dir if exp else "plots")
+    out = args.out or (exp.plots_dir if exp else PLOTS_DIR)
     paths = plot_experiment(storage, name, out)
     if not paths:
         raise UsageError(f"{args.experiment or url}: no finished trials to plot")

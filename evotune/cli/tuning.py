@@ -52,7 +52,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     costs.stop()
     console.print(f"  costs of this worker: {costs.describe()}")
     if args.costs:
-        Path(args.costs).write_text(json.dumps(costs.to_dict(), indent=1))
+        path = Path(args.costs)
+        path.parent.mkdir(parents=True, exist_ok=True)  # e.g. runs/ on a host whose storage is a server
+        path.write_text(json.dumps(costs.to_dict(), indent=1))
     return 0
 
 

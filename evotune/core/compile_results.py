@@ -23,8 +23,8 @@ points are counted apart, as ``unjudged``.
 
 Example::
 
-    from evotune.core.compile_results import load_compiled, agreement
-    table = load_compiled("experiments/landscapes/compile/cute_blackwell_gemm_B200_bf16_tn.json.gz")
+    from evotune.core.compile_results import DEFAULT_DIR, load_compiled, agreement
+    table = load_compiled(DEFAULT_DIR / "cute_blackwell_gemm_B200_bf16_tn.json.gz")
     agreement(SPACE, Context(get_hardware("B200"), problem), table).false_feasible   # []
 """
 
@@ -38,11 +38,13 @@ from pathlib import Path
 from typing import Any
 
 from evotune.core.hardware import Hardware
+from evotune.core.landscape import SHIPPED
 from evotune.core.space import Context, Point, SearchSpace
 
 FORMAT = "evotune-compile-1"
 COLUMNS = ("ok", "compile_s", "regs", "frame_bytes", "smem", "stages", "error")
-DEFAULT_DIR = Path("experiments/landscapes/compile")
+#: the shipped compile-only files (package data, beside the shipped landscapes)
+DEFAULT_DIR = SHIPPED / "compile"
 
 
 class CompiledError(ValueError):

@@ -10,8 +10,8 @@ Two formats are read, plain or gzipped JSON, told apart by their content:
 
 Example::
 
-    from evotune.core.landscape import load_landscape
-    ls = load_landscape("experiments/landscapes/kerneltuner/pnpoly_RTX_2080_Ti.json.gz")
+    from evotune.core.landscape import SHIPPED, load_landscape
+    ls = load_landscape(SHIPPED / "kerneltuner" / "pnpoly_RTX_2080_Ti.json.gz")
     len(ls), ls.optimum_ms, ls.problem.key
 """
 
@@ -32,6 +32,9 @@ from evotune.core.problem import Problem
 from evotune.core.result import EvalResult, Status
 from evotune.core.space import Context, FeasibleSet, Param, Point, SearchSpace, categorical, constraint, ordinal
 
+#: the recorded landscapes shipped with evotune, as package data (``evotune/landscapes/``): a wheel carries them,
+#: so an installed evotune finds the same ones from any folder
+SHIPPED = Path(__file__).resolve().parents[1] / "landscapes"
 FORMAT = "evotune-landscape"
 VERSION = 1
 COLUMNS = ["params", "status", "time_ms", "compile_s", "bench_s", "error", "samples_ms", "message"]

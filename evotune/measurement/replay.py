@@ -5,9 +5,9 @@ point, so a replayed run has a realistic tuning clock to plot against.
 
 Example::
 
-    from evotune.core.landscape import load_landscape
+    from evotune.core.landscape import SHIPPED, load_landscape
     from evotune.measurement.replay import ReplayEvaluator
-    ls = load_landscape("experiments/landscapes/kerneltuner/pnpoly_RTX_2080_Ti.json.gz")
+    ls = load_landscape(SHIPPED / "kerneltuner" / "pnpoly_RTX_2080_Ti.json.gz")
     oracle = ReplayEvaluator(ls)
     oracle.evaluate(ls.space().feasible(Context()).point(0), ls.problem).status
 """

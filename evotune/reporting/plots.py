@@ -10,6 +10,9 @@
   optimum, an infinitely slow time, which is not drawn). So the median never
   falls as x grows, as a best-so-far must not; a median over only the seeds
   that have started would jump down when a slower seed starts.
+* :func:`evaluation_bands` holds the left panel's curves as numbers, and
+  :func:`write_bands` writes them as CSV, so that a figure can be kept with
+  the data it draws (README's quickstart figure is, in ``docs/images/``).
 * ``<experiment>_<problem>_params.png``: for each parameter, how the measured
   points spread per choice (relative to the best point seen). A problem tuned
   in several spaces gets one per space, ``<experiment>_<problem>_<space>_params.png``:
@@ -17,11 +20,12 @@
 
 Example::
 
-    paths = plot_experiment("sqlite:///runs/quickstart.db", "quickstart", "plots")
+    paths = plot_experiment("journal:runs/quickstart.journal", "quickstart", "runs/plots")
 """
 
 from __future__ import annotations
 
+import csv
 import textwrap
 import warnings
 from collections import defaultdict
@@ -112,32 +116,74 @@ def _band(curves: list[np.ndarray], missing: float | None = None) -> tuple[np.nd
     return p25, p50, p75
 
 
-def plot_convergence(runs: ProblemRuns, path: str | Path) -> Path:
-    by_strategy: dict[str, list[Curve]] = defaultdict(list)
-    several_spaces = len({c.space for c in runs.curves}) > 1  # then a curve is a (space, strategy) pair
+@dataclass(frozen=True)
+class Band:
+    """One curve of the convergence plot against evaluations: after each evaluation, the 25th, 50th and 75th
+    percentiles over the seeds of the fraction of the optimum found (the best time in ms, when the optimum is
+    unknown; NaN where nothing is drawn)."""
+
+    label: str  # the strategy ("SPACE STRATEGY" when the problem was tuned in several spaces)
+    seeds: int
+    p25: np.ndarray
+    median: np.ndarray
+    p75: np.ndarray
+
+
+def _by_label(runs: ProblemRuns) -> list[tuple[str, list[Curve]]]:
+    """The seeds' curves of each strategy (of each space and strategy, when there are several spaces), by label."""
+    groups: dict[str, list[Curve]] = defaultdict(list)
+    several_spaces = len({c.space for c in runs.curves}) > 1
     for c in runs.curves:
-        by_strategy[f"{c.space} {c.strategy}" if several_spaces else c.strategy].append(c)
+        groups[f"{c.space} {c.strategy}" if several_spaces else c.strategy].append(c)
+    return sorted(groups.items())
+
+
+def _y(runs: ProblemRuns, values: np.ndarray) -> np.ndarray:
+    return runs.optimum_ms / values if runs.optimum_ms else values
+
+
+def _nothing(runs: ProblemRuns) -> float:
+    """What a seed without a valid result yet has found (see the module docstring)."""
+    return 0.0 if runs.optimum_ms else np.inf
+
+
+def evaluation_bands(runs: ProblemRuns) -> list[Band]:
+    """The curves of the convergence plot's left panel, by label."""
+    return [Band(label, len(curves), *_band([_y(runs, c.values) for c in curves], _nothing(runs)))
+            for label, curves in _by_label(runs)]
+
+
+def write_bands(bands: list[Band], path: str | Path) -> Path:
+    """``bands`` as CSV, one row per (curve, evaluation): ``curve, seeds, evaluation, p25, median, p75``, values
+    to 6 significant digits, empty where nothing is drawn."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        out = csv.writer(f, lineterminator="\n")
+        out.writerow(["curve", "seeds", "evaluation", "p25", "median", "p75"])
+        for b in bands:
+            for i, values in enumerate(zip(b.p25, b.median, b.p75, strict=True), start=1):
+                out.writerow([b.label, b.seeds, i, *("" if np.isnan(v) else f"{v:.6g}" for v in values)])
+    return path
+
+
+def plot_convergence(runs: ProblemRuns, path: str | Path) -> Path:
     opt = runs.optimum_ms
-
-    def y(values: np.ndarray) -> np.ndarray:
-        return opt / values if opt else values
-
-    nothing = 0.0 if opt else np.inf  # what a seed without a valid result yet has found (see the module docstring)
-
+    nothing = _nothing(runs)
     fig, (ax_e, ax_t) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
-    for i, (strategy, curves) in enumerate(sorted(by_strategy.items())):
+    for i, ((strategy, curves), band) in enumerate(zip(_by_label(runs), evaluation_bands(runs), strict=True)):
         color = f"C{i}"
-        lo, med, hi = _band([y(c.values) for c in curves], nothing)
-        x = np.arange(1, len(med) + 1)
+        x = np.arange(1, len(band.median) + 1)
         label = f"{strategy} ({len(curves)} seed{'s' if len(curves) > 1 else ''})"
-        ax_e.plot(x, med, color=color, label=label)
-        ax_e.fill_between(x, lo, hi, color=color, alpha=0.2, linewidth=0)
+        ax_e.plot(x, band.median, color=color, label=label)
+        ax_e.fill_between(x, band.p25, band.p75, color=color, alpha=0.2, linewidth=0)
         ends = [(float(c.clock[0]), float(c.clock[-1])) for c in curves if len(c.clock)] or [(0.0, 1.0)]
         grid = np.linspace(min(e[0] for e in ends), max(e[1] for e in ends), 300)
         on_grid = []
         for c in curves:
             idx = np.searchsorted(c.clock, grid, side="right") - 1
-            vals = np.where(idx >= 0, y(c.values)[np.clip(idx, 0, None)], np.nan) if len(c.values) else grid * np.nan
+            vals = (np.where(idx >= 0, _y(runs, c.values)[np.clip(idx, 0, None)], np.nan) if len(c.values)
+                    else grid * np.nan)
             on_grid.append(vals)
         glo, gmed, ghi = _band(on_grid, nothing)
         ax_t.plot(grid, gmed, color=color, label=label)

@@ -48,7 +48,7 @@ from evotune.running.experiment import Experiment, ExperimentError
 from evotune.running.session import Session
 
 WRITE_EVERY_S = 60.0
-# where the files go without --out: never the shipped ones under experiments/landscapes/compile, which only an
+# where the files go without --out: never the shipped ones under evotune/landscapes/compile, which only an
 # explicit --out rewrites
 OUT_DIR = Path("runs/compile")
 TIMEOUT_S = 600.0  # one compile; the largest CuTe kernels take seconds

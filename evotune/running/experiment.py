@@ -85,6 +85,9 @@ TIMING_OPTIONS = tuple(f.name for f in fields(TimingOptions))
 CONFIRM_OPTIONS = {"confirm_top": "top_k", "confirm_ci": "ci_target", "confirm_screen": "screen"}
 #: what an experiment without a ``sources`` key transfers from (``sources = []``: nothing but its own studies)
 DEFAULT_SOURCES = ("shipped", "cache")
+#: where an experiment's plots go unless ``[outputs] plots`` says otherwise: beside its other outputs under runs/,
+#: so that a run inside a checkout leaves its tracked files (and README's pictures, under docs/images/) alone
+PLOTS_DIR = Path("runs/plots")
 _TOP = {"name", "description", "space", "hardware", "oracle", "problem", "strategy", "budget", "storage", "outputs",
         "sources", "compiled"}
 
@@ -200,7 +203,7 @@ class _Parser:
             raise self.fail("storage.record_url", "must differ from storage.url: recording is kept apart "
                                                   "from the tuning results that best, plot and dashboard read")
         outputs = self.table(raw, "outputs", {"plots", "best"}, "")
-        plots_dir = Path(self.string(outputs, "plots", "outputs.plots", default="plots"))
+        plots_dir = Path(self.string(outputs, "plots", "outputs.plots", default=str(PLOTS_DIR)))
         best_path = Path(self.string(outputs, "best", "outputs.best", default=f"runs/{name}_best.json"))
         options = self.oracle_options(oracle_t, oracle)
         compiled_dir = None

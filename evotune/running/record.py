@@ -24,7 +24,7 @@ recording is not a tuning result, and counting it as one would swell the trial
 counts and draw a curve nobody asked for.
 
 Landscape files go to ``--out`` (default :data:`OUT_DIR`, ``runs/landscapes``: the
-shipped files under ``experiments/landscapes`` are rewritten only when named by
+shipped files under ``evotune/landscapes`` are rewritten only when named by
 ``--out``) and are named ``SPACE_PROBLEM.json.gz`` with every character that
 some file system refuses (``:`` of ``landscape:NAME`` spaces, ``/``, ``\\``, ...)
 replaced by ``_``, so the files can be copied to any OS.
@@ -44,7 +44,7 @@ when it was made, so a piece that adds none keeps the one before.
 
 Example::
 
-    python -m evotune record experiments/h100_record_bf16.toml --seconds 480 --out experiments/landscapes/h100
+    python -m evotune record experiments/h100_record_bf16.toml --seconds 480 --out evotune/landscapes/h100
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ from evotune.search.strategies.exhaustive import Exhaustive, Listed
 from evotune.storage.claims import Claims, wait_for_others
 from evotune.storage.study import StudyStore
 
-# where the landscape files go without --out: never the shipped ones under experiments/landscapes, which only an
+# where the landscape files go without --out: never the shipped ones under evotune/landscapes, which only an
 # explicit --out rewrites
 OUT_DIR = Path("runs/landscapes")
 WRITE_EVERY_S = 60.0  # rewrite the landscape file this often while a problem is being recorded

@@ -13,9 +13,9 @@ Where sources come from:
   space for other problems (all trials of one problem's studies make one source);
 * :func:`from_cache`: the tuning-result cache's best configuration per problem
   (a winner to try first, with no ranking to lend);
-* :func:`shipped_landscapes`: the landscapes shipped with evotune (``experiments/landscapes/``
-  beside the ``evotune`` package, in a checkout or an editable install) of a space: an
-  experiment's sources unless it says otherwise.
+* :func:`shipped_landscapes`: the landscapes shipped with evotune (``evotune/landscapes/``, package
+  data, so the same ones wherever evotune is installed or run from) of a space: an experiment's
+  sources unless it says otherwise.
 
 Example::
 
@@ -34,7 +34,7 @@ from typing import Any
 
 import optuna
 
-from evotune.core.landscape import Landscape, LandscapeError, landscape_header, load_landscape
+from evotune.core.landscape import SHIPPED, Landscape, LandscapeError, landscape_header, load_landscape
 from evotune.core.problem import Problem
 from evotune.core.result import Status
 from evotune.core.space import Point, SearchSpace
@@ -46,9 +46,6 @@ MIN_RESULTS = 10
 #: distance added for each non-numeric field that differs (dtype, layout, kind)
 MISMATCH = 3.0
 VENDORS = ("nvidia", "amd", "intel", "apple")
-#: the recorded landscapes shipped with evotune: the repository's, beside the package (not package data, so a
-#: non-editable ``pip install`` has none and transfers from its own studies and the cache only)
-SHIPPED = Path(__file__).resolve().parents[2] / "experiments" / "landscapes"
 
 
 def shipped_landscapes(space: SearchSpace, folder: Path = SHIPPED) -> list[Path]:
