@@ -64,7 +64,7 @@ def cmd_best(args: argparse.Namespace) -> int:
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
-    from evotune.reporting.dashboard import DashboardMissing, require_dashboard, serve
+    from evotune.reporting.dashboard import DashboardAddressError, DashboardMissing, listen, require_dashboard
     from evotune.storage.url import shown
 
     try:
@@ -72,8 +72,17 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     except DashboardMissing as exc:
         raise UsageError(str(exc)) from None
     storage, url, _, _ = _open_source(args)
-    print(f"optuna-dashboard for {shown(url)} on http://{args.host}:{args.port}/ (Ctrl-C to stop)", flush=True)
-    serve(storage, args.host, args.port)
+    try:
+        server = listen(storage, args.host, args.port)  # bound before the address is announced
+    except DashboardAddressError as exc:
+        raise UsageError(str(exc)) from None
+    with server:
+        host = f"[{args.host}]" if ":" in args.host else args.host
+        print(f"optuna-dashboard for {shown(url)} on http://{host}:{args.port}/ (Ctrl-C to stop)", flush=True)
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:  # the way to stop it: nothing was interrupted
+            pass
     return 0
 
 
