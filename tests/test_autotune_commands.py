@@ -52,3 +52,89 @@ def test_the_db_file_alone_holds_the_decision_while_the_tuning_process_goes_on(k
     assert kernels.counting_bench.calls == timed and torch.equal(out, torch.full((32,), 2.0))
     assert again.best_config.all_kwargs() == tuned.best_config.all_kwargs()
     assert again.last_decision.how == tuned.last_decision.how == "confirmed"
+
+
+def test_tune_kernel_says_each_key_as_it_starts_and_is_decided(tmp_path: Path, capsys) -> None:
+    from evotune.cli import main
+
+    keys = tmp_path / "keys.toml"
+    keys.write_text('launch = "make_add_args"\n[[key]]\nn = 32\n[[key]]\nn = 48\n')
+    cache = tmp_path / "cache"
+    assert main(["tune-kernel", ADD_TUNED, "--keys", str(keys), "--cache", str(cache)]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert [ln.split(":")[0] for ln in lines] == ["key 1/2 (n=32)"] * 2 + ["key 2/2 (n=48)"] * 2
+    assert lines[0].endswith(": tuning") and lines[2].endswith(": tuning")
+    for line in (lines[1], lines[3]):  # evaluations (all new), best time, how, seconds
+        assert " 3 evaluations (3 new), best " in line and " ms, confirmed, " in line and line.endswith(" s")
+    assert main(["tune-kernel", ADD_TUNED, "--keys", str(keys), "--cache", str(cache)]) == 0
+    again = capsys.readouterr().err.splitlines()
+    assert len(again) == 4 and "3 evaluations (0 new)" in again[1] and "3 evaluations (0 new)" in again[3]
+    assert main(["tune-kernel", ADD_TUNED, "--keys", str(keys), "--cache", str(cache), "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and "n=32" in captured.out and "n=48" in captured.out  # the table alone
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('n = "32"', "key[1].n: expected an integer (make_add_args's n: int), got '32'"),
+    ("n = 1.5", "key[1].n: expected an integer (make_add_args's n: int), got 1.5"),
+    ("n = true", "key[1].n: expected an integer (make_add_args's n: int), got True"),
+    ("n = -1", "key[1]: make_add_args(**key[1]) failed: RuntimeError: "),  # a value the function refuses
+])
+def test_a_key_of_the_wrong_type_is_one_line_and_nothing_is_tuned(tmp_path: Path, capsys, text: str,
+                                                                   message: str) -> None:
+    from evotune.cli import main
+
+    keys = tmp_path / "keys.toml"
+    keys.write_text(f'launch = "make_add_args"\n[[key]]\nn = 16\n[[key]]\n{text}\n')
+    assert main(["tune-kernel", ADD_TUNED, "--keys", str(keys), "--cache", str(tmp_path / "cache")]) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.splitlines()
+    assert line.startswith(f"evotune: error: {keys}: {message}"), line
+    assert captured.out == "" and not (tmp_path / "cache").exists()  # key[0] was not tuned either
+
+
+def test_tune_kernel_without_a_gpu_or_the_interpreter_says_to_set_triton_interpret(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """Triton with no driver (as on a machine without a GPU) fails its first launch with '0 active drivers';
+    tune-kernel says what to do instead, in one line, and creates nothing."""
+    from evotune.cli import main
+
+    triton_driver = importlib.import_module("triton.runtime.driver")  # the module (triton.runtime.driver is
+    # also the name of its DriverConfig object, which finds the driver on first use)
+
+    def no_driver():
+        raise RuntimeError("0 active drivers ([]). There should only be one.")
+
+    monkeypatch.delenv("TRITON_INTERPRET")
+    monkeypatch.setattr(triton_driver, "_create_driver", no_driver)
+    monkeypatch.setattr(triton_driver.driver, "_active", None)
+    monkeypatch.setattr(triton_driver.driver, "_default", None)
+    module = tmp_path / "kernels_without_a_gpu.py"  # loaded afresh without the interpreter, under its own name
+    shutil.copy(TESTS / "autotune_kernels.py", module)
+    keys = tmp_path / "keys.toml"
+    keys.write_text('launch = "make_add_args"\n[[key]]\nn = 32\n')
+    try:
+        assert main(["tune-kernel", f"{module}:add_tuned", "--keys", str(keys), "--cache",
+                     str(tmp_path / "cache")]) == 2
+    finally:
+        sys.modules.pop(module.stem, None)
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("evotune: error: no GPU found: set TRITON_INTERPRET=1 to run on the CPU through "
+                           "Triton's interpreter (Triton says: 0 active drivers")
+    assert not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("example", ["matmul.py", "fused_moe.py"])
+def test_the_autotune_examples_without_a_gpu_or_the_interpreter_say_to_set_triton_interpret(example: str) -> None:
+    import os
+    import subprocess
+
+    root = TESTS.parent
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(CUDA_VISIBLE_DEVICES="", PYTHONPATH=os.pathsep.join(filter(None, [str(root),
+                                                                                 env.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, str(root / "examples" / "triton_autotune" / example)], env=env,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (f"{example}: no GPU found: set TRITON_INTERPRET=1 to run on the CPU through Triton's "
+                           "interpreter\n")

@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from evotune.autotune.ahead import AheadError, tune_kernel
+from evotune.autotune.ahead import AheadError, KeyProgress, Stage, tune_kernel
 from evotune.autotune.cache import cache_url
 from evotune.autotune.export import ExportError, entries, write_json, write_vllm_moe
 from evotune.storage.study import open_existing
@@ -19,11 +19,15 @@ class CommandError(ValueError):
     """A bad argument or input file, in one line naming it and the field."""
 
 
-def tune_kernel_command(kernel: str, keys: str | None, cache: str | None, console: Console) -> int:
+def tune_kernel_command(kernel: str, keys: str | None, cache: str | None, console: Console,
+                        progress: Console | None = None) -> int:
+    """Tune the keys, saying on ``progress`` (a line as each key starts and one as it is decided) what it does:
+    a key can take minutes, and the table comes at the end."""
     if not keys:
         raise CommandError("--keys KEYS.toml is required (the keys to tune)")
     try:
-        results = tune_kernel(kernel, Path(keys), cache)
+        results = tune_kernel(kernel, Path(keys), cache, None if progress is None else
+                              lambda event: progress.print(progress_line(event), markup=False, highlight=False))
     except AheadError as exc:
         raise CommandError(str(exc)) from None
     table = Table(title=f"Tuned: {kernel}")
@@ -36,6 +40,20 @@ def tune_kernel_command(kernel: str, keys: str | None, cache: str | None, consol
                       "single config" if decision is None else decision.how)
     console.print(table)
     return 0
+
+
+def progress_line(event: KeyProgress) -> str:
+    """``key 1/3 (M=512, N=512, K=512): tuning`` as a key starts; its evaluations, best time, how it was decided and
+    its seconds once it is decided."""
+    head = f"key {event.index + 1}/{event.total} ({', '.join(f'{k}={v}' for k, v in event.entry.items())})"
+    if event.stage is Stage.STARTED:
+        return f"{head}: tuning"
+    d = event.decision
+    if d is None:
+        return f"{head}: a single configuration, nothing to time ({event.seconds:.1f} s)"
+    best = "no time" if d.time_ms is None else f"best {d.time_ms:.4g} ms"
+    return (f"{head}: {event.evaluations} evaluations ({event.new} new), {best}, {d.how}, "
+            f"{event.seconds:.1f} s")
 
 
 def export_command(cache: str | None, kernel: str | None, fmt: str, out: str | None, batch: str, experts: str,
