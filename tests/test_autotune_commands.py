@@ -138,3 +138,25 @@ def test_the_autotune_examples_without_a_gpu_or_the_interpreter_say_to_set_trito
     assert done.returncode == 2, done.stderr
     assert done.stderr == (f"{example}: no GPU found: set TRITON_INTERPRET=1 to run on the CPU through Triton's "
                            "interpreter\n")
+
+
+def test_export_configs_from_a_missing_or_empty_cache_says_what_fills_it(kernels, tmp_path: Path, capsys) -> None:
+    import evotune
+    from evotune.cli import main
+
+    filled_by = "(it is filled by python -m evotune tune-kernel, or by running a program whose kernels use " \
+                "evotune.autotune)"
+    missing = tmp_path / "missing"
+    assert main(["export-configs", "--cache", str(missing), "--out", str(tmp_path / "x.json")]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == f"evotune: error: --cache: no autotune cache at {missing / 'autotune.db'} {filled_by}"
+    assert main(["export-configs", "--cache", f"journal:{tmp_path / 'none.journal'}"]) == 2
+    assert capsys.readouterr().err.strip().endswith(f"no autotune cache at {tmp_path / 'none.journal'} {filled_by}")
+    assert not missing.exists() and not (tmp_path / "x.json").exists()
+
+    tuned = evotune.autotune(configs=kernels.ADD_CONFIGS, key=["n"], do_bench=kernels.counting_bench,
+                             cache=tmp_path / "cache")(kernels.add)
+    tuned[kernels.grid_1d(16)](torch.ones(16), torch.ones(16), torch.empty(16), 16)
+    assert main(["export-configs", "--cache", str(tmp_path / "cache"), "--kernel", "other"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.endswith(f"autotune.db holds no tuned kernel named other {filled_by}")

@@ -12,11 +12,15 @@ from evotune.autotune.ahead import AheadError, KeyProgress, Stage, tune_kernel
 from evotune.autotune.cache import cache_url
 from evotune.autotune.export import ExportError, entries, write_json, write_vllm_moe
 from evotune.storage.study import open_existing
-from evotune.storage.url import StorageError
+from evotune.storage.url import StorageError, shown, sqlite_file, with_driver
 
 
 class CommandError(ValueError):
     """A bad argument or input file, in one line naming it and the field."""
+
+
+FILLED_BY = ("it is filled by python -m evotune tune-kernel, or by running a program whose kernels use "
+             "evotune.autotune")
 
 
 def tune_kernel_command(kernel: str, keys: str | None, cache: str | None, console: Console,
@@ -66,13 +70,17 @@ def export_command(cache: str | None, kernel: str | None, fmt: str, out: str | N
         raise CommandError(f"--n-divisor: expected an integer >= 1, got {n_divisor!r}")
     url = cache_url(cache)
     assert url is not None  # only cache=False has none
+    path = Path(url.removeprefix("journal:")) if url.startswith("journal:") else sqlite_file(with_driver(url))
+    if path is not None and not path.exists():
+        raise CommandError(f"--cache: no autotune cache at {path} ({FILLED_BY})")
     try:
         storage = open_existing(url)
     except StorageError as exc:
         raise CommandError(f"--cache: {exc}") from None
     rows = entries(storage, kernel)
     if not rows:
-        raise CommandError(f"--cache: {url} holds no tuned kernel" + (f" named {kernel}" if kernel else ""))
+        raise CommandError(f"--cache: {shown(url)} holds no tuned kernel" + (f" named {kernel}" if kernel else "")
+                           + f" ({FILLED_BY})")
     try:
         if fmt == "json":
             print(write_json(rows, Path(out or "autotune_configs.json")))
