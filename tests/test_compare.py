@@ -194,19 +194,6 @@ def test_optuna_gp_without_torch_is_named_unavailable(tiny, tmp_path, capsys):
     assert err.count("\n") == 0 and "optuna-gp is unavailable here: needs torch" in err
 
 
-def test_a_kt_strategy_without_kernel_tuner_is_one_line_naming_the_extra(tiny, tmp_path, capsys, monkeypatch):
-    import importlib.util
-
-    real = importlib.util.find_spec  # kernel_tuner as if not installed
-    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "kernel_tuner" else real(n, *a))
-    assert compare_cli("--landscape", str(tiny), "--strategy", "ga", "--strategy", "kt:genetic_algorithm",
-                       "--budget", "5", "--out", str(tmp_path / "out")) == 2
-    (line,) = capsys.readouterr().err.splitlines()
-    assert line == ("evotune: error: --strategy: kt:genetic_algorithm is unavailable here: needs kernel_tuner: "
-                    "pip install '.[bench]' in the evotune clone")
-    assert not (tmp_path / "out").exists()
-
-
 def test_kernel_tuner_strategies_in_simulation_mode(tmp_path):
     pytest.importorskip("kernel_tuner")
 
