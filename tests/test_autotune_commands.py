@@ -124,21 +124,37 @@ def test_tune_kernel_without_a_gpu_or_the_interpreter_says_to_set_triton_interpr
     assert not (tmp_path / "cache").exists()
 
 
-@pytest.mark.parametrize("example", ["matmul.py", "fused_moe.py"])
-def test_the_autotune_examples_without_a_gpu_or_the_interpreter_say_to_set_triton_interpret(example: str) -> None:
+RUN_AS_MAIN = """
+import json, runpy, sys
+codes = []
+for path in sys.argv[1:]:
+    try:
+        runpy.run_path(path, run_name="__main__")
+        codes.append(0)
+    except SystemExit as exc:
+        codes.append(exc.code)
+print(json.dumps(codes))
+"""
+
+
+def test_the_autotune_examples_without_a_gpu_or_the_interpreter_say_to_set_triton_interpret() -> None:
+    """Both scripts run as ``python examples/triton_autotune/NAME.py`` does, in one process (one import of torch
+    and Triton), with no GPU visible and the interpreter off."""
+    import json
     import os
     import subprocess
 
     root = TESTS.parent
+    examples = ["matmul.py", "fused_moe.py"]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.update(CUDA_VISIBLE_DEVICES="", PYTHONPATH=os.pathsep.join(filter(None, [str(root),
                                                                                  env.get("PYTHONPATH")])))
-    done = subprocess.run([sys.executable, str(root / "examples" / "triton_autotune" / example)], env=env,
-                          capture_output=True, text=True, check=False)
-    assert done.returncode == 2, done.stderr
-    assert done.stderr == (f"{example}: no GPU found: set TRITON_INTERPRET=1 to run on the CPU through Triton's "
-                           "interpreter\n")
-
+    done = subprocess.run([sys.executable, "-c", RUN_AS_MAIN,
+                           *(str(root / "examples" / "triton_autotune" / e) for e in examples)],
+                          env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and json.loads(done.stdout) == [2, 2], done.stderr
+    assert done.stderr.splitlines() == [f"{e}: no GPU found: set TRITON_INTERPRET=1 to run on the CPU through "
+                                        "Triton's interpreter" for e in examples]
 
 def test_export_configs_from_a_missing_or_empty_cache_says_what_fills_it(kernels, tmp_path: Path, capsys) -> None:
     import evotune
