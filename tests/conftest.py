@@ -1,15 +1,19 @@
-"""Shared fixtures: the landscapes shipped with the repository, GPU test skipping, a tuning-result cache per test."""
+"""Shared fixtures: the landscapes shipped with the repository, GPU test skipping, a tuning-result cache per test;
+the user's caches and the checkout left alone (:mod:`hermetic`)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from types import ModuleType
 
+import hermetic  # beside this file: pytest puts this folder on sys.path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,3 +136,55 @@ def _own_tuning_cache(tmp_path_factory, monkeypatch):
     """Every test writes and reads a tuning-result cache of its own (runs of every oracle write one), never
     the user's ~/.cache/evotune/tuned.json; subprocesses inherit it."""
     monkeypatch.setenv("EVOTUNE_TUNED", str(tmp_path_factory.mktemp("cache") / "tuned.json"))
+
+
+_SESSION: dict[str, object] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Before any test or fixture runs (session fixtures and test modules' imports included): every cache evotune
+    keeps under the home folder points at a folder of the session's own, in this process and every process it
+    starts, and the checkout and the user's caches are listed, to be compared when the session ends."""
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: its controller set the environment it inherits
+        return
+    caches = hermetic.user_caches(os.environ, Path.home())
+    own = Path(tempfile.mkdtemp(prefix="evotune-tests-"))
+    os.environ.update({"EVOTUNE_TUNED": str(own / "tuned.json"), "EVOTUNE_KERNEL_CACHE": str(own / "kernels"),
+                       "EVOTUNE_AUTOTUNE_CACHE": str(own / "autotune"), "XDG_CACHE_HOME": str(own / "xdg")})
+    try:  # hypothesis keeps its examples in .hypothesis/ of the current folder unless told otherwise
+        from hypothesis import settings
+        from hypothesis.database import DirectoryBasedExampleDatabase
+    except ImportError:
+        pass
+    else:
+        settings.register_profile("evotune-tests", database=DirectoryBasedExampleDatabase(own / "hypothesis"))
+        settings.load_profile("evotune-tests")
+    _SESSION.update(own=own, caches=caches, before=hermetic.snapshot(ROOT, caches))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The session fails, naming the files, if it wrote to the checkout or to the user's caches."""
+    before = _SESSION.get("before")
+    if not isinstance(before, hermetic.Snapshot):
+        return
+    caches = _SESSION["caches"]
+    assert isinstance(caches, list)
+    found = hermetic.writes(before, hermetic.snapshot(ROOT, caches))
+    if not found:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    lines = ["the tests wrote outside their temporary folders (a test, or another process meanwhile):",
+             *(f"  {line}" for line in found)]
+    if reporter is not None:
+        reporter.ensure_newline()
+        reporter.write_line("\n".join(lines), red=True, bold=True)
+    else:
+        print("\n".join(lines), file=sys.stderr)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    own = _SESSION.pop("own", None)
+    if isinstance(own, Path):
+        shutil.rmtree(own, ignore_errors=True)

@@ -332,7 +332,7 @@ def test_tune_kernel_cli_and_its_errors(tmp_path: Path, capsys: pytest.CaptureFi
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and message in err, (args, err)
     assert main(["export-configs", "--cache", str(tmp_path / "none")]) == 2
-    assert "no study database" in capsys.readouterr().err
+    assert "no autotune cache at" in capsys.readouterr().err
     assert main(["export-configs", "--cache", str(cache), "--format", "vllm-moe", "--out", str(tmp_path / "v")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "key field 'M' missing" in err and not (tmp_path / "v").exists()

@@ -95,7 +95,9 @@ def stored(tmp_path_factory) -> Path:
     """A sqlite storage holding two finished replay runs (a few hundred KB: room to damage its middle)."""
     folder = tmp_path_factory.mktemp("stored")
     exp = replay_experiment(folder / "q.toml", name="q", url=f"sqlite:///{folder / 'q.db'}", trials=40, repeats=2)
-    assert main(["run", str(exp), "--no-progress", "--no-plots"]) == 0
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(folder)  # the run writes runs/q_best.json beside it
+        assert main(["run", str(exp), "--no-progress", "--no-plots"]) == 0
     return folder / "q.db"
 
 

@@ -210,7 +210,7 @@ def test_dashboard_refuses_a_missing_storage_url(tmp_path, capsys):
 def test_dashboard_without_optuna_dashboard_says_how_to_install_it_before_anything_else(tmp_path, monkeypatch,
                                                                                          capsys):
     """No address is printed that would not answer, and the hint is the README's (the package is not on PyPI)."""
-    import bottle
+    from evotune.reporting import dashboard as dashboard_module
 
     monkeypatch.chdir(tmp_path)
     db = tmp_path / "dash.db"
@@ -218,7 +218,7 @@ def test_dashboard_without_optuna_dashboard_says_how_to_install_it_before_anythi
     assert cli.main(["run", str(exp), "--no-progress", "--no-plots"]) == 0
     capsys.readouterr()
     monkeypatch.setitem(sys.modules, "optuna_dashboard", None)  # as if not installed
-    monkeypatch.setattr(bottle, "run", lambda *a, **k: pytest.fail("the dashboard started serving"))
+    monkeypatch.setattr(dashboard_module, "listen", lambda *a, **k: pytest.fail("the dashboard started serving"))
     assert cli.main(["dashboard", str(exp), "--port", str(free_port())]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
@@ -226,3 +226,23 @@ def test_dashboard_without_optuna_dashboard_says_how_to_install_it_before_anythi
     assert line.startswith("evotune: error: the dashboard needs optuna-dashboard: pip install '.[dashboard]'")
     readme = (ROOT / "README.md").read_text()
     assert "pip install '.[dashboard]'" in readme
+
+
+@pytest.mark.parametrize("port", ["taken", "70000"])
+def test_dashboard_on_a_port_it_cannot_have_is_one_line_naming_it_and_announces_nothing(tmp_path, monkeypatch,
+                                                                                         capsys, port):
+    monkeypatch.chdir(tmp_path)
+    exp = write_experiment(tmp_path, tmp_path / "dash.db")
+    assert cli.main(["run", str(exp), "--no-progress", "--no-plots"]) == 0
+    capsys.readouterr()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as other:  # another program's server on the port
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        number = str(other.getsockname()[1]) if port == "taken" else port
+        assert cli.main(["dashboard", str(exp), "--port", number]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # no address announced that this process does not serve
+    (line,) = captured.err.splitlines()
+    assert line.startswith(f"evotune: error: --port: cannot listen on 127.0.0.1:{number} (")
+    if port == "taken":
+        assert "choose another --port" in line

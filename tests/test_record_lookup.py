@@ -274,7 +274,8 @@ def test_a_sampled_recording_holds_the_searched_points_and_a_uniform_sample(tmp_
     """``--sample N``: what the experiment's search measured, best first, then N uniformly drawn points; the
     file says so and is never complete. A second piece draws the same sample and measures nothing again."""
     url = f"journal:{tmp_path / 's.journal'}"
-    exp = replay_experiment(tmp_path / "s.toml", name="sam", url=url, trials=12, strategy="random")
+    exp = replay_experiment(tmp_path / "s.toml", name="sam", url=url, trials=12, strategy="random",
+                            extra=f'[outputs]\nbest = "{tmp_path / "best.json"}"\n')
     assert main(["run", str(exp), "--no-progress", "--no-plots"]) == 0
     out = tmp_path / "landscapes"
     assert main(["record", str(exp), "--out", str(out), "--sample", "20"]) == 0

@@ -11,7 +11,8 @@ from evotune.cli import main
 
 def _experiment(tmp_path, trials: int, options: str):
     return replay_experiment(tmp_path / "res.toml", name="res", url=f"sqlite:///{tmp_path / 'res.db'}",
-                             trials=trials, options=options, landscapes=(KT_EXCERPT,))
+                             trials=trials, options=options, landscapes=(KT_EXCERPT,),
+                             extra=f'[outputs]\nbest = "{tmp_path / "best.json"}"\n')
 
 
 def _trials(tmp_path) -> int:

@@ -17,15 +17,21 @@ whatever the decorator says) and stores the decision in the cache (``--cache``, 
 decorator's, else the default location).
 
 A bad reference or keys file raises :class:`AheadError`: one line naming the file and
-the field, before anything is tuned.
+the field, before anything is tuned (a value of another type than the launch function's
+annotation says, ``M = "512"`` for ``make_args(M: int, ...)``, included). So does a machine
+where Triton finds no GPU while its interpreter is off. ``progress`` hears of each key as
+it starts and as it is decided (:class:`KeyProgress`).
 """
 
 from __future__ import annotations
 
+import enum
 import importlib
 import importlib.util
 import inspect
+import os
 import sys
+import time
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,6 +45,37 @@ from evotune.autotune.cache import Decision
 
 class AheadError(ValueError):
     """A bad kernel reference or keys file, in one line naming the file and the field."""
+
+
+INTERPRETER_HINT = "set TRITON_INTERPRET=1 to run on the CPU through Triton's interpreter"
+
+# a launch function's annotation -> (what the value must be, in words; the check)
+_TYPES: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "int": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    "float": ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
+    "str": ("a string", lambda v: isinstance(v, str)),
+    "bool": ("true or false", lambda v: isinstance(v, bool)),
+}
+
+
+class Stage(enum.Enum):
+    STARTED = "started"
+    DECIDED = "decided"
+
+
+@dataclass(frozen=True)
+class KeyProgress:
+    """One key of the keys file, as it starts (``STARTED``) and once it is decided (``DECIDED``: its evaluations,
+    the new ones among them, the decision and the seconds it took)."""
+
+    stage: Stage
+    index: int  # from 0
+    total: int
+    entry: dict[str, Any]  # the key's table in the keys file
+    evaluations: int = 0  # configurations measured for the key, by any process, ever
+    new: int = 0  # of those, measured now
+    decision: Decision | None = None  # None: a single configuration, nothing to time
+    seconds: float = 0.0
 
 
 @dataclass
@@ -112,6 +149,11 @@ def load_keys(path: Path, module: ModuleType) -> KeysFile:
             if not isinstance(value, (int, float, str, bool)):
                 raise AheadError(f"{path}: key[{i}].{field}: expected a number, a string or a boolean, got "
                                  f"{type(value).__name__}")
+            param = sig.parameters.get(field)
+            annotation = None if param is None else _annotation_name(param.annotation)
+            if annotation in _TYPES and not _TYPES[annotation][1](value):
+                raise AheadError(f"{path}: key[{i}].{field}: expected {_TYPES[annotation][0]} ({name}'s "
+                                 f"{field}: {annotation}), got {value!r}")
         try:
             sig.bind(**key)
         except TypeError as exc:
@@ -119,22 +161,76 @@ def load_keys(path: Path, module: ModuleType) -> KeysFile:
     return KeysFile(path, launch, name, keys)
 
 
-def tune_kernel(ref: str, keys_path: Path,
-                cache: str | None = None) -> list[tuple[dict[str, Any], Any, Decision | None]]:
+def _annotation_name(annotation: Any) -> str | None:
+    """``int`` for ``M: int`` (a type, or its name where annotations are strings); None for anything else."""
+    if isinstance(annotation, str):
+        return annotation
+    return getattr(annotation, "__name__", None) if isinstance(annotation, type) else None
+
+
+def check_device() -> None:
+    """:class:`AheadError` (one line, with the hint) when Triton finds no GPU to launch on and its interpreter is
+    off: said before anything is tuned, in place of Triton's traceback at the first launch."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return
+    from triton.runtime import driver
+
+    try:
+        driver.active  # noqa: B018  (the property finds the GPU's driver)
+    except RuntimeError as exc:
+        said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise AheadError(f"no GPU found: {INTERPRETER_HINT} (Triton says: {said})") from None
+
+
+def tune_kernel(ref: str, keys_path: Path, cache: str | None = None,
+                progress: Callable[[KeyProgress], None] | None = None,
+                ) -> list[tuple[dict[str, Any], Any, Decision | None]]:
     """Tune every key of the file; (the key's fields, the chosen triton.Config, its decision) for each."""
     kernel, module = load_kernel(ref)
     keys = load_keys(keys_path, module)
+    check_device()
     if cache is not None:
         kernel.use_cache(cache)
     kernel.mode = "online"
-    out = []
+    # every key's launch is built once before any key is tuned: a key its function refuses stops the command
+    # before the other keys' tuning, not after it
     for i, key in enumerate(keys.keys):
-        launch = keys.launch(**key)
-        if not isinstance(launch, tuple) or len(launch) not in (2, 3):
-            raise AheadError(f"{keys.path}: launch: {keys.launch_name} must return (grid, args) or "
-                             f"(grid, args, kwargs), got {type(launch).__name__} for key[{i}]")
-        grid, args, kwargs = (*launch, {}) if len(launch) == 2 else launch
-        kernel[grid](*args, **kwargs)
+        build_launch(keys, i, key)
+    tell = progress or (lambda event: None)
+    out = []
+    total = len(keys.keys)
+    for i, key in enumerate(keys.keys):
+        tell(KeyProgress(Stage.STARTED, i, total, key))
+        started = time.perf_counter()
+        grid, args, kwargs = build_launch(keys, i, key)
         fields = kernel.key_fields(dict(zip(kernel.arg_names, args, strict=False)), kwargs)
-        out.append((fields, kernel.best_config, kernel.decisions.get(tuple(fields.values()))))
+        before = _evaluations(kernel, fields)
+        kernel[grid](*args, **kwargs)
+        decision = kernel.decisions.get(tuple(fields.values()))
+        after = _evaluations(kernel, fields)
+        tell(KeyProgress(Stage.DECIDED, i, total, key, after, after - before, decision,
+                         time.perf_counter() - started))
+        out.append((fields, kernel.best_config, decision))
     return out
+
+
+def build_launch(keys: KeysFile, i: int, key: dict[str, Any]) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """(grid, args, kwargs) of key ``i``, from the keys file's launch function; :class:`AheadError` naming the key
+    when the function fails on its values or returns something else."""
+    try:
+        launch = keys.launch(**key)
+    except Exception as exc:  # the key's values as the function takes them: one line naming the key
+        said = (str(exc).strip().splitlines() or [""])[0]
+        raise AheadError(f"{keys.path}: key[{i}]: {keys.launch_name}(**key[{i}]) failed: "
+                         f"{type(exc).__name__}: {said}") from None
+    if not isinstance(launch, tuple) or len(launch) not in (2, 3):
+        raise AheadError(f"{keys.path}: launch: {keys.launch_name} must return (grid, args) or "
+                         f"(grid, args, kwargs), got {type(launch).__name__} for key[{i}]")
+    grid, args, kwargs = (*launch, {}) if len(launch) == 2 else launch
+    return grid, tuple(args), dict(kwargs)
+
+
+def _evaluations(kernel: Autotuner, fields: dict[str, Any]) -> int:
+    """The configurations measured for the key so far (its study's trials)."""
+    store = kernel.kernel_cache.existing(fields, kernel.candidates.space)
+    return 0 if store is None else len(store.history())

@@ -39,6 +39,7 @@ import optuna
 
 from evotune.core.space import SearchSpace
 from evotune.storage.study import StudyStore, make_storage, study_summaries
+from evotune.storage.trial_writer import checkpoint
 
 ENV = "EVOTUNE_AUTOTUNE_CACHE"
 PREFIX = "autotune"
@@ -163,7 +164,12 @@ class KernelCache:
         return Decision.from_attr(self.storage.get_study_user_attrs(store.study_id).get(DECISION))
 
     def write_decision(self, store: StudyStore, decision: Decision) -> None:
+        """Store the decision, and copy the sqlite log into the database file: the ``.db`` alone then holds the
+        key's trials and decision, so a copy of it deploys them, while this process keeps its connections open
+        (a process still holding them when it exits leaves its commits in ``autotune.db-wal``). The copy is
+        passive: it waits for no other process, and other processes keep reading and writing meanwhile."""
         self.storage.set_study_user_attr(store.study_id, DECISION, json.loads(json.dumps(asdict(decision))))
+        checkpoint(self.storage)
 
     def tuned(self) -> list[tuple[dict[str, Any], str, Decision]]:
         """(key, study name, decision) of every key of this kernel that has a decision."""

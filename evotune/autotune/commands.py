@@ -8,11 +8,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from evotune.autotune.ahead import AheadError, tune_kernel
+from evotune.autotune.ahead import AheadError, KeyProgress, Stage, tune_kernel
 from evotune.autotune.cache import cache_url
 from evotune.autotune.export import ExportError, entries, write_json, write_vllm_moe
 from evotune.storage.study import open_existing
-from evotune.storage.url import StorageError
+from evotune.storage.url import StorageError, shown, sqlite_file, with_driver
 
 # where export-configs writes without --out: under runs/, beside the other commands' outputs, never among the files
 # of the folder it is run in
@@ -24,11 +24,19 @@ class CommandError(ValueError):
     """A bad argument or input file, in one line naming it and the field."""
 
 
-def tune_kernel_command(kernel: str, keys: str | None, cache: str | None, console: Console) -> int:
+FILLED_BY = ("it is filled by python -m evotune tune-kernel, or by running a program whose kernels use "
+             "evotune.autotune")
+
+
+def tune_kernel_command(kernel: str, keys: str | None, cache: str | None, console: Console,
+                        progress: Console | None = None) -> int:
+    """Tune the keys, saying on ``progress`` (a line as each key starts and one as it is decided) what it does:
+    a key can take minutes, and the table comes at the end."""
     if not keys:
         raise CommandError("--keys KEYS.toml is required (the keys to tune)")
     try:
-        results = tune_kernel(kernel, Path(keys), cache)
+        results = tune_kernel(kernel, Path(keys), cache, None if progress is None else
+                              lambda event: progress.print(progress_line(event), markup=False, highlight=False))
     except AheadError as exc:
         raise CommandError(str(exc)) from None
     table = Table(title=f"Tuned: {kernel}")
@@ -43,6 +51,20 @@ def tune_kernel_command(kernel: str, keys: str | None, cache: str | None, consol
     return 0
 
 
+def progress_line(event: KeyProgress) -> str:
+    """``key 1/3 (M=512, N=512, K=512): tuning`` as a key starts; its evaluations, best time, how it was decided and
+    its seconds once it is decided."""
+    head = f"key {event.index + 1}/{event.total} ({', '.join(f'{k}={v}' for k, v in event.entry.items())})"
+    if event.stage is Stage.STARTED:
+        return f"{head}: tuning"
+    d = event.decision
+    if d is None:
+        return f"{head}: a single configuration, nothing to time ({event.seconds:.1f} s)"
+    best = "no time" if d.time_ms is None else f"best {d.time_ms:.4g} ms"
+    return (f"{head}: {event.evaluations} evaluations ({event.new} new), {best}, {d.how}, "
+            f"{event.seconds:.1f} s")
+
+
 def export_command(cache: str | None, kernel: str | None, fmt: str, out: str | None, batch: str, experts: str,
                    n: str, n_divisor: str = "1") -> int:
     try:
@@ -53,13 +75,17 @@ def export_command(cache: str | None, kernel: str | None, fmt: str, out: str | N
         raise CommandError(f"--n-divisor: expected an integer >= 1, got {n_divisor!r}")
     url = cache_url(cache)
     assert url is not None  # only cache=False has none
+    path = Path(url.removeprefix("journal:")) if url.startswith("journal:") else sqlite_file(with_driver(url))
+    if path is not None and not path.exists():
+        raise CommandError(f"--cache: no autotune cache at {path} ({FILLED_BY})")
     try:
         storage = open_existing(url)
     except StorageError as exc:
         raise CommandError(f"--cache: {exc}") from None
     rows = entries(storage, kernel)
     if not rows:
-        raise CommandError(f"--cache: {url} holds no tuned kernel" + (f" named {kernel}" if kernel else ""))
+        raise CommandError(f"--cache: {shown(url)} holds no tuned kernel" + (f" named {kernel}" if kernel else "")
+                           + f" ({FILLED_BY})")
     try:
         if fmt == "json":
             print(write_json(rows, Path(out or EXPORT_JSON)))

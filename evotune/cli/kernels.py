@@ -11,7 +11,8 @@ def cmd_tune_kernel(args: argparse.Namespace) -> int:
     from evotune.autotune.commands import CommandError, tune_kernel_command
 
     try:
-        return tune_kernel_command(args.kernel, args.keys, args.cache, make_console())
+        return tune_kernel_command(args.kernel, args.keys, args.cache, make_console(),
+                                   None if args.no_progress else make_console(stderr=True))
     except CommandError as exc:
         raise UsageError(str(exc)) from None
 
@@ -35,6 +36,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     tk.add_argument("--cache", metavar="URL_OR_DIR", help="where decisions are kept (default: the decorator's "
                                                            "cache, else $EVOTUNE_AUTOTUNE_CACHE, else "
                                                            "~/.cache/evotune/autotune)")
+    tk.add_argument("--no-progress", action="store_true", help="no line per key as it starts and is decided")
     tk.set_defaults(func=cmd_tune_kernel)
 
     ex = sub.add_parser("export-configs", help="write evotune.autotune's decisions as JSON or vLLM's fused-MoE files")

@@ -1,5 +1,5 @@
 """Command line: ``python -m evotune run | worker | record | best | plot | dashboard | spaces | compare | convert |
-tune-kernel | export-configs``.
+tune-kernel | export-configs | doctor`` (and ``--version``).
 
 Bad input (an experiment file, a path, a name) ends with one line on stderr
 that names the file and the field, and exit code 2. Nothing already finished
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from evotune.cli import kernels, results, tuning
+from evotune.cli import doctor, kernels, results, tuning
 from evotune.cli.output import EXIT_USAGE, UsageError
 from evotune.running.experiment import ExperimentError
 from evotune.running.schedule import SPLITS
@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="evotune", description="Evolutionary autotuner for GPU kernels.")
+    p.add_argument("--version", action="version", version=f"evotune {doctor.evotune_version()}")
     sub = p.add_subparsers(metavar="COMMAND")
 
     run = sub.add_parser("run", help="tune an experiment (resumes if its storage holds trials)")
@@ -123,6 +124,10 @@ def _parser() -> argparse.ArgumentParser:
     conv.set_defaults(func=results.cmd_convert)
 
     kernels.add_commands(sub)
+
+    doc = sub.add_parser("doctor", help="what this machine can run (GPU, Triton, CuTe DSL, CUTLASS C++, torch, "
+                                        "the dashboard) and what to install for the rest")
+    doc.set_defaults(func=doctor.cmd_doctor)
     return p
 
 

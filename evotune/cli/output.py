@@ -6,6 +6,7 @@ and exit code 2 (:data:`EXIT_USAGE`).
 
 from __future__ import annotations
 
+import os
 import sys
 
 from rich.console import Console
@@ -14,9 +15,11 @@ EXIT_USAGE = 2
 
 
 def make_console(stderr: bool = False) -> Console:
-    # Rich falls back to 80 columns when output is not a terminal (CI logs, pipes): too narrow for tables.
+    # Rich falls back to 80 columns when output is not a terminal (CI logs, pipes): too narrow for tables. A width
+    # the environment states ($COLUMNS, which Rich reads) is taken as it is.
     out = sys.stderr if stderr else sys.stdout
-    return Console(stderr=stderr, width=None if out.isatty() else 130)
+    stated = os.environ.get("COLUMNS", "").isdigit()
+    return Console(stderr=stderr, width=None if out.isatty() or stated else 130)
 
 
 class UsageError(Exception):

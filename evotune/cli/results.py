@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from evotune.cli.output import UsageError, make_console, remember
 from evotune.running.experiment import PLOTS_DIR, Experiment, load_experiment
@@ -64,7 +68,7 @@ def cmd_best(args: argparse.Namespace) -> int:
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
-    from evotune.reporting.dashboard import DashboardMissing, require_dashboard, serve
+    from evotune.reporting.dashboard import DashboardAddressError, DashboardMissing, listen, require_dashboard
     from evotune.storage.url import shown
 
     try:
@@ -72,8 +76,17 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     except DashboardMissing as exc:
         raise UsageError(str(exc)) from None
     storage, url, _, _ = _open_source(args)
-    print(f"optuna-dashboard for {shown(url)} on http://{args.host}:{args.port}/ (Ctrl-C to stop)", flush=True)
-    serve(storage, args.host, args.port)
+    try:
+        server = listen(storage, args.host, args.port)  # bound before the address is announced
+    except DashboardAddressError as exc:
+        raise UsageError(str(exc)) from None
+    with server:
+        host = f"[{args.host}]" if ":" in args.host else args.host
+        print(f"optuna-dashboard for {shown(url)} on http://{host}:{args.port}/ (Ctrl-C to stop)", flush=True)
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:  # the way to stop it: nothing was interrupted
+            pass
     return 0
 
 
@@ -96,10 +109,7 @@ def cmd_spaces(args: argparse.Namespace) -> int:
         problem = Problem.gemm(m, n, k, args.dtype, args.layout)
     except ValueError as exc:
         raise UsageError(f"--dtype/--layout: {exc} (expected e.g. bf16, tn)") from None
-    table = Table(title=f"Search spaces on {hardware.name} for {problem.describe()}")
-    columns = ["space", "size", "feasible", "pruned most by (count x first reason)", "parameters"]
-    for col in columns + (["checked against the compiler"] if args.verbose else []):
-        table.add_column(col, overflow="fold")
+    rows = []
     for name in [*builtin_names(), *entry_point_names()]:
         space = load_space(name)
         # a space of another workload (a convolution) is pruned for its own default problem, and says so
@@ -107,18 +117,73 @@ def cmd_spaces(args: argparse.Namespace) -> int:
         ctx = Context(hardware, space.default_problem if own else problem)
         assert ctx.problem is not None  # own only for a space with a default problem
         fs = space.feasible(ctx)
-        pruned = "; ".join(f"{c} x {fs.reasons[r]}" for r, c in fs.pruned.most_common(2)) or "-"
-        params = ", ".join(
-            f"{p.name}={list(p.choices)}" if args.verbose else p.name for p in space.params)
-        label = f"{name} (for {ctx.problem.describe()})" if own else name
-        if args.verbose and space.description:
-            label += f": {space.description}"
-        row = [label, str(space.size), str(len(fs)), pruned, params]
-        if args.verbose:
-            row.append(_compiler_check(space, ctx, args.compiled))
-        table.add_row(*row)
-    make_console().print(table)
+        rows.append(SpaceRow(
+            name, ctx.problem.describe() if own else None, space.description if args.verbose else "",
+            space.size, len(fs), "; ".join(f"{c} x {fs.reasons[r]}" for r, c in fs.pruned.most_common(2)) or "-",
+            ", ".join(f"{p.name}={list(p.choices)}" if args.verbose else p.name for p in space.params),
+            _compiler_check(space, ctx, args.compiled) if args.verbose else None))
+    console = make_console()
+    title = f"Search spaces on {hardware.name} for {problem.describe()}"
+    if console.width >= WIDE_TABLE:
+        console.print(_spaces_table(rows, title, args.verbose))
+    else:
+        _print_spaces_narrow(console, rows, title)
     return 0
+
+
+@dataclass
+class SpaceRow:
+    """One space of ``spaces``: its name, the problem it was pruned for when not the one asked (a space of another
+    workload), what it is (with -v), its size and feasible count, its two most pruning constraints, its
+    parameters and (with -v) how the pruning fared against the compiler."""
+
+    name: str
+    own_problem: str | None
+    description: str
+    size: int
+    feasible: int
+    pruned: str
+    params: str
+    compiler: str | None
+
+
+WIDE_TABLE = 120  # narrower than this, each space is a few wrapped lines: a table's columns would split its names
+
+
+def _spaces_table(rows: list[SpaceRow], title: str, verbose: bool) -> Table:
+    table = Table(title=title)
+    columns = ["space", "size", "feasible", "pruned most by (count x first reason)", "parameters"]
+    for col in columns + (["checked against the compiler"] if verbose else []):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        label = r.name + (f" (for {r.own_problem})" if r.own_problem else "") + \
+            (f": {r.description}" if r.description else "")
+        table.add_row(label, str(r.size), str(r.feasible), r.pruned, r.params,
+                      *([r.compiler or "-"] if verbose else []))
+    return table
+
+
+def _print_spaces_narrow(console: Console, rows: list[SpaceRow], title: str) -> None:
+    """Each space as a line of its name and counts, then its details indented; lines wrap at word boundaries,
+    their continuations indented further."""
+
+    def lines(text: str, indent: int) -> list[str]:
+        return textwrap.wrap(text, width=console.width, initial_indent=" " * indent,
+                             subsequent_indent=" " * (indent + 4), break_long_words=False, break_on_hyphens=False)
+
+    console.print(Text(title, style="bold"), soft_wrap=True)
+    for r in rows:
+        head = lines(r.name + (f" (for {r.own_problem})" if r.own_problem else "")
+                     + f": {r.size} points, {r.feasible} feasible", 0)
+        first = Text(head[0])
+        first.stylize("bold", 0, len(r.name))
+        console.print(first, soft_wrap=True)
+        details = ([r.description] if r.description else []) + [f"pruned most by {r.pruned}",
+                                                                  f"parameters: {r.params}"]
+        if r.compiler is not None:
+            details.append(f"checked against the compiler: {r.compiler}")
+        for line in head[1:] + [ln for d in details for ln in lines(d, 2)]:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _compiler_check(space: Any, ctx: Any, directory: str | None) -> str:

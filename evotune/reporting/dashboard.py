@@ -14,9 +14,12 @@ its value, parameters and user attributes.
 
 from __future__ import annotations
 
+import errno
 import re
+import socket
 from collections.abc import Callable, Iterable
 from typing import Any
+from wsgiref.simple_server import WSGIServer, make_server
 
 import optuna
 
@@ -62,9 +65,31 @@ def redirect_table_page(inner: WsgiApp) -> WsgiApp:
     return wrapped
 
 
+class DashboardAddressError(OSError):
+    """The dashboard's address cannot be listened on (the port is in use, the host is not this machine's)."""
+
+
+def listen(storage: str | optuna.storages.BaseStorage, host: str = "127.0.0.1", port: int = 8080) -> WSGIServer:
+    """The dashboard's HTTP server, bound to ``host:port`` and not serving yet (``serve_forever()``), so an
+    address that cannot be had is known before one is announced. Needs the ``dashboard`` extra.
+
+    :class:`DashboardAddressError`, one line naming the address, when it cannot be bound."""
+    application = app(storage)
+    server_class = _WSGIServerV6 if ":" in host else WSGIServer
+    try:
+        return make_server(host, port, application, server_class=server_class)
+    except (OSError, OverflowError) as exc:  # OverflowError: a port outside 0-65535
+        reason = getattr(exc, "strerror", None) or str(exc)
+        if getattr(exc, "errno", None) == errno.EADDRINUSE:
+            reason += "; choose another --port"
+        raise DashboardAddressError(f"--port: cannot listen on {host}:{port} ({reason})") from None
+
+
 def serve(storage: str | optuna.storages.BaseStorage, host: str = "127.0.0.1", port: int = 8080) -> None:
     """Serve the dashboard until interrupted. Needs the ``dashboard`` extra."""
-    application = app(storage)
-    from bottle import run  # optuna-dashboard's own server, a dependency of it
+    with listen(storage, host, port) as server:
+        server.serve_forever()
 
-    run(application, host=host, port=port)
+
+class _WSGIServerV6(WSGIServer):
+    address_family = socket.AF_INET6

@@ -25,6 +25,9 @@ writes the files vLLM reads (their N is the down projection's: ``shard_intermedi
 
 from __future__ import annotations
 
+import os
+import sys
+
 import torch
 import triton
 import triton.language as tl
@@ -212,6 +215,10 @@ def make_args(M: int, N: int, K: int, E: int, top_k: int = 2, dtype: str = "floa
 
 
 if __name__ == "__main__":
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        print("fused_moe.py: no GPU found: set TRITON_INTERPRET=1 to run on the CPU through Triton's interpreter",
+              file=sys.stderr)
+        raise SystemExit(2)
     gpu = torch.cuda.is_available()
     tokens, hidden, inter, experts, top_k = (64, 4096, 14336 // 8, 8, 2) if gpu else (8, 64, 32, 4, 2)
     dt = torch.float16 if gpu else torch.float32

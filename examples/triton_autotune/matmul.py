@@ -13,6 +13,9 @@ through the Triton interpreter (``TRITON_INTERPRET=1``, tiny shapes).
 
 from __future__ import annotations
 
+import os
+import sys
+
 import torch
 import triton
 import triton.language as tl
@@ -91,6 +94,10 @@ def make_args(M: int, N: int, K: int, dtype: str = "float16"):
 
 
 if __name__ == "__main__":
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        print("matmul.py: no GPU found: set TRITON_INTERPRET=1 to run on the CPU through Triton's interpreter",
+              file=sys.stderr)
+        raise SystemExit(2)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     size = 1024 if device == "cuda" else 32
     dt = torch.float16 if device == "cuda" else torch.float32
