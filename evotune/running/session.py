@@ -183,8 +183,11 @@ class Session:
             if on_trial is not None:
                 on_trial(n, best)
 
-        return tune(target.space, target.ctx, self.evaluator(target), strategy, store, plan.budget, shown,
-                    claims=plan.claims)
+        result = tune(target.space, target.ctx, self.evaluator(target), strategy, store, plan.budget, shown,
+                      claims=plan.claims)
+        if store.study.user_attrs.get("stopped") != result.stopped:  # why it stopped, as best reports it
+            store.study.set_user_attr("stopped", result.stopped)
+        return result
 
     # -- the confirmation stage ----------------------------------------------------------------------------------
     @contextmanager
