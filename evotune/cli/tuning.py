@@ -17,6 +17,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from evotune.running.run import run_experiment
 
     exp = load_experiment(args.experiment)
+    exp.check_outputs(plots=not args.no_plots)  # written at the end: found unusable now, before the run
     console = make_console(stderr=True)
     results = run_experiment(exp, console, progress=not args.no_progress)
     for r in results:
