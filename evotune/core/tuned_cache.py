@@ -122,6 +122,8 @@ def _set_aside(path: Path, reason: str) -> SetAside | None:
         return None
     except FileExistsError:
         return _set_aside(path, reason)
+    except OSError:  # a file system without hard links
+        path.rename(kept)
     return SetAside(path, kept, reason)
 
 
