@@ -36,8 +36,9 @@ class FakeClock:
 
 
 class Slow(Evaluator):
-    """Each evaluation takes ``cost`` seconds of the fake clock; the points of ``compiling`` are still compiling
-    when asked for, for ``compile_s`` more, and wait for it as the GPU evaluator waits for its pool."""
+    """Each evaluation times its kernel for ``cost`` seconds of the fake clock (no start-up: the run's clock
+    starts with the first one); the points of ``compiling`` are still compiling when asked for, for
+    ``compile_s`` more, and wait for it as the GPU evaluator waits for its pool."""
 
     kind = "fake"
 
@@ -58,7 +59,7 @@ class Slow(Evaluator):
                 raise DeadlinePassed("still compiling")
             self.clock.now += self.compile_s
         self.clock.now += self.cost
-        return EvalResult(Status.OK, time_ms=1.0 + point["size"] / 10, compile_s=self.cost)
+        return EvalResult(Status.OK, time_ms=1.0 + point["size"] / 10, bench_s=self.cost)
 
     def abandon(self):
         self.abandoned += 1
@@ -118,6 +119,102 @@ def test_a_study_resumed_with_less_time_left_than_an_evaluation_takes_ends_at_on
     ev.prefetch_depth = 4
     result, store = _tune(tmp_path, ev, Budget(trials=100, seconds=35.0), clock)
     assert result.stopped == "seconds" and result.trials == 3 and len(store.history()) == 3
+
+
+class StartingUp(Slow):
+    """The measuring process's start-up (its imports) and the first compiles: ``startup`` seconds of the fake
+    clock that the first evaluation asked of it waits before it times anything, as a GPU worker's does."""
+
+    def __init__(self, clock: FakeClock, cost: float, startup: float):
+        super().__init__(clock, cost)
+        self.startup = startup
+
+    def evaluate(self, point, problem):
+        waited, self.startup = self.startup, 0.0
+        self.clock.now += waited
+        result = super().evaluate(point, problem)
+        result.compile_s = waited
+        return result
+
+
+def test_the_start_up_and_the_first_build_are_not_spent_from_the_seconds_budget(tmp_path):
+    clock = FakeClock()
+    ev = StartingUp(clock, cost=0.3, startup=30.0)
+    result, store = _tune(tmp_path, ev, Budget(trials=12, seconds=10.0), clock)
+    assert result.stopped == "trials" and result.trials == 12  # not "seconds" after the first point
+    assert result.startup_s == pytest.approx(30.0) and result.stop_text == "stopped on trials"
+    history = store.history()
+    assert history[0].clock_s == pytest.approx(0.3)  # the clock starts as the first kernel is timed
+    assert history[0].attrs["startup_s"] == pytest.approx(30.0) and history[0].attrs["wall_s"] == pytest.approx(30.3)
+    assert history[-1].clock_s == pytest.approx(12 * 0.3) and clock.now == pytest.approx(30.0 + 12 * 0.3)
+    assert ev.bounds == [True, False]  # the deadline holds once the clock runs, not over the start-up
+
+
+def test_a_resumed_study_does_not_take_its_start_up_for_a_typical_evaluation(tmp_path):
+    clock = FakeClock()
+    _tune(tmp_path, StartingUp(clock, cost=0.3, startup=30.0), Budget(trials=1, seconds=10.0), clock)
+    result, _ = _tune(tmp_path, StartingUp(clock, cost=0.3, startup=30.0), Budget(trials=12, seconds=10.0), clock)
+    assert result.stopped == "trials" and result.trials == 12  # 9.7 s left: room for a 0.3 s evaluation
+
+
+def test_a_study_that_stops_before_a_fifth_of_its_trials_says_after_how_many(tmp_path):
+    clock = FakeClock()
+    result, _ = _tune(tmp_path, StartingUp(clock, cost=4.0, startup=30.0), Budget(trials=24, seconds=10.0), clock)
+    assert result.stopped == "seconds" and result.trials == 2  # 4, 8; at 8 the 2 s left cannot fit 4 s
+    assert result.stop_text == "stopped on seconds after 2 of 24 trials"
+
+
+def test_run_and_best_say_when_a_problem_stopped_after_few_of_its_trials(tmp_path, monkeypatch, capsys):
+    from evotune.cli import main
+
+    exp_path = tmp_path / "few.toml"
+    exp_path.write_text(f'''
+name = "few"
+space = "{FAULTS}"
+[oracle]
+kind = "cpu"
+[[problem]]
+m = 64
+n = 64
+k = 64
+dtype = "fp32"
+[[problem]]
+m = 32
+n = 32
+k = 32
+dtype = "fp32"
+[strategy]
+name = "exhaustive"
+[budget]
+trials = 24
+seconds = 10
+[storage]
+url = "sqlite:///{tmp_path / 'few.db'}"
+[outputs]
+best = "{tmp_path / 'best.json'}"
+''')
+    class Sizes(StartingUp):
+        """The first problem's points take 4 s to time, the second's 0.3 s."""
+
+        def evaluate(self, point, problem):
+            self.cost = 4.0 if problem.m == 64 else 0.3
+            return super().evaluate(point, problem)
+
+    clock = FakeClock()
+    monkeypatch.setattr(tuner, "wall_clock", clock)
+    # one measuring process for the run's space: its start-up is paid by the first problem's first evaluation
+    ev = Sizes(clock, cost=0.0, startup=30.0)
+    monkeypatch.setattr(session, "make_evaluator", lambda exp, target, worker=None: ev)
+    assert main(["run", str(exp_path), "--no-progress", "--no-plots"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert ": 2 trials (2 new), stopped on seconds after 2 of 24 trials" in err
+    assert ": 12 trials (12 new), stopped on exhausted" in err  # every feasible point: not a short stop
+    assert "exhausted after" not in err
+
+    assert main(["best", str(exp_path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "exhaustive s0: stopped on seconds after 2 of 24 trials" in out
+    assert out.count("stopped on") == 1  # the problem that measured every point says nothing
 
 
 class Confirming(Slow):

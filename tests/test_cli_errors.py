@@ -4,6 +4,7 @@ code 2, and nothing created or changed. Also how a PostgreSQL URL gets an instal
 
 from __future__ import annotations
 
+import json
 import random
 import sys
 from pathlib import Path
@@ -228,3 +229,67 @@ def test_open_existing_reads_what_a_killed_writer_left_in_the_log_and_writes_not
     assert [t.value for t in optuna.load_study(study_name="s", storage=storage).trials] == [1.5]
     storage.engine.dispose()
     assert {p: (tmp_path / p).read_bytes() for p in ("q.db", "q.db-wal")} == logged
+
+
+CORRUPT = b'[{"space": "landscape:pnpoly", "problem_key": "pnp'  # a cache cut short by a full disk
+
+
+@pytest.mark.parametrize("content", [CORRUPT, b"\xff\xfe not text", b'{"a": 1}', b'[{"space": "x"}]'],
+                         ids=["cut-short", "not-utf8", "not-a-list", "entry-without-fields"])
+def test_run_and_best_set_an_unreadable_tuning_cache_aside_in_one_line(tmp_path, monkeypatch, capsys, content):
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    cache = Path(os.environ["EVOTUNE_TUNED"])  # this test's own (conftest)
+    cache.write_bytes(content)
+    # a strategy that transfers reads the cache before its search, and run writes it at the end: said once
+    exp = replay_experiment(tmp_path / "c.toml", name="c", url="sqlite:///c.db", trials=12, strategy="default",
+                            extra=f'[outputs]\nbest = "{tmp_path / "best.json"}"\n')
+    assert main(["run", str(exp), "--no-progress", "--no-plots"]) == 0
+    err = " ".join(capsys.readouterr().err.split())  # however the console wraps it
+    assert err.count("warning: ") == 1 and "Traceback" not in err
+    assert f"warning: {cache}: the tuning-result cache is unreadable (" in err
+    assert "it is kept as tuned.json.corrupt-1 and a new one is started" in err
+    assert cache.with_name("tuned.json.corrupt-1").read_bytes() == content  # nothing of it lost
+    assert [e["experiment"] for e in json.loads(cache.read_text())] == ["c"]  # a new one, with this run's best
+
+    cache.write_bytes(content)  # broken again: best sets it aside beside the first
+    assert main(["best", str(exp)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "warning: " in err and "it is kept as tuned.json.corrupt-2 and a new one is started" in err
+    assert cache.with_name("tuned.json.corrupt-1").read_bytes() == content
+    assert cache.with_name("tuned.json.corrupt-2").read_bytes() == content
+    assert [e["experiment"] for e in json.loads(cache.read_text())] == ["c"]
+
+
+def test_lookup_refuses_an_unreadable_tuning_cache_naming_it(tmp_path):
+    from evotune.core.problem import Problem
+    from evotune.core.tuned_cache import CacheUnreadable
+    from evotune.reporting.lookup import lookup
+
+    cache = tmp_path / "tuned.json"
+    cache.write_bytes(CORRUPT)
+    with pytest.raises(CacheUnreadable, match=r"tuned\.json: not a tuning-result cache \(not JSON"):
+        lookup(Problem.gemm(64, 64, 64), path=cache)
+    assert cache.read_bytes() == CORRUPT  # a look-up moves nothing
+
+
+def test_a_journal_cut_mid_line_is_said_in_one_clean_line(tmp_path):
+    """Python's own display of a warning (``path:line: JournalWarning: ...`` and a line of source) is not what
+    the command line says: seen as the user sees it, in a process of its own."""
+    import subprocess
+
+    journal = tmp_path / "x.journal"
+    exp = replay_experiment(tmp_path / "j.toml", name="j", url=f"journal:{journal}", trials=12,
+                            extra=f'[outputs]\nbest = "{tmp_path / "best.json"}"\n')
+    assert main(["run", str(exp), "--no-progress", "--no-plots"]) == 0
+    data = journal.read_bytes()
+    start = data.rstrip(b"\n").rfind(b"\n") + 1
+    journal.write_bytes(data[:start + (len(data) - start) // 2])  # what a writer killed inside its write leaves
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "evotune", "best", str(exp)], cwd=root, capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "cut short" in line]
+    assert len(lines) == 1 and lines[0].startswith(f"warning: {journal}: line ") and "JournalWarning" not in lines[0]
+    assert "warnings.warn" not in done.stderr and "Warning:" not in done.stderr

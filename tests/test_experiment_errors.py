@@ -211,6 +211,9 @@ CASES: list[tuple[str, str, str, dict[str, str | bytes]]] = [
     ("storage-unreachable-server", doc(storage='[storage]\nurl = "postgresql://u:p@127.0.0.1:9/db"\n'),
      "storage.url", {}),
     ("outputs-plots-not-a-string", doc().replace('plots = "@TMP@/plots"', "plots = 5"), "outputs.plots", {}),
+    ("outputs-best-under-a-file", doc().replace('best = "@TMP@/best.json"', 'best = "@TMP@/afile/best.json"'),
+     "outputs.best", {"afile": "a file, where a folder would be made\n"}),
+    ("outputs-best-a-folder", doc().replace('best = "@TMP@/best.json"', 'best = "@TMP@"'), "outputs.best", {}),
 ]
 
 
@@ -255,13 +258,14 @@ def _check_line(stderr: str, path: Path, field: str) -> None:
     assert not problems, "; ".join(problems) + f"\nstderr:\n{stderr}"
 
 
-def _assert_refused(tmp_path: Path, capsys, text: str, field: str, files: dict[str, str | bytes]) -> None:
+def _assert_refused(tmp_path: Path, capsys, text: str, field: str, files: dict[str, str | bytes],
+                    flags: tuple[str, ...] = ("--no-progress", "--no-plots")) -> None:
     """Run the broken experiment in-process; collect every broken requirement, then fail once with all of them."""
     path, db = _write_case(tmp_path, text, files)
     before = _snapshot(tmp_path)
     problems = []
     try:
-        code = cli.main(["run", str(path), "--no-progress", "--no-plots"])
+        code = cli.main(["run", str(path), *flags])
     except BaseException as exc:  # anything but a return is a traceback for the user
         code = None
         problems.append(f"main() raised {type(exc).__name__}: {exc}")
@@ -282,6 +286,48 @@ def _assert_refused(tmp_path: Path, capsys, text: str, field: str, files: dict[s
 def test_broken_experiment_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch, capsys, text, field, files):
     monkeypatch.chdir(tmp_path)  # default outputs (under runs/) would land here
     _assert_refused(tmp_path, capsys, text, field, files)
+
+
+@pytest.mark.parametrize("plots", ["@TMP@/afile", "@TMP@/afile/plots"], ids=["a-file", "under-a-file"])
+def test_an_unusable_plots_folder_is_refused_before_the_run(tmp_path, monkeypatch, capsys, plots):
+    monkeypatch.chdir(tmp_path)
+    _assert_refused(tmp_path, capsys, doc().replace('plots = "@TMP@/plots"', f'plots = "{plots}"'), "outputs.plots",
+                    {"afile": "a file\n"}, flags=("--no-progress",))
+
+
+def test_an_unwritable_outputs_folder_is_refused_before_the_run(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    if os.geteuid() == 0:  # root writes into any folder: answer as the access check answers any other user
+        access = os.access
+        monkeypatch.setattr(os, "access", lambda p, mode: (not (mode & os.W_OK) or Path(p) != locked)
+                            and access(p, mode))
+    try:
+        _assert_refused(tmp_path, capsys, doc().replace('best = "@TMP@/best.json"', 'best = "@TMP@/locked/b/x.json"'),
+                        "outputs.best", {})
+    finally:
+        locked.chmod(0o700)
+
+
+@pytest.mark.parametrize(("command", "field"), [("best", "outputs.best"), ("plot", "outputs.plots")])
+def test_best_and_plot_refuse_an_unusable_output_of_the_experiment_in_one_line(tmp_path, monkeypatch, capsys,
+                                                                                command, field):
+    monkeypatch.chdir(tmp_path)
+    path, _ = _write_case(tmp_path, doc(), {})
+    assert cli.main(["run", str(path), "--no-progress", "--no-plots"]) == 0
+    capsys.readouterr()
+    (tmp_path / "afile").write_text("a file\n")
+    key = field.split(".")[1]
+    path.write_text(path.read_text().replace(f'{key} = "{tmp_path}/', f'{key} = "{tmp_path}/afile/'))
+    before = _snapshot(tmp_path)
+    assert cli.main([command, str(path)]) == 2
+    _check_line(capsys.readouterr().err, path, field)
+    assert _snapshot(tmp_path) == before
+    flag, folder = ("--json", "x.json") if command == "best" else ("--out", "plots")
+    assert cli.main([command, str(path), flag, str(tmp_path / "afile" / folder)]) == 2
+    assert capsys.readouterr().err.startswith(f"evotune: error: {flag}: cannot write ")
 
 
 def test_hardware_auto_without_a_gpu(tmp_path, monkeypatch, capsys):

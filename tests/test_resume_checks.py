@@ -59,3 +59,30 @@ def test_a_budget_below_what_the_study_holds_is_said(tmp_path, capsys):
     exp = _experiment(tmp_path, 16, "")  # a higher budget resumes without a word
     assert main(["run", str(exp), "--no-progress", "--no-plots"]) == 0
     assert "warning" not in capsys.readouterr().err and _trials(tmp_path) == 16
+
+
+def test_a_finished_study_resumed_with_the_same_budget_is_said_nothing_of(tmp_path, capsys):
+    exp = _experiment(tmp_path, 12, "")
+    assert main(["run", str(exp), "--no-progress", "--no-plots"]) == 0
+    capsys.readouterr()
+    assert main(["run", str(exp), "--no-progress", "--no-plots"]) == 0  # it holds its 12 trials, as asked
+    assert "warning" not in capsys.readouterr().err and _trials(tmp_path) == 12
+
+    exp = _experiment(tmp_path, 8, "")  # lowered: said once, then the study's budget is the lowered one
+    assert main(["run", str(exp), "--no-progress", "--no-plots"]) == 0
+    assert "began with 12, now 8" in " ".join(capsys.readouterr().err.split())
+    assert main(["run", str(exp), "--no-progress", "--no-plots"]) == 0
+    assert "warning" not in capsys.readouterr().err and _trials(tmp_path) == 12
+
+
+def test_a_study_whose_clock_ran_past_its_own_seconds_is_said_nothing_of(tmp_path, capsys):
+    exp = _experiment(tmp_path, 500, "")
+    exp.write_text(exp.read_text().replace("trials = 500", "trials = 500\nseconds = 5"))
+    assert main(["run", str(exp), "--no-progress", "--no-plots"]) == 0
+    capsys.readouterr()
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'res.db'}")
+    (study,) = optuna.get_all_study_summaries(storage, include_best_trial=False)
+    trials = optuna.load_study(study_name=study.study_name, storage=storage).trials
+    assert max(t.user_attrs["clock_s"] for t in trials) > 5  # the last point ends past the budget
+    assert main(["run", str(exp), "--no-progress", "--no-plots"]) == 0
+    assert "warning" not in capsys.readouterr().err and _trials(tmp_path) == len(trials)

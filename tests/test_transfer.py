@@ -238,6 +238,51 @@ def test_without_a_sources_key_the_shipped_landscapes_of_the_space_are_the_sourc
     assert off["sources"] == []
 
 
+@pytest.mark.parametrize("hardware", ["H100", None])
+def test_a_replayed_landscape_is_never_its_own_source_however_the_experiment_names_the_gpu(tmp_path, hardware):
+    """A user's copy of a shipped landscape, replayed for the GPU table's "H100" (or, with no ``hardware``, the
+    landscape's own device): the shipped file of the very problem, recorded on an "NVIDIA H100 80GB HBM3", is the
+    answer, not a source."""
+    import shutil
+
+    from evotune.running.experiment import load_experiment
+    from evotune.running.session import transfer_sources
+    from evotune.running.targets import resolve
+    from evotune.storage.study import make_storage
+
+    name = INT8.format("64x4096x11008")
+    shutil.copy(H100 / name, tmp_path / name)
+    exp_path = tmp_path / "own.toml"
+    exp_path.write_text(f"""
+space = "cute_hopper_gemm"
+{f'hardware = "{hardware}"' if hardware else ""}
+[oracle]
+kind = "replay"
+landscapes = ["{name}"]
+[strategy]
+name = "default"
+[budget]
+trials = 5
+""")
+    exp = load_experiment(exp_path)
+    (target,) = resolve(exp)
+    sources = transfer_sources(exp, target, make_storage(f"sqlite:///{tmp_path / 'own.db'}"), "default", {})
+    names = {s.name for s in sources}
+    assert "landscape:cute_hopper_gemm_gemm_int8_tn_64x4096x4096" in names  # another shape: a source
+    assert f"landscape:{name.removesuffix('.json.gz')}" not in names
+    nearest = min(sources, key=lambda s: s.distance)
+    assert nearest.distance == pytest.approx(problem_distance(Problem.gemm(64, 4096, 4096, "int8"),
+                                                              target.problem))  # the same GPU: no device distance
+
+
+def test_gpu_names_compare_as_the_gpu_table_knows_them():
+    assert device_distance("H100", "NVIDIA H100 80GB HBM3") == 0
+    assert device_distance("h100", "H100_SXM") == 0
+    assert device_distance("NVIDIA H200", "H200") == 0
+    assert device_distance("H100", "NVIDIA H200") == 1
+    assert device_distance("A100", "NVIDIA A100-SXM4-80GB") == 0
+
+
 def run_space(name: str):
     from evotune.core.plugins import load_space
 

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
+from collections.abc import Callable
 
 from evotune.cli import doctor, kernels, results, tuning
 from evotune.cli.output import EXIT_USAGE, UsageError
 from evotune.running.experiment import ExperimentError
 from evotune.running.schedule import SPLITS
+from evotune.storage.journal import JournalWarning
 from evotune.storage.url import StorageError
 
 
@@ -24,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
+    shown = warnings.formatwarning
+    warnings.formatwarning = _notices(shown)
     try:
         return args.func(args) or 0
     except (ExperimentError, UsageError, StorageError) as exc:
@@ -33,6 +38,22 @@ def main(argv: list[str] | None = None) -> int:
         print("evotune: interrupted; finished trials are stored, run the same command again to resume",
               file=sys.stderr)
         return 130
+    finally:
+        warnings.formatwarning = shown  # a caller of main() gets its own display of warnings back
+
+
+def _notices(form: Callable[..., str]) -> Callable[..., str]:
+    """How warnings are written: a journal's notice (lines skipped or cut short) as one line, as the commands say
+    their other warnings, not as Python's ``path:line: Category: ...`` with a line of source; any other warning
+    as ``form`` writes it."""
+
+    def notice(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+               line: str | None = None) -> str:
+        if issubclass(category, JournalWarning):
+            return f"warning: {message}\n"
+        return form(message, category, filename, lineno, line)
+
+    return notice
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -32,4 +32,7 @@ def remember(rows: list, storage: str, console: Console) -> None:
     from evotune.core.tuned_cache import remember as merge
 
     if rows:
-        console.print(f"tuning-result cache: {merge(rows, storage)}")
+        cache = merge(rows, storage)
+        if cache.set_aside is not None:
+            console.print(f"[yellow]warning:[/] {cache.set_aside}")
+        console.print(f"tuning-result cache: {cache.path}")

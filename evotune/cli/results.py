@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from evotune.cli.output import UsageError, make_console, remember
-from evotune.running.experiment import PLOTS_DIR, Experiment, load_experiment
+from evotune.running.experiment import PLOTS_DIR, Experiment, load_experiment, unwritable
 from evotune.storage.url import StorageError
 
 
@@ -39,10 +39,22 @@ def _open_source(args: argparse.Namespace) -> tuple[Any, str, str | None, Experi
         raise UsageError(f"{args.experiment}: storage.url: {exc}" if exp else f"--storage: {exc}") from None
 
 
+def _check_output(exp: Experiment | None, given: str | None, flag: str, best: bool) -> None:
+    """Refuse an output the command cannot write (``given`` with ``flag``, else the experiment's own) before
+    anything is read."""
+    if given is not None:
+        why = unwritable(Path(given), folder=not best)
+        if why:
+            raise UsageError(f"{flag}: {why}")
+    elif exp is not None:
+        exp.check_outputs(best=best, plots=not best)
+
+
 def cmd_plot(args: argparse.Namespace) -> int:
     from evotune.reporting.plots import plot_experiment
 
     storage, url, name, exp = _open_source(args)
+    _check_output(exp, args.out, "--out", best=False)
     out = args.out or (exp.plots_dir if exp else PLOTS_DIR)
     paths = plot_experiment(storage, name, out)
     if not paths:
@@ -56,6 +68,7 @@ def cmd_best(args: argparse.Namespace) -> int:
     from evotune.reporting.report import best_table, collect_best, export_best
 
     storage, url, name, exp = _open_source(args)
+    _check_output(exp, args.json, "--json", best=True)
     rows = collect_best(storage, name)
     if not rows:
         raise UsageError(f"{args.experiment or url}: no finished trials yet")

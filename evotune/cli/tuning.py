@@ -17,11 +17,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from evotune.running.run import run_experiment
 
     exp = load_experiment(args.experiment)
+    exp.check_outputs(plots=not args.no_plots)  # written at the end: found unusable now, before the run
     console = make_console(stderr=True)
     results = run_experiment(exp, console, progress=not args.no_progress)
     for r in results:
         fails = ", ".join(f"{k} {v}" for k, v in sorted(r.failures.items()))
-        console.print(f"  {r.study_name}: {r.trials} trials ({r.new_trials} new), stopped on {r.stopped}"
+        console.print(f"  {r.study_name}: {r.trials} trials ({r.new_trials} new), {r.stop_text}"
                       + (f"; failed: {fails}" if fails else ""))
     rows = collect_best(exp.storage, exp.name)
     make_console().print(best_table(rows, f"Best configurations: {exp.name}"))
@@ -48,7 +49,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     for r in run_experiment(exp, console, progress=not args.no_progress, draw_seed=draw_seed,
                             split=args.split, costs=costs, resume_finished=False):
         console.print(f"  {r.study_name}: {r.new_trials} measured by this worker, {r.trials} in the study, "
-                      f"stopped on {r.stopped}")
+                      f"{r.stop_text}")
     costs.stop()
     console.print(f"  costs of this worker: {costs.describe()}")
     if args.costs:

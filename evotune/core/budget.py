@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+SHORT = 5  # a study that stopped before a 1/SHORT share of its trials budget says so where it is reported
+
 
 @dataclass(frozen=True)
 class Budget:
@@ -25,3 +27,18 @@ class Budget:
         if self.plateau is not None and trials > 0 and since_best >= self.plateau:
             return "plateau"
         return None
+
+
+def stopped_short(stopped: str, trials: int, budget_trials: int | None) -> bool:
+    """Whether a study that stopped (``stopped``: "seconds", "plateau", ...) with ``trials`` did so before a fifth
+    of its trials budget: its best is the best of few points. A strategy that ran out of points ("exhausted")
+    measured every one it could."""
+    return bool(budget_trials) and stopped != "exhausted" and trials * SHORT < (budget_trials or 0)
+
+
+def stop_text(stopped: str, trials: int, budget_trials: int | None) -> str:
+    """'stopped on seconds', with 'after 1 of 24 trials' where the study :func:`stopped_short`."""
+    text = f"stopped on {stopped}"
+    if stopped_short(stopped, trials, budget_trials):
+        text += f" after {trials} of {budget_trials} trials"
+    return text

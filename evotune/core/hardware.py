@@ -122,6 +122,15 @@ def match_name(device_name: str) -> str | None:
     return None
 
 
+def canonical_name(device: str) -> str:
+    """One spelling per GPU: the table's name of the chip a name spells ("H100" for "NVIDIA H100 80GB HBM3", the
+    live device's name, for "H100_SXM" and for an experiment's "H100"); another GPU's name stripped and
+    lower-cased. Names that are one GPU compare equal this way, however an experiment, a landscape or a study
+    spelt them."""
+    name = device.strip()
+    return _ALIASES.get(name) or match_name(name) or name.lower()
+
+
 def detect(device: int = 0) -> Hardware:
     """Limits of the GPU in this process, read live; peaks from the matching table entry.
 

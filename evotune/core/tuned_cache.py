@@ -18,6 +18,11 @@ otherwise, so a replayed or CPU time never stands for a measured one. ``config``
 kept as Optuna stores it (tuples as ``"2x1"``); ``lookup`` hands it back as the
 space's kernel takes it (``(2, 1)``).
 
+A file that is not such a list (not JSON, cut short, an entry without its fields)
+is never overwritten: ``run`` and ``best`` (:func:`load_tuned`) set it aside as
+``tuned.json.corrupt-N``, say so in one line, and start a new one; ``lookup`` refuses
+it (:class:`CacheUnreadable`).
+
 :func:`evotune.lookup` and :func:`evotune.compile_best` read it; transfer takes its entries as sources.
 """
 
@@ -27,6 +32,7 @@ import datetime as _dt
 import json
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,22 +43,96 @@ def tuned_path() -> Path:
     return Path(os.environ.get("EVOTUNE_TUNED", Path.home() / ".cache" / "evotune" / "tuned.json"))
 
 
+class CacheUnreadable(ValueError):
+    """A cache file that is not a list of entries; ``str()`` names the file and says why."""
+
+    def __init__(self, path: Path, reason: str):
+        self.path, self.reason = path, reason
+        super().__init__(f"{path}: not a tuning-result cache ({reason})")
+
+
+@dataclass(frozen=True)
+class SetAside:
+    """An unreadable cache file, moved out of the way (``kept``) so that a new one starts where it was (``path``)."""
+
+    path: Path
+    kept: Path
+    reason: str
+
+    def __str__(self) -> str:
+        return (f"{self.path}: the tuning-result cache is unreadable ({self.reason}); it is kept as {self.kept.name} "
+                "and a new one is started")
+
+
+@dataclass(frozen=True)
+class TunedCache:
+    """The cache's entries as read from ``path``; ``set_aside``: the unreadable file found there, if any."""
+
+    path: Path
+    entries: list[dict[str, Any]]
+    set_aside: SetAside | None = None
+
+
+#: what each entry must hold, and of what type, for a run to merge into it and transfer and lookup to read it
+REQUIRED: dict[str, type | tuple[type, ...]] = {"space": str, "problem_key": str, "problem": dict, "config": dict,
+                                               "time_ms": (int, float)}
+
+
 def read_tuned(path: Path | None = None) -> list[dict[str, Any]]:
+    """The cache's entries ([] where there is no file); :class:`CacheUnreadable` for a file that holds none."""
     path = path or tuned_path()
     if not path.is_file():
         return []
     try:
-        data = json.loads(path.read_text())
-    except ValueError as exc:
-        raise ValueError(f"{path}: not a JSON tuning-result cache ({exc})") from exc
-    return data if isinstance(data, list) else []
+        data = json.loads(path.read_bytes())
+    except ValueError as exc:  # not JSON, cut short, not UTF-8
+        raise CacheUnreadable(path, f"not JSON: {exc}") from None
+    if not isinstance(data, list):
+        raise CacheUnreadable(path, f"a JSON {type(data).__name__}, not a list of entries")
+    for i, e in enumerate(data):
+        missing = [k for k, kind in REQUIRED.items() if not isinstance(e, dict) or not isinstance(e.get(k), kind)]
+        if missing:
+            raise CacheUnreadable(path, f"entry {i} lacks {', '.join(missing)}")
+    return data
 
 
-def remember(rows: Iterable[Any], storage: str, path: Path | None = None) -> Path:
-    """Merge ``report.Best`` rows into the cache: one entry per (space, hardware, oracle, problem), the fastest
-    kept."""
+def load_tuned(path: Path | None = None) -> TunedCache:
+    """The cache's entries; an unreadable file is set aside (renamed ``NAME.corrupt-N``, nothing of it lost) and
+    the cache starts empty, which ``set_aside`` says."""
     path = path or tuned_path()
-    entries = {_entry_key(e): e for e in read_tuned(path)}
+    try:
+        return TunedCache(path, read_tuned(path))
+    except CacheUnreadable as exc:
+        try:  # another process may have set it aside and started a new one since
+            return TunedCache(path, read_tuned(path))
+        except CacheUnreadable:
+            return TunedCache(path, [], _set_aside(path, exc.reason))
+
+
+def _set_aside(path: Path, reason: str) -> SetAside | None:
+    """Rename ``path`` to its first free ``NAME.corrupt-N``; None where another process moved it first."""
+    n = 1
+    while path.with_name(f"{path.name}.corrupt-{n}").exists():
+        n += 1
+    kept = path.with_name(f"{path.name}.corrupt-{n}")
+    try:
+        os.link(path, kept)  # never over a file of that name, should one appear meanwhile
+        os.unlink(path)
+    except FileNotFoundError:  # set aside by another process already
+        return None
+    except FileExistsError:
+        return _set_aside(path, reason)
+    except OSError:  # a file system without hard links
+        path.rename(kept)
+    return SetAside(path, kept, reason)
+
+
+def remember(rows: Iterable[Any], storage: str, path: Path | None = None) -> TunedCache:
+    """Merge ``report.Best`` rows into the cache: one entry per (space, hardware, oracle, problem), the fastest
+    kept. The cache as written, and the unreadable file it replaced, if any (:func:`load_tuned`)."""
+    cache = load_tuned(path)
+    path = cache.path
+    entries = {_entry_key(e): e for e in cache.entries}
     today = _dt.date.today().isoformat()
     for b in rows:
         entry = {"space": b.space, "hardware": b.hardware, "oracle": b.oracle, "problem_key": b.problem_key,
@@ -68,7 +148,7 @@ def remember(rows: Iterable[Any], storage: str, path: Path | None = None) -> Pat
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(sorted(entries.values(), key=lambda e: (e["space"], e["problem_key"])), indent=1))
     tmp.replace(path)
-    return path
+    return TunedCache(path, list(entries.values()), cache.set_aside)
 
 
 def _entry_key(e: dict[str, Any]) -> tuple[Any, ...]:

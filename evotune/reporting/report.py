@@ -25,6 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from evotune.core import hardware as hw
+from evotune.core.budget import stop_text, stopped_short
 from evotune.core.flush import UNRECORDED_FLUSH
 from evotune.core.problem import Problem
 from evotune.measurement.oracle import ci_half_width
@@ -69,6 +70,9 @@ class Best:
     by_space: dict[str, float] = field(default_factory=dict)
     # what the best study's strategy transferred from: related results of the same space (name, distance)
     sources: list[dict[str, Any]] = field(default_factory=list)
+    # the problem's studies that stopped before a fifth of their trials budget: "ga s0: stopped on seconds after
+    # 1 of 24 trials" (their best is the best of few points)
+    short_stops: list[str] = field(default_factory=list)
 
     @property
     def fraction_of_optimum(self) -> float | None:
@@ -108,6 +112,7 @@ def collect_best(storage: str | optuna.storages.BaseStorage, experiment: str | N
                           for k, v in (a.get("baselines") or {}).items()
                           if not isinstance(v, dict) or v.get("time_ms") is not None}
         best.by_space = _space_bests(done)
+        best.short_stops = _short_stops(summaries)
         best.flush = flush_text(a)
         _apply_confirmation(best, done, st)
         info = a.get("device_info") or {}
@@ -121,6 +126,20 @@ def _best_value(s: StudySummary) -> float:
     t = s.best_trial
     assert t is not None and t.value is not None
     return float(t.value)
+
+
+def _short_stops(summaries: list[StudySummary]) -> list[str]:
+    """Each study that stopped before a fifth of its trials budget, and why (its ``stopped`` attribute)."""
+    out = []
+    for s in summaries:
+        a = s.user_attrs
+        stopped, budget = a.get("stopped"), a.get("budget") or {}
+        if not isinstance(stopped, str) or not isinstance(budget, dict):
+            continue
+        if stopped_short(stopped, s.n_trials, budget.get("trials")):
+            out.append(f"{a.get('strategy', '?')} s{a.get('seed', 0)}: "
+                       f"{stop_text(stopped, s.n_trials, budget.get('trials'))}")
+    return out
 
 
 def _newest_records(summaries: list[StudySummary]) -> dict[str, dict[str, Any]]:
@@ -269,6 +288,7 @@ def best_table(rows: list[Best], title: str = "Best configurations") -> Group:
         configs += [Text.assemble(("  warning: ", "yellow"), w) for w in b.warnings]
         if b.sources:
             configs.append(Text(f"  transferred from {sources_text(b.sources)}"))
+        configs += [Text.assemble(("  ", ""), (stop, "yellow")) for stop in b.short_stops]
     return Group(table, *configs)
 
 

@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import math
+import os
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -77,6 +78,34 @@ class Experiment:
     @property
     def base_dir(self) -> Path:
         return self.path.parent
+
+    def check_outputs(self, best: bool = True, plots: bool = True) -> None:
+        """Refuse (:class:`ExperimentError`) an ``outputs.best`` or ``outputs.plots`` that cannot be written, before
+        a run that would write it at its end has opened anything; nothing is created to find out."""
+        for wanted, fieldname, path, folder in ((best, "outputs.best", self.best_path, False),
+                                                (plots, "outputs.plots", self.plots_dir, True)):
+            why = unwritable(path, folder) if wanted else None
+            if why:
+                raise ExperimentError(self.path, fieldname, why)
+
+
+def unwritable(path: Path, folder: bool) -> str | None:
+    """Why a file (or with ``folder``, a folder to write files in) cannot be written at ``path``, found without
+    creating anything; None when it can. The folders it would be made in are made as it is written."""
+    if path.exists():
+        if folder != path.is_dir():
+            return f"{path} is {'a file, not a folder' if folder else 'a folder, not a file'}"
+        if not os.access(path, os.W_OK | (os.X_OK if folder else 0)):
+            return f"{path} is not writable"
+        return None
+    above = path.parent
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if not above.is_dir():
+        return f"cannot write {path}: {above} is a file, not a folder"
+    if not os.access(above, os.W_OK | os.X_OK):
+        return f"cannot write {path}: folder {above} is not writable"
+    return None
 
 
 # [oracle] keys that set how the GPU oracle samples (see evotune/measurement/oracle.py)

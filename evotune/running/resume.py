@@ -8,9 +8,10 @@ resume:
   exit code 2, nothing measured): the study's trials came from one search,
   and carrying on with another would mix two searches under one name;
 * a budget lower than the one the study began with is said in a warning, and
-  so is a study that already holds more than the new budget: it is past it and
-  is not resumed (a budget is where a study stops, so lowering it loses
-  nothing measured);
+  so is a study that already holds more than a budget other than its own: it
+  is past it and is not resumed (a budget is where a study stops, so lowering
+  it loses nothing measured). A study resumed with the budget it ran to is
+  said nothing of, finished or not;
 * a GPU study measured after another L2 flush (``oracle.flush``; one that
   names none had "dirty") is refused the same way: its times and the new
   ones would not compare.
@@ -102,11 +103,12 @@ def _check_budget(exp: Experiment, name: str, store: StudyStore, console: Consol
             history = store.history()
         held = len(history) if key == "trials" else max((r.clock_s for r in history), default=0.0)
         lowered = old is not None and now < old
-        past = held >= now
-        if not (lowered or past):
+        # a study run to this very budget holds it (a clock a little past it): done, and nothing to say
+        beyond = held > now and (old is None or now != old)
+        if not (lowered or beyond):
             continue
         said = f"study {name} began with {old:g}{unit}, now {now:g}{unit}" if lowered else f"study {name}"
-        if past:
+        if held >= now:
             said += (f"; it holds {held:g}{unit}{' trials' if key == 'trials' else ' of tuning clock'}, "
                      "already past it: nothing more is measured")
         console.print(f"[yellow]warning:[/] {exp.path}: budget.{key}: {said}")

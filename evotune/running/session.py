@@ -34,7 +34,7 @@ from evotune.core.budget import Budget
 from evotune.core.landscape import LandscapeError
 from evotune.core.plugins import load_space
 from evotune.core.space import SearchSpace
-from evotune.core.tuned_cache import read_tuned
+from evotune.core.tuned_cache import load_tuned
 from evotune.measurement.base import Evaluator
 from evotune.measurement.host import unplace
 from evotune.measurement.replay import ReplayEvaluator
@@ -167,7 +167,7 @@ class Session:
 
     def sources(self, target: Target, strategy: str, options: dict[str, Any]) -> list[Source]:
         """What a strategy that transfers learns from (:func:`transfer_sources`); none for one that does not."""
-        return transfer_sources(self.exp, target, self.storage, strategy, options)
+        return transfer_sources(self.exp, target, self.storage, strategy, options, self.console)
 
     # -- one study ------------------------------------------------------------------------------------------------
     def tune(self, target: Target, plan: StudyPlan, strategy: Strategy, on_trial: OnTrial | None = None,
@@ -183,8 +183,11 @@ class Session:
             if on_trial is not None:
                 on_trial(n, best)
 
-        return tune(target.space, target.ctx, self.evaluator(target), strategy, store, plan.budget, shown,
-                    claims=plan.claims)
+        result = tune(target.space, target.ctx, self.evaluator(target), strategy, store, plan.budget, shown,
+                      claims=plan.claims)
+        if store.study.user_attrs.get("stopped") != result.stopped:  # why it stopped, as best reports it
+            store.study.set_user_attr("stopped", result.stopped)
+        return result
 
     # -- the confirmation stage ----------------------------------------------------------------------------------
     @contextmanager
@@ -320,10 +323,11 @@ def progress_bar(console: Console, enabled: bool) -> Iterator[Progress | None]:
 
 
 def transfer_sources(exp: Experiment, target: Target, storage: optuna.storages.BaseStorage, strategy: str,
-                     options: dict[str, Any]) -> list[Source]:
+                     options: dict[str, Any], console: Console | None = None) -> list[Source]:
     """For a strategy that transfers (unless its options say ``transfer = false``): the experiment's own studies
     of the same space for other problems, and the landscapes and the tuning-result cache its ``sources`` names
-    (a landscape of this very problem on this very GPU is left out: it would be the answer); else none."""
+    (a landscape of this very problem on this very GPU is left out: it would be the answer); else none. An
+    unreadable cache is set aside, and ``console`` told so."""
     if not STRATEGIES[strategy].transfers or options.get("transfer") is False:
         return []
     device = target.ctx.hardware.name if target.ctx.hardware else (
@@ -335,7 +339,10 @@ def transfer_sources(exp: Experiment, target: Target, storage: optuna.storages.B
     measured_on = {p.resolve() for p in exp.landscapes}  # a replay's own files: the answer, never a source
     for n in dict.fromkeys(named):
         if n == "cache":
-            found += from_cache(read_tuned(), target.space, target.problem, device)
+            cache = load_tuned()
+            if cache.set_aside is not None and console is not None:
+                console.print(f"[yellow]warning:[/] {cache.set_aside}")
+            found += from_cache(cache.entries, target.space, target.problem, device)
             continue
         assert isinstance(n, Path)
         if n.resolve() in measured_on:

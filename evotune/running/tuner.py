@@ -10,13 +10,17 @@ to the strategy first, counted against the budget, and never measured again.
 
 The tuning clock: in replay, the recorded cost (compile and benchmark time)
 of the points evaluated; on a measuring oracle (gpu, cpu), the run's wall time
-from its first proposal on, added to what the study held (asking the strategy,
-compiling, measuring and storing all count). There, ``budget.seconds`` is a
-deadline: no point is handed out once the time left is less than the typical
-evaluation of the run so far (the median of its last :data:`FIT_WINDOW`), an
-evaluation still waiting at the deadline (for its compile) is dropped
-(:class:`DeadlinePassed`, nothing stored), and the compiles started ahead are
-abandoned (:meth:`Evaluator.abandon`).
+added to what the study held (asking the strategy, compiling, measuring and
+storing all count), from the moment its first evaluation has built its kernel
+on. What that first evaluation waited for before it timed anything (the
+measuring process's start-up and imports, the first compiles) is start-up: a
+run pays it once, whatever its budget, so it is kept off the clock (the
+trial's ``startup_s``) and out of the typical evaluation. There,
+``budget.seconds`` is a deadline: no point is handed out once the time left is
+less than the typical evaluation of the run so far (the median of its last
+:data:`FIT_WINDOW`), an evaluation still waiting at the deadline (for its
+compile) is dropped (:class:`DeadlinePassed`, nothing stored), and the
+compiles started ahead are abandoned (:meth:`Evaluator.abandon`).
 
 Example::
 
@@ -32,7 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from evotune.core.budget import Budget
+from evotune.core.budget import Budget, stop_text
 from evotune.core.problem import Problem
 from evotune.core.result import EvalResult, Status
 from evotune.core.space import Context, Point, SearchSpace
@@ -66,6 +70,13 @@ class TuneResult:
     last_eval: float | None = None  # and when the last one ended
     #: the evaluator's calls: busy_s of them in the measuring process, the rest waiting for the points' compiles
     evaluate_s: float = 0.0
+    startup_s: float = 0.0  # wall seconds of the run's first evaluation before it timed anything: off the clock
+    budget_trials: int | None = None  # the trials budget the study ran to
+
+    @property
+    def stop_text(self) -> str:
+        """'stopped on seconds', and after how many of its trials budget where that was under a fifth of it."""
+        return stop_text(self.stopped, self.trials, self.budget_trials)
 
 
 def tune(space: SearchSpace, ctx: Context, evaluator: Evaluator, strategy: Strategy, store: StudyStore,
@@ -102,7 +113,9 @@ class _Run:
         self.simulated = evaluator.kind == "replay"  # the clock adds recorded costs instead of wall time
         self.queue: list[Point] = []  # proposals asked for and not yet taken
         self.clock = clock
-        self.base, self.began = 0.0, 0.0  # the study's clock at resume, and when this run began on self.clock
+        self.base = 0.0  # the study's clock at resume
+        self.began: float | None = None  # when this run's tuning clock started on self.clock (after start-up)
+        self.startup_s = 0.0
         self.walls: list[float] = []  # this run's evaluation wall times: what the next one is predicted to take
         self.deadline = budget.seconds is not None and not self.simulated
         self.mine: set[str] = set()  # keys of the trials this run measured (stored, or queued to be)
@@ -111,10 +124,8 @@ class _Run:
     def run(self) -> TuneResult:
         self.resume()
         began = time.perf_counter()
-        self.base, self.began = self.state.clock, self.clock()
+        self.base = self.state.clock
         self.writer = TrialWriter(self.store, self.claims)
-        if self.deadline:
-            self.evaluator.bound(self.time_left)
         try:
             stopped = self.loop()
         except BaseException:
@@ -134,7 +145,7 @@ class _Run:
         return TuneResult(self.store.study.study_name, s.trials, s.new, s.best_point, s.best_ms, s.clock,
                           stopped, s.failures, s.skipped, time.perf_counter() - began,
                           s.store_s + self.writer.waited_s, self.writer.busy_s, s.busy_s, s.first_eval, s.last_eval,
-                          s.evaluate_s)
+                          s.evaluate_s, self.startup_s, self.budget.trials)
 
     def loop(self) -> str:
         """Take, claim, measure and record points until the budget says stop; why it stopped."""
@@ -159,7 +170,7 @@ class _Run:
     def now(self) -> float:
         """The tuning clock now: the recorded costs so far in replay, else the study's clock at resume plus this
         run's wall time (or a later clock another worker stored)."""
-        if self.simulated:
+        if self.simulated or self.began is None:  # replay, or still starting up: nothing counted yet
             return self.state.clock
         return max(self.state.clock, self.base + self.clock() - self.began)
 
@@ -176,7 +187,8 @@ class _Run:
             self.state.add(r.number, r.key, r.point, r.value, r.clock_s)
         # the stored evaluations' wall times predict the next one's: a study resumed with less time left than
         # that ends at once, instead of handing points to a compile pool for a deadline that has come
-        self.walls = [float(r.attrs["wall_s"]) for r in history if r.attrs.get("wall_s") is not None]
+        self.walls = [float(r.attrs["wall_s"]) for r in history
+                      if r.attrs.get("wall_s") is not None and r.attrs.get("startup_s") is None]
         self.claims.begin(self.state.done, self.sync)
         self.report()
 
@@ -260,12 +272,25 @@ class _Run:
             self.claims.release(self.space.key(point))
             raise
         elapsed, s = self.clock() - started, self.state
-        self.walls.append(elapsed)
+        if self.began is None and not self.simulated:
+            self.start_clock(result, elapsed)
+        else:
+            self.walls.append(elapsed)
         s.busy_s += float(result.extra.get("worker_s", elapsed))
         s.evaluate_s += elapsed
         s.first_eval = began.timestamp() if s.first_eval is None else s.first_eval
         s.last_eval = began.timestamp() + elapsed
         return result, began, elapsed
+
+    def start_clock(self, result: EvalResult, elapsed: float) -> None:
+        """Start the tuning clock after the run's first evaluation: at the moment it began timing its kernel
+        (built by then, by a measuring process that is up); what it waited for before is start-up. The
+        deadline holds from now on."""
+        timing = min(max(result.bench_s, 0.0), elapsed)
+        self.began = self.clock() - timing
+        self.startup_s = elapsed - timing
+        if self.deadline:
+            self.evaluator.bound(self.time_left)
 
     def record(self, point: Point, result: EvalResult, began: _dt.datetime, elapsed: float) -> None:
         """Queue the trial to be stored (its claim is marked done once it is), count it, tell the strategy."""
@@ -278,7 +303,9 @@ class _Run:
         clock = s.clock + result.cost_s if self.simulated else self.now()
         assert self.writer is not None
         self.mine.add(key)
-        self.writer.put(key, self.store.trial(point, result, clock, started=began, wall_s=elapsed))
+        first = not self.simulated and not (s.new or s.skipped)  # the evaluation the clock started after
+        startup = {"startup_s": self.startup_s} if first else None
+        self.writer.put(key, self.store.trial(point, result, clock, startup, started=began, wall_s=elapsed))
         self.strategy.tell([(point, result.value)])
         s.add(None, key, point, result.value, clock)
         s.new += 1

@@ -34,6 +34,7 @@ from typing import Any
 
 import optuna
 
+from evotune.core.hardware import canonical_name
 from evotune.core.landscape import SHIPPED, Landscape, LandscapeError, landscape_header, load_landscape
 from evotune.core.problem import Problem
 from evotune.core.result import Status
@@ -131,10 +132,11 @@ def vendor(device: str) -> str:
 
 
 def device_distance(a: str | None, b: str | None) -> float:
-    """0 for the same GPU (or when either is not known), 1 for another of the same vendor (or of a vendor
-    the device string does not name), 2 for another vendor's."""
+    """0 for the same GPU, however it is spelt (:func:`~evotune.core.hardware.canonical_name`: an experiment's
+    "H100" is the "NVIDIA H100 80GB HBM3" a landscape recorded), or when either is not known; 1 for another of
+    the same vendor (or of a vendor the device string does not name), 2 for another vendor's."""
     a, b = (a or "").strip(), (b or "").strip()
-    if not a or not b or a.lower() == b.lower():
+    if not a or not b or canonical_name(a) == canonical_name(b):
         return 0.0
     va, vb = vendor(a), vendor(b)
     return 2.0 if va and vb and va != vb else 1.0
