@@ -211,7 +211,7 @@ def dtype_rule(supported: tuple[str, ...], kernel: str, scalings: tuple[str, ...
         scaled = f" {problem.scaling}-scaled" if problem is not None and problem.scaling else ""
         return {"given": f"{problem.dtype if problem is not None else ''}{scaled}"}
 
-    offered = "/".join(s or "unscaled" for s in scalings)
+    offered = "/".join(f"{s}-scaled" if s else "unscaled" for s in scalings)
     fp8 = f" (fp8 {offered})" if "fp8" in supported else ""
     return constraint("dtype", ok, Message(f"{kernel} takes {'/'.join(supported)} inputs{fp8}, not {{given}}",
                                            given))
