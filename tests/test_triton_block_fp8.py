@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -71,9 +72,13 @@ def test_each_pruned_point_says_why():
     assert rule.reason({**POINT, "BLOCK_SIZE_K": 256}, Context(H100, problem)).startswith("block-k: BLOCK_SIZE_K=256")
 
 
-def test_evotune_spaces_lists_it(capsys):
-    assert main(["spaces"]) == 0
-    assert "triton_block_fp8" in capsys.readouterr().out
+def test_evotune_spaces_lists_it_for_a_block_scaled_problem(capsys):
+    assert main(["spaces", "--problem", "16x4096x7168", "--dtype", "fp8", "--scaling", "block"]) == 0
+    out = capsys.readouterr().out
+    assert "16x4096x7168 fp8 block-scaled tn" in out
+    assert re.search(r"triton_block_fp8\s*│\s*1280\s*│\s*256\s*│", out)  # size, feasible
+    assert main(["spaces", "--scaling", "block"]) == 2  # bf16
+    assert "--scaling: scaling: only fp8 inputs are scaled, not bf16" in capsys.readouterr().err
 
 
 # -- the kernel under Triton's interpreter, in a process of its own (tests/interpreted_block_fp8.py)

@@ -93,9 +93,10 @@ def cmd_spaces(args: argparse.Namespace) -> int:
                          f"got {args.problem!r}")
     m, n, k = (int(s) for s in sizes)
     try:
-        problem = Problem.gemm(m, n, k, args.dtype, args.layout)
+        problem = Problem.gemm(m, n, k, args.dtype, args.layout, args.scaling)
     except ValueError as exc:
-        raise UsageError(f"--dtype/--layout: {exc} (expected e.g. bf16, tn)") from None
+        raise UsageError(f"--dtype/--layout/--scaling: {exc} (expected e.g. bf16, tn; fp8 with tensor, row or "
+                         "block)") from None
     table = Table(title=f"Search spaces on {hardware.name} for {problem.describe()}")
     columns = ["space", "size", "feasible", "pruned most by (count x first reason)", "parameters"]
     for col in columns + (["checked against the compiler"] if args.verbose else []):
