@@ -12,9 +12,9 @@ entry point) defines ``SPACE``, a :class:`SearchSpace`, and imports from this mo
 - building: :class:`KernelCache` (compiled kernels on disk, each built once per cache), the resource
   readers of a compiled object (:func:`read_object`, :func:`launch_smem_from_ir`), and another space by
   name (:func:`load_space`);
-- a workload's inputs and layouts, for compile-only builds and reorders: :func:`gemm_inputs` and
-  :func:`gemm_dtypes` (GEMM), :class:`ConvShape`, :data:`VECT`, :func:`to_layout`, :func:`to_nhwc` and
-  :func:`conv2d_nhwc` (conv2d).
+- a workload's inputs and layouts, for compile-only builds and reorders: :func:`gemm_inputs`,
+  :func:`gemm_dtypes` and :data:`SCALE_BLOCK` (GEMM; the group of a block-scaled fp8 GEMM),
+  :class:`ConvShape`, :data:`VECT`, :func:`to_layout`, :func:`to_nhwc` and :func:`conv2d_nhwc` (conv2d).
 
 Example::
 
@@ -26,7 +26,7 @@ Example::
 
 from evotune.core.hardware import Hardware, detect, get_hardware
 from evotune.core.plugins import load_space
-from evotune.core.problem import Problem, get_workload
+from evotune.core.problem import SCALE_BLOCK, Problem, get_workload
 from evotune.core.space import (
     Constraint,
     Context,
@@ -51,7 +51,7 @@ from evotune.measurement.workloads.gemm import make_inputs as gemm_inputs
 from evotune.measurement.workloads.gemm import torch_dtypes as gemm_dtypes
 
 __all__ = [
-    "VECT", "Constraint", "Context", "ConvShape", "Hardware", "KernelCache", "Needs", "Point", "Problem",
+    "SCALE_BLOCK", "VECT", "Constraint", "Context", "ConvShape", "Hardware", "KernelCache", "Needs", "Point", "Problem",
     "SearchSpace", "boolean", "categorical", "constraint", "conv2d_nhwc", "deferred", "detect", "gemm_dtypes",
     "gemm_inputs", "get_hardware", "get_workload", "hardware_limit", "int_range", "launch_smem_from_ir",
     "load_space", "ordinal", "power_of_two", "read_object", "to_layout", "to_nhwc", "tuples",

@@ -198,14 +198,23 @@ def tma_alignment_limit() -> Constraint:
     return hardware_limit("alignment", aligned, message)
 
 
-def dtype_rule(supported: tuple[str, ...], kernel: str) -> Constraint:
-    """The kernel family is only built for these input dtypes."""
+def dtype_rule(supported: tuple[str, ...], kernel: str, scalings: tuple[str, ...] = ("",)) -> Constraint:
+    """The kernel family is only built for these input dtypes, and fp8 with these scalings ("": unscaled, the
+    kernel called as ``kernel(a, b, c)``; a scaled fp8 problem passes the scales too)."""
 
     def ok(p: Point, ctx: Context) -> bool:
         problem = gemm_problem(ctx)
-        return problem is None or problem.dtype in supported
+        return problem is None or (problem.dtype in supported and problem.scaling in scalings)
 
-    return constraint("dtype", ok, f"{kernel} takes {'/'.join(supported)} inputs, not {{ctx.problem.dtype}}")
+    def given(p: Point, ctx: Context) -> dict[str, str]:
+        problem = gemm_problem(ctx)
+        scaled = f" {problem.scaling}-scaled" if problem is not None and problem.scaling else ""
+        return {"given": f"{problem.dtype if problem is not None else ''}{scaled}"}
+
+    offered = "/".join(f"{s}-scaled" if s else "unscaled" for s in scalings)
+    fp8 = f" (fp8 {offered})" if "fp8" in supported else ""
+    return constraint("dtype", ok, Message(f"{kernel} takes {'/'.join(supported)} inputs{fp8}, not {{given}}",
+                                           given))
 
 
 # -- rules of the sm90 (WGMMA + TMA) kernels ---------------------------------------

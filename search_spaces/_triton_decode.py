@@ -13,6 +13,12 @@ loads whole 16-byte vectors, and ``num_stages`` buffers keep that stream in flig
 * ``REDUCE = "last"``: partial tiles to the workspace, as ``"sum"``, and the last split of each tile to
   finish (a per-tile count, which it sets back to zero) sums them into ``c``: one launch, deterministic.
 
+fp8 (e4m3) inputs take fp32 partials and a bf16 ``c``. Scaled fp8 (``scaling`` ``"tensor"`` or ``"row"``:
+``launch(a, b, scale_a, scale_b, c)``, the workload's inputs) is scaled in the epilogue of each program: its
+partial tile is multiplied by the product of the two scalars, or by its rows' ``scale_a`` and its columns'
+``scale_b`` (both contiguous), before it is written. The scales are constant along K, so the scaled partials sum
+to the scaled product in every REDUCE mode, and the reduction kernels stay as they are.
+
 The workspace is allocated once per shape, on the first launch (which ``build`` makes, outside any
 timing); every launch after that is plain kernel launches, which the oracle times as one unit in one
 CUDA graph.
@@ -34,12 +40,16 @@ import triton.language as tl
 from evotune.authoring import Point, Problem
 
 REDUCE_BLOCK = 1024  # outputs per program of the reduction kernel
+# the epilogue's scaling of a problem's fp8 inputs (SCALE in the kernel): none, one scalar each, per row of A
+# and per column of C
+SCALE_MODES = {"": 0, "tensor": 1, "row": 2}
 
 
 @triton.jit
-def _partial(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_bn, s_cs, s_cm, o_ptr, s_om, count_ptr,
+def _partial(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_bn, s_cs, s_cm, o_ptr, s_om, count_ptr, sa_ptr, sb_ptr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-             EVEN_K: tl.constexpr, INT_ACC: tl.constexpr, ATOMIC: tl.constexpr, LAST: tl.constexpr):
+             EVEN_K: tl.constexpr, INT_ACC: tl.constexpr, ATOMIC: tl.constexpr, LAST: tl.constexpr,
+             SCALE: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -61,11 +71,16 @@ def _partial(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_bn, s_cs, s_cm, o_ptr, s_om, 
             b = tl.load(b_ptrs)
         else:
             left = K - kb * BLOCK_K
-            a = tl.load(a_ptrs, mask=rk[None, :] < left, other=0)
-            b = tl.load(b_ptrs, mask=rk[None, :] < left, other=0)
+            # a float zero: Triton casts it to any operand type, e4m3 included (an integer zero it cannot)
+            a = tl.load(a_ptrs, mask=rk[None, :] < left, other=0.0)
+            b = tl.load(b_ptrs, mask=rk[None, :] < left, other=0.0)
         acc = tl.dot(a, tl.trans(b), acc, out_dtype=tl.int32 if INT_ACC else tl.float32)
         a_ptrs += BLOCK_K
         b_ptrs += BLOCK_K
+    if SCALE == 1:
+        acc = acc * (tl.load(sa_ptr) * tl.load(sb_ptr))
+    elif SCALE == 2:
+        acc = acc * tl.load(sa_ptr + rm % M)[:, None] * tl.load(sb_ptr + rn % N)[None, :]
     mask = (rm < M)[:, None] & (rn < N)[None, :]
     c_ptrs = c_ptr + pid_k * s_cs + rm[:, None] * s_cm + rn[None, :]
     if ATOMIC:
@@ -118,7 +133,8 @@ def _counts(tiles: int, device: torch.device) -> torch.Tensor:
 
 def launcher(point: Point, problem: Problem) -> tuple[Any, Any]:
     """``(launch, warmup)``: ``launch(a, b, c)`` writes ``c = a @ b`` (``a`` (M, K) and ``b`` (K, N), both
-    K-contiguous; ``c`` (M, N) contiguous); ``warmup(a, b, c)`` only compiles the kernels it would launch."""
+    K-contiguous; ``c`` (M, N) contiguous), ``launch(a, b, scale_a, scale_b, c)`` the scaled product of a scaled
+    fp8 problem; ``warmup`` with the same arguments only compiles the kernels it would launch."""
     m, n, k, split = problem.m, problem.n, problem.k, point["SPLIT_K"]
     atomic = split > 1 and point["REDUCE"] == "atomic"
     last = split > 1 and point["REDUCE"] == "last"
@@ -126,7 +142,7 @@ def launcher(point: Point, problem: Problem) -> tuple[Any, Any]:
     grid = (triton.cdiv(n, point["BLOCK_N"]), triton.cdiv(m, point["BLOCK_M"]), split)
     meta = dict(BLOCK_M=point["BLOCK_M"], BLOCK_N=point["BLOCK_N"], BLOCK_K=point["BLOCK_K"], SPLIT_K=split,
                 EVEN_K=k % point["BLOCK_K"] == 0, INT_ACC=int_acc, ATOMIC=atomic, LAST=last,
-                num_warps=point["num_warps"], num_stages=point["num_stages"])
+                SCALE=SCALE_MODES[problem.scaling], num_warps=point["num_warps"], num_stages=point["num_stages"])
     acc_dtype = torch.int32 if int_acc else torch.float32
     reduce_grid = (triton.cdiv(m * n, REDUCE_BLOCK),)
     reduce_meta = dict(SPLIT_K=split, BLOCK=REDUCE_BLOCK, num_warps=4)
@@ -137,26 +153,32 @@ def launcher(point: Point, problem: Problem) -> tuple[Any, Any]:
             return c
         return _workspace((m, n) if atomic else (split, m, n), acc_dtype, c.device)
 
-    def args(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor, c: torch.Tensor) -> tuple:
+    def args(tensors: tuple[torch.Tensor, ...], t: torch.Tensor) -> tuple:
         # b is the (K, N) view of the (N, K) weights: its stride along N is the weights' row stride; each split
         # has a partial tile of its own (stride M x N) unless they all add into one (atomics); with
-        # REDUCE=last the kernel writes c itself, and counts each tile's finished splits
+        # REDUCE=last the kernel writes c itself, and counts each tile's finished splits; without scales the
+        # kernel reads none, and takes t in their places
+        a, b, *scales, c = tensors
         counts = _counts(grid[0] * grid[1], c.device) if last else t
-        return (a, b, t, m, n, k, a.stride(0), b.stride(1), 0 if atomic else m * n, n, c, c.stride(0), counts)
+        scale_a, scale_b = scales or (t, t)
+        return (a, b, t, m, n, k, a.stride(0), b.stride(1), 0 if atomic else m * n, n, c, c.stride(0), counts,
+                scale_a, scale_b)
 
-    def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
+    def launch(*tensors: torch.Tensor) -> None:
+        c = tensors[-1]
         t = target(c)
         if atomic:
             t.zero_()
-        _partial[grid](*args(a, b, t, c), **meta)
+        _partial[grid](*args(tensors, t), **meta)
         if split > 1 and not atomic and not last:
             _reduce[reduce_grid](t, c, m * n, **reduce_meta)
         elif t is not c and not last:
             c.copy_(t)
 
-    def warmup(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
+    def warmup(*tensors: torch.Tensor) -> None:
+        c = tensors[-1]
         t = target(c)
-        _partial.warmup(*args(a, b, t, c), grid=grid, **meta)
+        _partial.warmup(*args(tensors, t), grid=grid, **meta)
         if split > 1 and not atomic and not last:
             _reduce.warmup(t, c, m * n, grid=reduce_grid, **reduce_meta)
 
@@ -168,7 +190,7 @@ def specialization(problem: Problem) -> tuple:
     and the row strides (K; N for the workspace and ``c``) as runtime integers, specialised only on
     divisibility by 16 and on being 1; the kernel also on whether K is a multiple of BLOCK_K (EVEN_K)."""
     m, n, k = problem.m, problem.n, problem.k
-    return problem.dtype, problem.layout, tuple((x % 16 == 0, x == 1) for x in (m, n, k, m * n))
+    return problem.dtype, problem.layout, problem.scaling, tuple((x % 16 == 0, x == 1) for x in (m, n, k, m * n))
 
 
 def _key(point: Point, problem: Problem) -> str:
@@ -190,8 +212,8 @@ def precompile(point: Point, problem: Problem) -> bool:
 
 def build(point: Point, problem: Problem) -> Any:
     """Compile ``point`` for ``problem`` (launching once on scratch data, which also allocates the split-K
-    workspace) and return ``fn(a, b, c)``; ``fn.cache_hit`` says whether a binary of the same
-    :func:`specialization` was built before."""
+    workspace) and return ``fn(a, b, c)`` (``fn(a, b, scale_a, scale_b, c)`` for scaled fp8); ``fn.cache_hit``
+    says whether a binary of the same :func:`specialization` was built before."""
     from search_spaces._triton_kernel import launched
 
     return launched(launcher(point, problem)[0], problem, _key(point, problem), f"triton-decode {problem.key} {point}")

@@ -145,14 +145,15 @@ def build(point: Point, problem: Problem) -> Any:
 
 
 def launched(launch: Any, problem: Problem, key: str, label: str) -> Any:
-    """``launch`` after one launch on scratch data, which compiles it (recorded under ``key``) or loads its binary
-    from Triton's cache; ``launch.cache_hit`` says which."""
+    """``launch`` after one launch on scratch data (the problem's inputs: ``a, b, c``, or ``a, b, scale_a, scale_b,
+    c`` for scaled fp8), which compiles it (recorded under ``key``) or loads its binary from Triton's cache;
+    ``launch.cache_hit`` says which."""
     from evotune.authoring import gemm_inputs
 
-    a, b, c = gemm_inputs(problem, seed=0)
+    inputs = gemm_inputs(problem, seed=0)
 
     def first_launch() -> None:
-        launch(a, b, c)
+        launch(*inputs)
         torch.cuda.synchronize()
 
     hit = fill_cache(key, label, first_launch)

@@ -13,7 +13,9 @@ and is nearly all the bytes. The kernel (``_triton_decode.py``) is built for tha
 * rows past M are wrapped copies, never masked loads: ``BLOCK_M`` is 16 at least (the tensor-core
   tile), and no wider than M needs.
 
-bf16, fp16 and int8 (int8 x int8 -> int32, as ``torch._int_mm``). ``build`` compiles a
+bf16, fp16, int8 (int8 x int8 -> int32, as ``torch._int_mm``) and fp8 (e4m3 -> bf16; sm_89 and newer),
+unscaled or scaled per tensor or per row (the scales applied in each program's epilogue, the kernel called
+as ``fn(a, b, scale_a, scale_b, c)``; block scaling is ``triton_block_fp8``'s). ``build`` compiles a
 configuration; verification and timing are the GEMM defaults of ``evotune.measurement.workloads.gemm``.
 
 Example::
@@ -46,7 +48,8 @@ from evotune.authoring import (
 from search_spaces import _gemm_model as gm
 
 DEFAULT_PROBLEM = Problem.gemm(16, 4096, 4096, "bf16")
-DTYPES = ("bf16", "fp16", "int8")
+DTYPES = ("bf16", "fp16", "int8", "fp8")
+SCALINGS = ("", "tensor", "row")  # fp8: unscaled, or a scaled epilogue (see _triton_decode.py)
 ACC_BYTES = 4  # fp32 accumulator, int32 for int8
 REG_OVERHEAD = 32  # registers per thread besides the accumulator: pointers, offsets, masks, loop state
 WARP = 32
@@ -125,6 +128,11 @@ def _vector_loads_ok(p: Point, ctx: Context) -> bool:
     return p["BLOCK_N"] * p["BLOCK_K"] * _problem(ctx).in_bytes >= threads(p) * VECTOR_BYTES
 
 
+def _fp8_supported(p: Point, ctx: Context) -> bool:
+    problem = gm.gemm_problem(ctx)
+    return ctx.hardware is None or problem is None or problem.dtype != "fp8" or ctx.hardware.has("fp8")
+
+
 def _regs_per_thread_ok(p: Point, ctx: Context) -> bool:
     return ctx.hardware is None or registers(p) <= ctx.hardware.regs_per_thread
 
@@ -165,7 +173,9 @@ SPACE = SearchSpace(
         ordinal("num_stages", [2, 3, 4, 5, 6], doc="software-pipeline depth of the weight stream"),
     ],
     constraints=[
-        gm.dtype_rule(DTYPES, "triton_decode_gemm"),
+        gm.dtype_rule(DTYPES, "triton_decode_gemm", SCALINGS),
+        # Triton lowers e4m3 dots only on sm_89 and newer
+        hardware_limit("fp8", _fp8_supported, "fp8 inputs need fp8 tensor cores; {ctx.hardware.name} has none"),
         constraint("layout", _layout_ok, "the kernel streams K-contiguous operands: layout tn only, not "
                                          "{ctx.problem.layout}"),
         constraint("block-m", _m_rows_ok, "BLOCK_M={BLOCK_M} is wider than M={ctx.problem.m} needs (the rows past "

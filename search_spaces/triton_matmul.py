@@ -135,6 +135,8 @@ SPACE = SearchSpace(
         ordinal("num_ctas", [1, 2], doc="CTAs per program as a thread-block cluster (sm_90+)"),
     ],
     constraints=[
+        # every dtype, fp8 unscaled: a scaled fp8 problem's kernel takes its scales (triton_block_fp8 does)
+        gm.dtype_rule(("bf16", "fp16", "fp8", "int8", "fp32"), "triton_matmul"),
         # Triton lowers e4m3 dots only on sm_89 and newer
         hardware_limit("fp8", _fp8_supported, "fp8 inputs need fp8 tensor cores; {ctx.hardware.name} has none"),
         hardware_limit("clusters", _clusters_ok,

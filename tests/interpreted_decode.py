@@ -2,8 +2,10 @@
 
 Started by tests/test_triton_decode.py in a process of its own with ``TRITON_INTERPRET=1`` (the variable must
 be set before Triton is imported, and must not reach the test process's other kernels). Reads a JSON list of
-cases, each ``{"dtype", "m", "n", "k", "point"}``, from argv[1]; prints a list of ``{"error", "int32"}``:
-the relative Frobenius-norm error against the float64 product (int8: the count of outputs that differ).
+cases, each ``{"dtype", "m", "n", "k", "point"}`` and for fp8 a ``"scaling"`` ("" unscaled, "tensor", "row"),
+from argv[1]; prints a list of ``{"error", "int32", "same_dtype", "out_dtype"}``: the relative Frobenius-norm
+error against the float64 product (int8: the count of outputs that differ; scaled fp8: against the dequantized
+product, on the workload's amax-quantized inputs).
 
 Triton 3.9's interpreter keeps bf16 as uint16 and its dot multiplies those bits, so the dot here takes
 bf16 operands as the fp32 numbers they are (as the GPU's tensor cores do); everything else is Triton's own.
@@ -20,6 +22,7 @@ import triton.language as tl
 from triton.runtime import interpreter
 
 from evotune.core.problem import Problem
+from evotune.measurement.workloads import gemm, gemm_fp8
 from search_spaces import _triton_decode
 
 _real_dot = interpreter.InterpreterBuilder.create_dot
@@ -39,7 +42,9 @@ interpreter.InterpreterBuilder.create_dot = _create_dot
 
 
 def inputs(problem: Problem):
-    """``a`` (M, K), ``b`` the (K, N) view of (N, K) weights, and a poisoned ``c``."""
+    """``a`` (M, K), ``b`` the (K, N) view of (N, K) weights, (scaled fp8: their scales,) and a poisoned ``c``."""
+    if problem.dtype == "fp8":
+        return gemm.make_inputs(problem, seed=1, device="cpu")
     gen = torch.Generator().manual_seed(1)
     if problem.dtype == "int8":
         a = torch.randint(-8, 8, (problem.m, problem.k), generator=gen, dtype=torch.int8)
@@ -54,17 +59,22 @@ def inputs(problem: Problem):
 
 
 def run(case: dict) -> dict:
-    problem = Problem.gemm(case["m"], case["n"], case["k"], case["dtype"])
-    a, b, c = inputs(problem)
+    problem = Problem.gemm(case["m"], case["n"], case["k"], case["dtype"], "tn", case.get("scaling", ""))
+    tensors = inputs(problem)
+    a, b, c = tensors[0], tensors[1], tensors[-1]
     launch = _triton_decode.launcher(case["point"], problem)[0]
-    launch(a, b, c)
-    c.fill_(0x7F7F7F7F if problem.dtype == "int8" else float("nan"))  # poisoned again: the second launch writes all
-    launch(a, b, c)  # a launch after the first: what one launch leaves (REDUCE=last's counts) serves the next
-    ref = a.double() @ b.double()
+    launch(*tensors)
+    gemm.poison(c)  # poisoned again: the second launch writes all
+    launch(*tensors)  # a launch after the first: what one launch leaves (REDUCE=last's counts) serves the next
+    if problem.scaling:
+        ref = gemm_fp8.reference(problem, *tensors[:4]).double()
+    else:
+        ref = a.double() @ b.double()
     if problem.dtype == "int8":
         return {"error": int((c.double() != ref).sum()), "int32": c.dtype == torch.int32}
     err = float((c.double() - ref).norm() / ref.norm())
-    return {"error": err if err == err else float("inf"), "int32": False, "same_dtype": c.dtype == a.dtype}
+    return {"error": err if err == err else float("inf"), "int32": False, "same_dtype": c.dtype == a.dtype,
+            "out_dtype": str(c.dtype)}
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ GPU = '[oracle]\nkind = "gpu"\n'
 PROBLEM = '[[problem]]\nm = 1024\nn = 1024\nk = 1024\ndtype = "bf16"\n'
 CPU = '[oracle]\nkind = "cpu"\n'
 CPU_PROBLEM = '[[problem]]\nm = 64\nn = 64\nk = 64\ndtype = "fp32"\n'
+FP8_BLOCK = '[[problem]]\nm = 16\nn = 4096\nk = 7168\ndtype = "fp8"\nscaling = "block"\n'
 CONV_PROBLEM = '[[problem]]\nkind = "conv2d"\nN = 1\nC = 32\nH = 4\nW = 4\nK = 32\nR = 3\nS = 3\n'
 NO_BUILD = ('from evotune.core.space import SearchSpace, ordinal\n'
             'SPACE = SearchSpace("nobuild", [ordinal("x", (1, 2))])\n')
@@ -187,6 +188,16 @@ CASES: list[tuple[str, str, str, dict[str, str | bytes]]] = [
      "problem[1].m", {}),
     ("problem-unknown-kind", gpu_doc(problem=PROBLEM + 'kind = "stencil"\n'), "problem[0].kind", {}),
     ("problem-kind-not-a-string", gpu_doc(problem=PROBLEM + "kind = 3\n"), "problem[0].kind", {}),
+    # scaled fp8 GEMMs: scales for fp8 inputs only, block scales over whole 128-element groups, FP8 tensor cores
+    ("problem-scaling-on-bf16", gpu_doc(problem=PROBLEM + 'scaling = "row"\n'), "problem[0].scaling", {}),
+    ("problem-unknown-scaling", gpu_doc(problem=FP8_BLOCK.replace('"block"', '"channel"')), "problem[0].scaling", {}),
+    ("problem-block-scaling-k-not-128", gpu_doc(problem=FP8_BLOCK.replace("k = 7168", "k = 7000")), "problem[0].k",
+     {}),
+    ("problem-block-scaling-n-not-128", gpu_doc(problem=FP8_BLOCK.replace("n = 4096", "n = 4000")), "problem[0].n",
+     {}),
+    ("problem-scaled-fp8-layout-nt", gpu_doc(problem=FP8_BLOCK + 'layout = "nt"\n'), "problem[0].layout", {}),
+    ("problem-fp8-without-fp8-tensor-cores", doc(top='hardware = "A100"\n', space='space = "triton_matmul"\n',
+                                                  oracle=GPU, problem=FP8_BLOCK), "problem[0].dtype", {}),
     # a space serves one workload: a GEMM problem is refused by a space for another kind
     ("space-serves-another-workload", doc(space='space = "other.py"\n', oracle=CPU, problem=CPU_PROBLEM), "space",
      {"other.py": NO_BUILD.replace('ordinal("x", (1, 2))]', 'ordinal("x", (1, 2))], workload="stencil"')}),
@@ -340,6 +351,16 @@ def test_hardware_auto_without_a_gpu(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(hardware, "detect", no_gpu)
     monkeypatch.chdir(tmp_path)
     _assert_refused(tmp_path, capsys, doc(top='hardware = "auto"\n'), "hardware", {})
+
+
+def test_hardware_auto_without_fp8_tensor_cores(tmp_path, monkeypatch, capsys):
+    """'auto' finding a GPU without FP8 tensor cores (an A100) for an fp8 problem: one line about hardware."""
+    from evotune.core import hardware
+
+    monkeypatch.setattr(hardware, "detect", lambda device=0: hardware.get_hardware("A100"))
+    monkeypatch.chdir(tmp_path)
+    text = doc(top='hardware = "auto"\n', space='space = "triton_matmul"\n', oracle=GPU, problem=FP8_BLOCK)
+    _assert_refused(tmp_path, capsys, text, "hardware", {})
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="torch is installed here")

@@ -16,6 +16,7 @@ from evotune.core.hardware import get_hardware
 from evotune.core.problem import Problem
 from evotune.core.space import Context
 from evotune.measurement.workloads.gemm import TOLERANCE
+from evotune.measurement.workloads.gemm_fp8 import SCALED_TOLERANCE
 from search_spaces import triton_decode_gemm as decode
 
 H100 = get_hardware("H100")
@@ -30,11 +31,11 @@ def why(point: dict, problem: Problem) -> str | None:
 
 
 # -- the space (no Triton needed)
-@pytest.mark.parametrize("dtype", decode.DTYPES)
+@pytest.mark.parametrize(("dtype", "scaling"), [(d, "") for d in decode.DTYPES] + [("fp8", "row")])
 @pytest.mark.parametrize("m", [1, 16, 64])
-def test_every_decode_shape_has_feasible_points_on_an_h100(m, dtype):
+def test_every_decode_shape_has_feasible_points_on_an_h100(m, dtype, scaling):
     for n, k in DECODE_NK:
-        problem = Problem.gemm(m, n, k, dtype)
+        problem = Problem.gemm(m, n, k, dtype, "tn", scaling)
         fs = SPACE.feasible(Context(H100, problem))
         assert len(fs) > 100, (problem.key, fs.pruned)
         assert all(SPACE.estimate(fs.point(r), Context(H100, problem)) > 0 for r in range(0, len(fs), 97))
@@ -49,7 +50,11 @@ def test_each_pruned_point_says_why():
     # 4096 = 8 blocks of 512: a 16-way split leaves half the splits without work
     assert "8 blocks of BLOCK_K=512" in why({**POINT, "BLOCK_K": 512, "SPLIT_K": 16}, problem)
     assert "layout tn only" in why(POINT, Problem.gemm(16, 4096, 4096, "bf16", "nt"))
-    assert "bf16/fp16/int8" in why(POINT, Problem.gemm(16, 4096, 4096, "fp8"))
+    assert "fp8 unscaled/tensor-scaled/row-scaled), not fp8 block-scaled" in why(
+        POINT, Problem.gemm(16, 4096, 4096, "fp8", "tn", "block"))
+    assert "not fp32" in why(POINT, Problem.gemm(16, 4096, 4096, "fp32"))
+    assert "fp8 tensor cores; A100 has none" in SPACE.check(POINT, Context(get_hardware("A100"),
+                                                                            Problem.gemm(16, 4096, 4096, "fp8")))
     # 4096 / 256 columns, no split: 16 programs for 132 SMs
     assert "16 programs leave more than half of the 132 SMs" in why({**POINT, "BLOCK_N": 256, "SPLIT_K": 1}, problem)
     assert "16-byte vector" in why({**POINT, "BLOCK_N": 16, "BLOCK_K": 64, "num_warps": 8}, problem)
@@ -62,10 +67,16 @@ def test_evotune_spaces_lists_it(capsys):
 
 
 # -- the kernels under Triton's interpreter, in a process of their own (tests/interpreted_decode.py)
+REDUCTIONS = [(1, "sum"), (3, "sum"), (2, "atomic"), (3, "last")]
 CASES = [{"dtype": dtype, "m": 3, "n": 40, "k": k,  # rows and columns past the edges of a 16 x 32 tile
           "point": {**POINT, "BLOCK_N": 32, "BLOCK_K": 64, "SPLIT_K": split, "REDUCE": reduce}}
-         for dtype in decode.DTYPES for split, reduce in [(1, "sum"), (3, "sum"), (2, "atomic"), (3, "last")]
+         for dtype in ("bf16", "fp16", "int8") for split, reduce in REDUCTIONS
          for k in (256, 200)]  # K a multiple of BLOCK_K, and one with a tail
+# fp8, unscaled and with the scaled epilogue in every reduction; per-row scales with a K tail as well
+CASES += [{"dtype": "fp8", "scaling": scaling, "m": 3, "n": 40, "k": k,
+           "point": {**POINT, "BLOCK_N": 32, "BLOCK_K": 64, "SPLIT_K": split, "REDUCE": reduce}}
+          for scaling, ks in (("", (256,)), ("tensor", (256,)), ("row", (256, 200)))
+          for split, reduce in REDUCTIONS for k in ks]
 
 
 @pytest.fixture(scope="module")
@@ -80,13 +91,16 @@ def interpreted() -> list[dict]:
 
 
 @pytest.mark.parametrize("case", range(len(CASES)),
-                         ids=[f"{c['dtype']}-split{c['point']['SPLIT_K']}-{c['point']['REDUCE']}-k{c['k']}"
-                              for c in CASES])
+                         ids=[f"{c['dtype']}{c.get('scaling', '')}-split{c['point']['SPLIT_K']}-"
+                              f"{c['point']['REDUCE']}-k{c['k']}" for c in CASES])
 @pytest.mark.slow  # Triton kernels through the interpreter, in other processes
 def test_the_kernels_match_the_reference(interpreted, case):
     dtype, result = CASES[case]["dtype"], interpreted[case]
     if dtype == "int8":
         assert result == {"error": 0, "int32": True}  # every int32 output exact
+    elif dtype == "fp8":  # bf16 out; scaled: against the dequantized product
+        tolerance = SCALED_TOLERANCE if CASES[case]["scaling"] else TOLERANCE["fp8"]
+        assert result["out_dtype"] == "torch.bfloat16" and result["error"] <= tolerance, result
     else:
         assert result["same_dtype"] and result["error"] <= TOLERANCE[dtype], result
 
@@ -127,6 +141,12 @@ def test_on_a_gpu_points_verify_a_wrong_kernel_is_rejected_and_a_second_shape_hi
                 torch.cuda.synchronize()
                 ok, _, message = verify(problem, a, b, c)
                 assert ok, (dtype, point, seed, message)
+        # a K with a tail: the masked loads of the last block
+        tail = Problem.gemm(16, 4096, 4000, dtype)
+        a, b, c = make_inputs(tail, seed=5)
+        kernels.build(POINT, tail)(a, b, c)
+        torch.cuda.synchronize()
+        assert verify(tail, a, b, c)[0], (dtype, verify(tail, a, b, c))
     assert not any(hits)  # a fresh cache: each was compiled
     # a kernel that reduces only half of K is caught by the verification the worker runs
     problem = Problem.gemm(16, 4096, 4096, "bf16")
@@ -136,6 +156,34 @@ def test_on_a_gpu_points_verify_a_wrong_kernel_is_rejected_and_a_second_shape_hi
     assert not ok and "relative error" in message
     # another shape with the same specialisation as the first build: the kernel index counts a hit
     assert kernels.build(POINT, Problem.gemm(32, 12288, 4096, "bf16")).cache_hit
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scaling", ["tensor", "row"])
+def test_on_a_gpu_the_scaled_epilogue_verifies_and_matches_torch_scaled_mm(scaling):
+    import torch
+
+    from evotune.measurement.workloads.gemm import baselines, make_inputs
+    from evotune.measurement.workloads.gemm_fp8 import verify
+    from search_spaces import _triton_decode as kernels
+
+    for m in (1, 16, 64):
+        problem = Problem.gemm(m, 4096, 11008, "fp8", "tn", scaling)
+        (name, scaled_mm), = baselines(problem).items()
+        assert name.startswith("torch._scaled_mm")
+        for point in (POINT, {**POINT, "SPLIT_K": 1, "BLOCK_N": 32}, {**POINT, "REDUCE": "atomic"},
+                      {**POINT, "REDUCE": "last"}):
+            fn = kernels.build(point, problem)
+            inputs = make_inputs(problem, seed=3)
+            fn(*inputs)
+            torch.cuda.synchronize()
+            ok, _, message = verify(problem, inputs)
+            assert ok, (m, point, message)
+            ours = inputs[-1].float().clone()
+            scaled_mm(*inputs)
+            torch.cuda.synchronize()
+            theirs = inputs[-1].float()
+            assert float((ours - theirs).norm() / theirs.norm()) < 1e-2, (m, point)
 
 
 def test_the_decode_experiment_covers_the_decode_shapes_with_a_confirmation_stage():

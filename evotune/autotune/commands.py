@@ -10,7 +10,14 @@ from rich.table import Table
 
 from evotune.autotune.ahead import AheadError, KeyProgress, Stage, tune_kernel
 from evotune.autotune.cache import cache_url
-from evotune.autotune.export import ExportError, entries, write_json, write_vllm_moe
+from evotune.autotune.export import (
+    ExportError,
+    check_vllm_folder,
+    entries,
+    write_json,
+    write_vllm_block_fp8,
+    write_vllm_moe,
+)
 from evotune.storage.study import open_existing
 from evotune.storage.url import StorageError, shown, sqlite_file, with_driver
 
@@ -65,14 +72,33 @@ def progress_line(event: KeyProgress) -> str:
             f"{event.seconds:.1f} s")
 
 
+def _block_shape(text: str | None) -> tuple[int, int] | None:
+    """``--block-shape N,K`` as two positive integers (None when not given)."""
+    if text is None:
+        return None
+    parts = text.split(",")
+    if len(parts) != 2 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise CommandError(f"--block-shape: expected two positive integers N,K (as 128,128), got {text!r}")
+    return int(parts[0]), int(parts[1])
+
+
 def export_command(cache: str | None, kernel: str | None, fmt: str, out: str | None, batch: str, experts: str,
-                   n: str, n_divisor: str = "1") -> int:
+                   n: str, n_divisor: str = "1", k: str = "K", block_shape: str | None = None,
+                   check: str | None = None) -> int:
+    if check is not None:  # read vLLM config files back, nothing to export
+        try:
+            for checked in check_vllm_folder(Path(check)):
+                print(f"{checked}: ok")
+        except ExportError as exc:
+            raise CommandError(str(exc)) from None
+        return 0
     try:
         divisor = int(n_divisor)
     except ValueError:
         divisor = 0
     if divisor < 1:
         raise CommandError(f"--n-divisor: expected an integer >= 1, got {n_divisor!r}")
+    block = _block_shape(block_shape)
     url = cache_url(cache)
     assert url is not None  # only cache=False has none
     path = Path(url.removeprefix("journal:")) if url.startswith("journal:") else sqlite_file(with_driver(url))
@@ -89,9 +115,12 @@ def export_command(cache: str | None, kernel: str | None, fmt: str, out: str | N
     try:
         if fmt == "json":
             print(write_json(rows, Path(out or EXPORT_JSON)))
+        elif fmt == "vllm-block-fp8":
+            for written in write_vllm_block_fp8(rows, Path(out or EXPORT_VLLM_DIR), batch, n, k, block):
+                print(written)
         else:
-            for path in write_vllm_moe(rows, Path(out or EXPORT_VLLM_DIR), batch, experts, n, divisor):
-                print(path)
+            for written in write_vllm_moe(rows, Path(out or EXPORT_VLLM_DIR), batch, experts, n, divisor, block):
+                print(written)
     except ExportError as exc:
         raise CommandError(str(exc)) from None
     return 0

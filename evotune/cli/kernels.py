@@ -22,7 +22,7 @@ def cmd_export_configs(args: argparse.Namespace) -> int:
 
     try:
         return export_command(args.cache, args.kernel, args.format, args.out, args.batch_key, args.experts_key,
-                              args.n_key, args.n_divisor)
+                              args.n_key, args.n_divisor, args.k_key, args.block_shape, args.check)
     except CommandError as exc:
         raise UsageError(str(exc)) from None
 
@@ -39,16 +39,23 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     tk.add_argument("--no-progress", action="store_true", help="no line per key as it starts and is decided")
     tk.set_defaults(func=cmd_tune_kernel)
 
-    ex = sub.add_parser("export-configs", help="write evotune.autotune's decisions as JSON or vLLM's fused-MoE files")
+    ex = sub.add_parser("export-configs", help="write evotune.autotune's decisions as JSON or vLLM's fused-MoE or "
+                                               "block-fp8 config files, or check such files")
     ex.add_argument("--cache", metavar="URL_OR_DIR", help="the cache to read (default: $EVOTUNE_AUTOTUNE_CACHE, "
                                                            "else ~/.cache/evotune/autotune)")
     ex.add_argument("--kernel", metavar="NAME", help="only this kernel's decisions")
-    ex.add_argument("--format", choices=("json", "vllm-moe"), default="json")
-    ex.add_argument("--out", metavar="PATH", help="json: the file (default runs/autotune_configs.json); vllm-moe: "
-                                                  "the folder (default runs/vllm_configs)")
-    ex.add_argument("--batch-key", default="M", help="vllm-moe: the key field holding the batch size (default M)")
+    ex.add_argument("--format", choices=("json", "vllm-moe", "vllm-block-fp8"), default="json")
+    ex.add_argument("--out", metavar="PATH", help="json: the file (default runs/autotune_configs.json); vllm-moe, "
+                                                  "vllm-block-fp8: the folder (default runs/vllm_configs)")
+    ex.add_argument("--batch-key", default="M", help="vllm-*: the key field holding the batch size (default M)")
     ex.add_argument("--experts-key", default="E", help="vllm-moe: the key field holding E (default E)")
-    ex.add_argument("--n-key", default="N", help="vllm-moe: the key field holding N (default N)")
+    ex.add_argument("--n-key", default="N", help="vllm-*: the key field holding N (default N)")
+    ex.add_argument("--k-key", default="K", help="vllm-block-fp8: the key field holding K (default K)")
     ex.add_argument("--n-divisor", default="1", help="vllm-moe: the file's N is the key's over this (2 for a "
                                                      "kernel keyed by the gate-and-up GEMM's N)")
+    ex.add_argument("--block-shape", metavar="N,K", help="the weights' scale block the file names: vllm-moe, "
+                                                         "block-quantized fp8 (none by default); vllm-block-fp8 "
+                                                         "(default 128,128)")
+    ex.add_argument("--check", metavar="DIR", help="read every vLLM config file of DIR back and check its name and "
+                                                   "contents (nothing is exported)")
     ex.set_defaults(func=cmd_export_configs)

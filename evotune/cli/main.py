@@ -116,6 +116,7 @@ def _parser() -> argparse.ArgumentParser:
     spaces.add_argument("--problem", default="4096x4096x4096", help="MxNxK of the GEMM to prune for")
     spaces.add_argument("--dtype", default="bf16")
     spaces.add_argument("--layout", default="tn")
+    spaces.add_argument("--scaling", default="", help="fp8 scales: tensor, row or block (default: unscaled)")
     spaces.add_argument("--verbose", "-v", action="store_true",
                         help="also say what each space is, list each parameter's choices and how the pruning fared "
                              "against the compiler")

@@ -119,9 +119,10 @@ def cmd_spaces(args: argparse.Namespace) -> int:
                          f"got {args.problem!r}")
     m, n, k = (int(s) for s in sizes)
     try:
-        problem = Problem.gemm(m, n, k, args.dtype, args.layout)
+        problem = Problem.gemm(m, n, k, args.dtype, args.layout, args.scaling)
     except ValueError as exc:
-        raise UsageError(f"--dtype/--layout: {exc} (expected e.g. bf16, tn)") from None
+        raise UsageError(f"--dtype/--layout/--scaling: {exc} (expected e.g. bf16, tn; fp8 with tensor, row or "
+                         "block)") from None
     rows = []
     for name in [*builtin_names(), *entry_point_names()]:
         space = load_space(name)

@@ -57,6 +57,7 @@ class Hardware:
         }
 
 
+FP8_MIN_CC = (8, 9)  # the first compute capability with FP8 (e4m3, e5m2) tensor cores: Ada
 _HOPPER = frozenset({"mma_sync", "cp_async", "wgmma", "tma", "clusters", "fp8"})
 _BLACKWELL = frozenset({"mma_sync", "cp_async", "tma", "clusters", "fp8", "tcgen05", "2cta", "fp4"})
 
@@ -144,6 +145,8 @@ def detect(device: int = 0) -> Hardware:
     if props["major"] in (9, 10):
         arch += "a"  # the arch-specific target, which wgmma / tcgen05 need
     features = base.features if base else frozenset()
+    if (props["major"], props["minor"]) >= FP8_MIN_CC:
+        features |= {"fp8"}  # a chip the table lacks (an L40S, an RTX 4090) has FP8 tensor cores from sm_89 on
     cluster = base.max_cluster if base else (8 if props["major"] >= 9 else 1)
     return replace(
         base or TABLE["H100"],

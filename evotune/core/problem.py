@@ -41,6 +41,11 @@ DTYPES: dict[str, dict[str, Any]] = {
 }
 LAYOUTS = ("tn", "nn", "nt", "tt")
 DEFAULT_DTYPE = "bf16"
+# how fp8 (e4m3) GEMM inputs are scaled (a GEMM's ``scaling``; "" is unscaled): one fp32 scale per operand
+# ("tensor"), one per row of A and per column of C ("row"), or per 1 x SCALE_BLOCK group along K of A and per
+# SCALE_BLOCK x SCALE_BLOCK block of the (N, K) weights B ("block", as DeepSeek-V3 style checkpoints are stored)
+SCALINGS = ("tensor", "row", "block")
+SCALE_BLOCK = 128
 
 
 @dataclass(frozen=True)
@@ -58,13 +63,14 @@ class Problem:
     extra: tuple[tuple[str, Any], ...] = field(default=())
 
     @classmethod
-    def gemm(cls, m: int, n: int, k: int, dtype: str = "bf16", layout: str = "tn") -> Problem:
-        p = cls("gemm", m, n, k, dtype, layout)
+    def gemm(cls, m: int, n: int, k: int, dtype: str = "bf16", layout: str = "tn", scaling: str = "") -> Problem:
+        """A GEMM; ``scaling`` (fp8 only, one of :data:`SCALINGS`) makes it a scaled fp8 GEMM."""
+        p = cls("gemm", m, n, k, dtype, layout, extra=(("scaling", scaling),) if scaling else ())
         p.check()
         return p
 
     def check(self) -> None:
-        """Raise ValueError naming the first bad field."""
+        """Raise ValueError (a :class:`FieldError` for the scaling rules) naming the first bad field."""
         if self.kind != "gemm":
             return
         for dim in ("m", "n", "k"):
@@ -75,6 +81,32 @@ class Problem:
             raise ValueError(f"dtype: {self.dtype!r} is not one of {sorted(DTYPES)}")
         if self.layout not in LAYOUTS:
             raise ValueError(f"layout: {self.layout!r} is not one of {list(LAYOUTS)}")
+        self._check_scaling()
+
+    def _check_scaling(self) -> None:
+        scaling = self.scaling
+        if not scaling:
+            return
+        if self.dtype != "fp8":
+            raise FieldError("scaling", f"only fp8 inputs are scaled, not {self.dtype}")
+        if scaling not in SCALINGS:
+            raise FieldError("scaling", f"unknown scaling {scaling!r}; accepted: {', '.join(SCALINGS)}")
+        if self.layout != "tn":
+            # what torch._scaled_mm and the FP8 tensor cores take: A (M, K) and the weights (N, K) K-contiguous
+            raise FieldError("layout", f"scaled fp8 takes layout tn (K contiguous in A and B), not {self.layout}")
+        if scaling == "block":
+            for dim in ("k", "n"):
+                value = getattr(self, dim)
+                if value % SCALE_BLOCK:
+                    raise FieldError(dim, f"must be a multiple of {SCALE_BLOCK} for scaling = \"block\" (1x"
+                                          f"{SCALE_BLOCK} groups of A, {SCALE_BLOCK}x{SCALE_BLOCK} blocks of B), "
+                                          f"got {value}")
+
+    @property
+    def scaling(self) -> str:
+        """How the problem's numbers are scaled ("" when they are not): a scaled fp8 GEMM's inputs, one of
+        :data:`SCALINGS`; a workload that keeps a ``scaling`` of its own in ``extra`` (conv2d) reads the same."""
+        return str(dict(self.extra).get("scaling", ""))
 
     @property
     def workload(self) -> Workload | None:

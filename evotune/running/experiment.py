@@ -215,7 +215,7 @@ class _Parser:
             raise self.fail("oracle.kind", f"unknown oracle {oracle!r}; accepted: {', '.join(ORACLES)}")
         landscapes = self.landscapes(oracle_t, oracle)
         hardware = self.hardware(raw, oracle)
-        problems = self.problems(raw.get("problem"), oracle)
+        problems = self.problems(raw.get("problem"), oracle, hardware)
         if "landscape" in spaces and oracle != "replay":
             raise self.fail("space", "'landscape' takes its space from recorded landscapes: "
                                      "needs oracle.kind = 'replay'")
@@ -337,7 +337,7 @@ class _Parser:
             raise self.fail("hardware", f"unknown hardware {value!r}; accepted: auto, {', '.join(hw.names())}")
         return value
 
-    def problems(self, value: Any, oracle: str) -> list[Problem]:
+    def problems(self, value: Any, oracle: str, hardware: str | None = None) -> list[Problem]:
         if value is None:
             if oracle == "replay":
                 return []  # each landscape brings its own problem
@@ -355,6 +355,10 @@ class _Parser:
                 out.append(workload.parse({k: v for k, v in item.items() if k != "kind"}))
             except FieldError as exc:
                 raise self.fail(f"{where}.{exc.field}", exc.message) from None
+            gpu = hw.get_hardware(hardware) if hardware not in (None, "auto") else None  # "auto": targets.py
+            if gpu is not None and out[-1].dtype == "fp8" and not gpu.has("fp8"):
+                raise self.fail(f"{where}.dtype", f"fp8 needs FP8 tensor cores (sm_89 and newer); {gpu.name} "
+                                                  f"({gpu.arch}) has none")
         if oracle == "replay" and out:
             raise self.fail("problem", "a replay oracle takes its problems from its landscapes; remove [[problem]]")
         return out

@@ -61,6 +61,10 @@ def targets(exp: Experiment) -> list[Target]:
             hardware = hw.get_hardware(exp.hardware)
         except RuntimeError as exc:
             raise ExperimentError(exp.path, "hardware", f"'auto' found no GPU ({exc})") from None
+        fp8 = [p for p in exp.problems if p.dtype == "fp8"]
+        if fp8 and not hardware.has("fp8"):  # a table entry's name was checked with the problems
+            raise ExperimentError(exp.path, "hardware", f"{exp.hardware!r} is {hardware.name} ({hardware.arch}), "
+                                  f"without the FP8 tensor cores (sm_89 and newer) that {fp8[0].describe()} needs")
     out = []
     if exp.oracle == "replay":
         (name,) = exp.spaces
