@@ -19,11 +19,12 @@ class CommandError(ValueError):
     """A bad argument or input file, in one line naming it and the field."""
 
 
-def tune_kernel_command(kernel: str, keys: str | None, cache: str | None, console: Console) -> int:
+def tune_kernel_command(kernel: str, keys: str | None, cache: str | None, console: Console,
+                        space: str | None = None, key_names: str | None = None) -> int:
     if not keys:
         raise CommandError("--keys KEYS.toml is required (the keys to tune)")
     try:
-        results = tune_kernel(kernel, Path(keys), cache)
+        results = tune_kernel(kernel, Path(keys), cache, space, key_names)
     except AheadError as exc:
         raise CommandError(str(exc)) from None
     table = Table(title=f"Tuned: {kernel}")
