@@ -26,6 +26,7 @@ triton = pytest.importorskip("triton")
 torch = pytest.importorskip("torch")
 
 TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
 
 
 @pytest.fixture(autouse=True)
@@ -552,3 +553,63 @@ def test_tune_kernel_takes_a_plain_kernel_with_its_space_and_key(tmp_path: Path,
     assert main(["tune-kernel", f"{module}:add_tuned", "--space", f"{module}:ADD_CONFIGS", "--keys", str(keys)]) == 2
     assert "add_tuned is decorated with evotune.autotune, which gives both" in capsys.readouterr().err
 
+
+# -- benchmarks/autotune_dropin.py's modes, on the CPU --------------------------------------------------------------
+
+SWAPPED = """
+import torch
+import triton
+import triton.language as tl
+
+
+def test_swapped():
+    assert triton.autotune.__module__.startswith("evotune")
+
+
+def test_tuned(device, fresh_knobs):
+    fresh_knobs.autotuning.print = True
+    x = torch.zeros(40, device=device)
+
+    @triton.autotune(configs=[triton.Config({"B": 16}), triton.Config({"B": 32})], key=["n"], restore_value=["x"],
+                     do_bench=lambda f, quantiles: (f(), [1.0, 1.0, 1.0])[1])
+    @triton.jit
+    def k(x, n, B: tl.constexpr):
+        offs = tl.program_id(0) * B + tl.arange(0, B)
+        tl.store(x + offs, tl.load(x + offs, mask=offs < n) + 1, mask=offs < n)
+
+    k[lambda m: (triton.cdiv(40, m["B"]),)](x, 40)
+    assert len(k.cache) == 1 and torch.equal(x, torch.ones(40))
+"""
+
+
+def _benchmark(args: list[str]) -> None:
+    import os
+    import subprocess
+
+    env = {**os.environ, "TRITON_INTERPRET": "1", "TRITON_TEST_DEVICE": "cpu"}
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "autotune_dropin.py"), *args], env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.slow  # two pytest runs in other processes
+def test_the_triton_tests_mode_runs_a_file_plainly_and_swapped(tmp_path: Path) -> None:
+    import json
+
+    (tmp_path / "test_swap_file.py").write_text(SWAPPED)
+    _benchmark(["--triton-tests", str(tmp_path / "test_swap_file.py"), "--out", str(tmp_path / "out.json")])
+    doc = json.loads((tmp_path / "out.json").read_text())
+    assert doc["outcomes"] == {"triton.autotune": {"test_swapped": "failed", "test_tuned": "passed"},
+                               "evotune.autotune": {"test_swapped": "passed", "test_tuned": "passed"}}
+
+
+@pytest.mark.slow  # the fused-MoE kernel through the interpreter, tuned and its grid timed
+def test_the_moe_mode_times_each_pick_against_its_grid(tmp_path: Path) -> None:
+    import json
+
+    keys = tmp_path / "keys.toml"
+    keys.write_text('launch = "make_vllm_args"\n[[key]]\nM = 8\nN = 32\nK = 64\nE = 4\ndtype = "float32"\n')
+    _benchmark(["--moe", "--moe-keys", str(keys), "--out", str(tmp_path / "moe.json")])
+    (row,) = json.loads((tmp_path / "moe.json").read_text())["rows"]
+    assert row["key"]["M"] == 8 and row["grid"] == row["grid_timed"] == 32  # the constraints' grid at M = 8
+    assert row["timed_by_evotune"] == 32 and row["pick_over_best"] > 0 and row["max_rel_error"] < 1e-4
