@@ -17,6 +17,26 @@
 Prints a compact table and writes everything as JSON to ``--out``; meant to finish within 3 minutes on an H100::
 
     python benchmarks/autotune_dropin.py --out runs/autotune_dropin.json
+
+Two other modes:
+
+``--triton-tests FILE``: Triton's own autotuner tests (an unmodified copy of Triton's
+``python/test/unit/runtime/test_autotuner.py``, kept outside the repository) run twice, plainly and with
+``triton.autotune`` swapped for ``evotune.autotune`` from outside the file (the pytest plugin
+``benchmarks/triton_tests/evotune_swap.py``, loaded before the file is imported; Triton's ``device`` and
+``fresh_knobs`` fixtures from ``triton_fixtures.py`` when no conftest gives them); each test's outcome both
+ways, side by side::
+
+    python benchmarks/autotune_dropin.py --triton-tests /tmp/triton/test_autotuner.py --out runs/triton_tests.json
+
+``--moe``: the fused-MoE example's plain kernel (``examples/triton_autotune/fused_moe.py:moe_gemm_kernel``, a
+``triton.jit`` kernel launched with its configuration as keyword arguments) tuned as ``tune-kernel --space
+--key`` tunes it, for the three batch sizes of ``--moe-keys`` (default ``moe_keys_plain.toml``: Mixtral's layer,
+M = 16, 64, 256); then every configuration of the space that its constraints keep at each key (the whole list
+evotune chose among) is compiled and timed by the oracle, and each pick is re-timed side by side with that
+grid's three fastest (the confirmation's rounds): the pick's time over the grid's best, per batch size::
+
+    python benchmarks/autotune_dropin.py --moe --out runs/autotune_dropin_moe.json
 """
 
 from __future__ import annotations
@@ -44,6 +64,8 @@ from evotune.measurement.oracle import Oracle  # noqa: E402
 from evotune.measurement.retiming import confirm_rounds  # noqa: E402
 
 KEY = ["M", "N", "K"]
+SWAP_PLUGINS = ROOT / "benchmarks" / "triton_tests"
+EXAMPLES = ROOT / "examples" / "triton_autotune"
 
 
 def inputs(size: int, dtype: torch.dtype, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -129,12 +151,143 @@ def cold(size: int, configs: int, env: dict[str, str]) -> dict[str, dict]:
     return out
 
 
+# -- --triton-tests: Triton's own tests, plainly and with the swap ------------------------------------------------
+def junit_outcomes(path: Path) -> dict[str, str]:
+    """test id -> passed, failed, error or skipped, from pytest's JUnit XML (in the file's order)."""
+    import xml.etree.ElementTree as ET
+
+    out: dict[str, str] = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        tags = {child.tag for child in case}
+        outcome = next((t for t in ("error", "failure", "skipped") if t in tags), "passed")
+        out[case.get("name", "?")] = {"failure": "failed"}.get(outcome, outcome)
+    return out
+
+
+def triton_tests(path: str, out: str) -> None:
+    test = Path(path).resolve()
+    if not test.is_file():
+        sys.exit(f"autotune_dropin: --triton-tests: {path}: no such file")
+    outcomes: dict[str, dict[str, str]] = {}
+    tails: dict[str, str] = {}
+    for label, swap in (("triton.autotune", []), ("evotune.autotune", ["-p", "evotune_swap"])):
+        with tempfile.TemporaryDirectory(prefix="triton_tests_") as tmp:
+            ini, xml = Path(tmp) / "pytest.ini", Path(tmp) / "report.xml"
+            ini.write_text("[pytest]\n")  # no settings of the repository's or the file's folders
+            env = {**os.environ, "EVOTUNE_AUTOTUNE_CACHE": str(Path(tmp) / "cache"),
+                   "PYTHONPATH": os.pathsep.join(filter(None, [str(SWAP_PLUGINS), str(ROOT),
+                                                               os.environ.get("PYTHONPATH")]))}
+            cmd = [sys.executable, "-m", "pytest", "-q", "-c", str(ini), f"--rootdir={test.parent}", "-p",
+                   "no:cacheprovider", "-p", "triton_fixtures", *swap, f"--junitxml={xml}", str(test)]
+            done = subprocess.run(cmd, env=env, cwd=test.parent, capture_output=True, text=True)
+            tails[label] = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+            outcomes[label] = junit_outcomes(xml) if xml.is_file() else {}
+    names = list(dict.fromkeys([*outcomes["triton.autotune"], *outcomes["evotune.autotune"]]))
+    width = max([len(n) for n in names] + [10])
+    print(f"{test.name}: triton {triton.__version__}, "
+          f"{torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU'}")
+    print(f"{'test':{width}}  {'triton.autotune':>16}  {'evotune.autotune':>16}")
+    for n in names:
+        theirs, ours = (outcomes[k].get(n, "-") for k in ("triton.autotune", "evotune.autotune"))
+        print(f"{n:{width}}  {theirs:>16}  {ours:>16}")
+    passed = {k: sum(v == "passed" for v in o.values()) for k, o in outcomes.items()}
+    print(f"{'passed':{width}}  {passed['triton.autotune']:>11} of {len(outcomes['triton.autotune']):<3}"
+          f"{passed['evotune.autotune']:>12} of {len(outcomes['evotune.autotune']):<3}")
+    for label, tail in tails.items():
+        if not outcomes[label]:
+            print(f"{label}: no report; pytest ended with:\n{tail}")
+    doc = {"file": str(test), "triton": triton.__version__, "outcomes": outcomes, "passed": passed, "tails": tails}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(doc, indent=1))
+    print(f"written: {out}")
+
+
+# -- --moe: the plain fused-MoE kernel, each pick against its grid ------------------------------------------------
+def moe(keys_path: str, out: str) -> None:
+    import fused_moe as moe_example
+
+    from evotune.autotune.ahead import load_kernel, load_keys
+    from evotune.autotune.compile_ahead import compile_ahead
+    from evotune.autotune.configs import LaunchContext
+    from evotune.autotune.plain import without_config
+    from evotune.autotune.timers import OracleTimer, Timer, WallClockTimer
+    from evotune.measurement.options import TimingOptions
+
+    gpu = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1"
+    source = EXAMPLES / "fused_moe.py"
+    # what `tune-kernel fused_moe.py:moe_gemm_kernel --space fused_moe.py:SPACE --key M,N,K,E` loads and launches
+    tuned, module = load_kernel(f"{source}:moe_gemm_kernel", f"{source}:SPACE", "M,N,K,E")
+    tuned.use_cache(tempfile.mkdtemp(prefix="evotune_moe_"))
+    keys = load_keys(Path(keys_path), module)
+    plain = module.moe_gemm_kernel
+    grid_timer: Timer = OracleTimer(rep_ms=2000.0, timing=TimingOptions(min_samples=10, max_samples=50,
+                                                                          ci_target=0.02)) if gpu \
+        else WallClockTimer()
+    rows = []
+    for key in keys.keys:
+        grid, args, launch_kwargs = keys.launch(**key)
+        kwargs = without_config(tuned, launch_kwargs)  # the launch's default configuration: the tuner chooses
+        started = time.perf_counter()
+        tuned[grid](*args, **kwargs)
+        tune_s = time.perf_counter() - started
+        pick = tuned.best_config
+        fields = tuned.key_fields(dict(zip(tuned.arg_names, args, strict=False)), kwargs)
+        trials = tuned.kernel_cache.existing(fields, tuned.candidates.space).history()
+
+        candidates = tuned.candidates
+        fs = candidates.feasible(LaunchContext(args={**dict(zip(tuned.arg_names, args, strict=False)), **kwargs}))
+        configs = [candidates.config(fs.point(r)) for r in range(len(fs))]
+        grid_started = time.perf_counter()
+        compile_ahead(plain, args, {"grid": grid, **kwargs}, configs)
+
+        def call_of(config, grid=grid, args=args, kwargs=kwargs):
+            return lambda: plain[grid](*args, **kwargs, **config.all_kwargs())
+
+        timed: dict[str, float] = {}
+        for config in configs:
+            try:
+                timed[name(config)] = grid_timer.measure(call_of(config))[0]
+            except Exception:  # a configuration the device refuses is no part of the grid's best
+                continue
+        grid_s = time.perf_counter() - grid_started
+        fastest = sorted((c for c in configs if name(c) in timed), key=lambda c: timed[name(c)])[:3]
+        top = {name(c): c for c in fastest}
+        result = grid_timer.confirm({n: call_of(c) for n, c in {**top, name(pick): pick}.items()})
+        side = {n: it.median_ms for n, it in result.items.items()}
+        best = min(top, key=lambda n: side[n])
+        x, gate, w = moe_example.make_inputs(key["M"], key["N"], key["K"], key["E"], key.get("dtype", "float16"))
+        got = moe_example.fused_moe(x, gate, w, kwargs["top_k"], kernel=plain, config=pick.all_kwargs())
+        ref = moe_example.reference(x, gate, w, kwargs["top_k"]).float()
+        rows.append({"key": fields, "pick": name(pick), "how": tuned.last_decision.how if tuned.last_decision
+                     else "single", "tune_seconds": tune_s, "timed_by_evotune": len(trials), "grid": len(configs),
+                     "grid_timed": len(timed), "grid_seconds": grid_s, "pick_ms": side[name(pick)],
+                     "grid_best": best, "grid_best_ms": side[best], "pick_over_best": side[name(pick)] / side[best],
+                     "max_rel_error": float((got.float() - ref).abs().max() / ref.abs().max())})
+    device_name = torch.cuda.get_device_name() if gpu else "cpu-interpreter"
+    print(f"{device_name}, triton {triton.__version__}: the plain fused-MoE kernel, tuned as tune-kernel --space "
+          f"--key tunes it; each pick and its grid's three fastest re-timed side by side")
+    print(f"{'M':>6}{'tune (s)':>10}{'evotune timed':>15}{'grid':>7}{'pick (ms)':>12}{'grid best (ms)':>16}"
+          f"{'pick / best':>13}{'rel. error':>12}")
+    for r in rows:
+        print(f"{r['key']['M']:>6}{r['tune_seconds']:>10.1f}{r['timed_by_evotune']:>15}{r['grid']:>7}"
+              f"{r['pick_ms']:>12.4f}{r['grid_best_ms']:>16.4f}{r['pick_over_best']:>13.4f}"
+              f"{r['max_rel_error']:>12.2e}")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps({"device": device_name, "triton": triton.__version__, "keys": keys_path,
+                                     "rows": rows}, indent=1))
+    print(f"written: {out}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", type=int, default=4096, help="M = N = K of the tuned matmul (default 4096)")
     p.add_argument("--configs", type=int, default=12, help="configurations of the example's list, at most 16")
     p.add_argument("--launches", type=int, default=2000, help="launches per host-overhead run")
     p.add_argument("--out", default="runs/autotune_dropin.json")
+    p.add_argument("--triton-tests", metavar="FILE", help="run Triton's test_autotuner.py (a copy, unmodified) "
+                                                           "plainly and with evotune.autotune swapped in")
+    p.add_argument("--moe", action="store_true", help="the plain fused-MoE kernel: each pick against its grid")
+    p.add_argument("--moe-keys", default=str(EXAMPLES / "moe_keys_plain.toml"), help="the keys of --moe")
     p.add_argument("--child", metavar="CACHE", help=argparse.SUPPRESS)
     p.add_argument("--cold", choices=("triton", "evotune"), help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -143,6 +296,12 @@ def main() -> None:
         return
     if args.cold:
         cold_child(args.cold, args.size, min(args.configs, 16))
+        return
+    if args.triton_tests:
+        triton_tests(args.triton_tests, args.out)
+        return
+    if args.moe:
+        moe(args.moe_keys, args.out)
         return
     if not torch.cuda.is_available():
         sys.exit("autotune_dropin: needs a CUDA GPU")

@@ -68,7 +68,7 @@ from evotune.core.result import EvalResult, Status  # noqa: E402
 from evotune.core.space import Point  # noqa: E402
 from evotune.measurement.options import TimingOptions  # noqa: E402
 
-KERNEL = f"{EXAMPLES / 'fused_moe.py'}:moe_gemm_kernel"
+KERNEL = f"{EXAMPLES / 'fused_moe.py'}:moe_gemm_tuned"
 KEYS = EXAMPLES / "moe_mixtral_tp2.toml"
 GRID_TIMING = TimingOptions(min_samples=10, max_samples=50, ci_target=0.02)
 TOLERANCE = {"bfloat16": 2e-2, "float16": 5e-3, "float32": 1e-4}  # relative norm error of a slot's row

@@ -14,7 +14,12 @@ import torch
 import triton
 import triton.language as tl
 
+from evotune.core.space import SearchSpace, ordinal
+
 ADD_CONFIGS = [triton.Config({"BLOCK": b}, num_warps=w) for b, w in [(16, 1), (32, 2), (64, 4)]]
+#: ``add``'s candidates as a space (for ``tune-kernel --space``)
+ADD_SPACE = SearchSpace("add_space", [ordinal("BLOCK", [16, 32, 64]), ordinal("num_warps", [1, 2]),
+                                      ordinal("num_stages", [1])])
 MOE_CONFIGS = [triton.Config({"BLOCK_SIZE_M": m, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": g},
                              num_warps=w, num_stages=s)
                for m, g, w, s in [(16, 1, 4, 2), (32, 16, 8, 3), (64, 1, 4, 4)]]
@@ -33,6 +38,17 @@ def accumulate(x, out, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
     tl.store(out + offs, tl.load(out + offs, mask=m) + tl.load(x + offs, mask=m), mask=m)
+
+
+@triton.jit
+def bump(extra, dst, n, BLOCK: tl.constexpr):
+    """Writes ones into ``extra``, or into ``dst`` when ``extra`` is None (an optional tensor argument)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    if extra is not None:
+        tl.store(extra + offs, tl.full([BLOCK], 1.0, tl.float32), mask=m)
+    else:
+        tl.store(dst + offs, tl.full([BLOCK], 1.0, tl.float32), mask=m)
 
 
 @triton.jit
@@ -72,6 +88,13 @@ def make_add_args(n: int):
     """A key's launch for tune-kernel: (grid, args)."""
     x, y = torch.arange(n, dtype=torch.float32), torch.ones(n, dtype=torch.float32)
     return grid_1d(n), (x, y, torch.empty(n), n)
+
+
+def make_add_launch_with_config(n: int):
+    """A key's launch as serving code makes it for the plain kernel: (grid, args, kwargs), its configuration among
+    the keyword arguments."""
+    grid, args = make_add_args(n)
+    return grid, args, {"BLOCK": 16, "num_warps": 1}
 
 
 def make_moe_args(M: int, N: int, E: int):

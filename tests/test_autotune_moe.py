@@ -61,7 +61,7 @@ def bench(fn, quantiles=None):
 
 
 kernel = evotune.autotune(space=moe.SPACE, key=["M", "N", "K", "E"], budget=4, confirm=2, do_bench=bench,
-                          cache={cache!r})(moe.moe_gemm_kernel.fn)
+                          cache={cache!r})(moe.moe_gemm_kernel)
 tokens, hidden, inter, experts, top_k = 8, 64, 32, 4, 2
 g = torch.Generator().manual_seed(0)
 x, gate = torch.randn(tokens, hidden, generator=g), torch.randn(hidden, experts, generator=g)
@@ -88,3 +88,45 @@ def test_tuned_within_budget_matches_torch(tmp_path: Path) -> None:
     assert len(points) == 4 == len({json.dumps(p, sort_keys=True) for p in points})  # the budget, each once
     assert all(p["BLOCK_SIZE_M"] == 16 and p["BLOCK_SIZE_K"] == 64 for p in points)  # the constraints held
     assert got["how"] == "confirmed"
+
+
+USE = """
+import json, sys, torch
+sys.path.insert(0, {folder!r})
+import fused_moe as moe
+
+doc = json.load(open({file!r}))
+configs = {{int(b): c for b, c in doc.items() if b != "triton_version"}}
+config = moe.config_for(8, 4, configs)
+g = torch.Generator().manual_seed(1)
+x, gate = torch.randn(8, 64, generator=g), torch.randn(64, 4, generator=g)
+w = torch.randn(4, 32, 64, generator=g) / 8
+out = moe.fused_moe(x, gate, w, 2, kernel=moe.moe_gemm_kernel, config=config)  # the plain launch, **config
+torch.testing.assert_close(out, moe.reference(x, gate, w, 2), rtol=1e-4, atol=1e-4)
+print(json.dumps(config))
+"""
+
+
+@pytest.mark.slow  # the plain kernel tuned through the interpreter by the command line, in other processes
+def test_tune_kernel_tunes_the_plain_kernel_and_its_launch_reads_the_export(tmp_path: Path) -> None:
+    """The example's kernel as vLLM writes one: plain, launched with its configuration as keyword arguments.
+    ``tune-kernel`` tunes it with ``--space`` and ``--key`` (its keys' launches pass a default configuration,
+    dropped), ``export-configs`` writes vLLM's file, and the plain launch with the configuration read from it
+    matches torch."""
+    keys = tmp_path / "keys.toml"
+    keys.write_text('launch = "make_vllm_args"\n[[key]]\nM = 8\nN = 32\nK = 64\nE = 4\ndtype = "float32"\n')
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(EXAMPLES.parents[1])}
+    source = EXAMPLES / "fused_moe.py"
+    for args in (["tune-kernel", f"{source}:moe_gemm_kernel", "--space", f"{source}:SPACE", "--key", "M,N,K,E",
+                  "--keys", str(keys), "--cache", str(tmp_path / "cache")],
+                 ["export-configs", "--cache", str(tmp_path / "cache"), "--format", "vllm-moe", "--out",
+                  str(tmp_path / "vllm")]):
+        done = subprocess.run([sys.executable, "-m", "evotune", *args], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    (path,) = (tmp_path / "vllm").iterdir()
+    assert path.name == "E=4,N=32,device_name=cpu-interpreter.json"
+    script = USE.format(folder=str(EXAMPLES), file=str(path))
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    config = json.loads(done.stdout.strip().splitlines()[-1])
+    assert config["BLOCK_SIZE_M"] == 16 and config["BLOCK_SIZE_N"] == 32  # the constraints held at M = 8

@@ -1,8 +1,9 @@
 """Ahead of time: ``python -m evotune tune-kernel MODULE:KERNEL --keys KEYS.toml`` fills the cache.
 
 ``MODULE`` is a dotted module name or a ``.py`` path, ``KERNEL`` a kernel in it decorated
-with ``evotune.autotune``. The keys file lists the keys to tune and names the module's
-function that builds one key's launch::
+with ``evotune.autotune``, or a plain ``triton.jit`` kernel with ``--space FILE:NAME --key
+NAMES`` (its candidates and key, :mod:`evotune.autotune.plain`). The keys file lists the keys
+to tune and names the module's function that builds one key's launch::
 
     launch = "make_args"     # optional (this is the default): MODULE.make_args(**key)
 
@@ -12,7 +13,8 @@ function that builds one key's launch::
     K = 64
 
 ``make_args(**key)`` returns ``(grid, args)`` or ``(grid, args, kwargs)``: the kernel is
-launched as ``KERNEL[grid](*args, **kwargs)``, which tunes that key (in ``online`` mode,
+launched as ``KERNEL[grid](*args, **kwargs)``, less any configuration in ``kwargs`` (a launch
+built for a plain kernel passes one: ``BLOCK_SIZE_M=...``, ``num_warps=...``), which tunes that key (in ``online`` mode,
 whatever the decorator says) and stores the decision in the cache (``--cache``, else the
 decorator's, else the default location).
 
@@ -41,6 +43,7 @@ from typing import Any
 
 from evotune.autotune.autotuner import Autotuner
 from evotune.autotune.cache import Decision
+from evotune.autotune.plain import PlainKernelError, is_plain, load_candidates, without_config, wrap
 
 
 class AheadError(ValueError):
@@ -107,7 +110,9 @@ def load_module(name: str) -> ModuleType:
         raise AheadError(f"{name}: cannot import it ({type(exc).__name__}: {exc})") from None
 
 
-def load_kernel(ref: str) -> tuple[Autotuner, ModuleType]:
+def load_kernel(ref: str, space: str | None = None, key: str | None = None) -> tuple[Autotuner, ModuleType]:
+    """The tuned kernel ``MODULE:KERNEL`` and its module; a plain jit kernel is wrapped with the candidates
+    ``space`` names (``FILE:NAME``) and ``key`` (argument names, comma-separated)."""
     module_name, sep, kernel_name = ref.rpartition(":")
     if not sep or not module_name or not kernel_name:
         raise AheadError(f"MODULE:KERNEL: expected a module (or .py file) and a kernel name, got {ref!r}")
@@ -115,9 +120,25 @@ def load_kernel(ref: str) -> tuple[Autotuner, ModuleType]:
     kernel = getattr(module, kernel_name, None)
     if kernel is None:
         raise AheadError(f"{module_name}: no kernel named {kernel_name!r}")
-    if not isinstance(kernel, Autotuner):
+    if isinstance(kernel, Autotuner):
+        if space is not None or key is not None:
+            raise AheadError(f"--space, --key: {kernel_name} is decorated with evotune.autotune, which gives both")
+        return kernel, module
+    if not is_plain(kernel):
         raise AheadError(f"{module_name}: {kernel_name} is not decorated with evotune.autotune")
-    return kernel, module
+    if space is None:
+        raise AheadError(f"{module_name}: {kernel_name} is not decorated with evotune.autotune: give its "
+                         "candidates with --space FILE:NAME and its key with --key NAMES")
+    names = [k.strip() for k in (key or "").split(",") if k.strip()]
+    if not names:
+        raise AheadError(f"--key: the arguments of {kernel_name} that key a decision (comma-separated) are "
+                         "required with --space")
+    try:
+        configs, candidates = load_candidates(space, lambda name: module if name == module_name else
+                                              load_module(name))
+        return wrap(kernel, configs, candidates, names), module
+    except PlainKernelError as exc:
+        raise AheadError(str(exc)) from None
 
 
 def load_keys(path: Path, module: ModuleType) -> KeysFile:
@@ -182,11 +203,11 @@ def check_device() -> None:
         raise AheadError(f"no GPU found: {INTERPRETER_HINT} (Triton says: {said})") from None
 
 
-def tune_kernel(ref: str, keys_path: Path, cache: str | None = None,
-                progress: Callable[[KeyProgress], None] | None = None,
+def tune_kernel(ref: str, keys_path: Path, cache: str | None = None, space: str | None = None,
+                key_names: str | None = None, progress: Callable[[KeyProgress], None] | None = None,
                 ) -> list[tuple[dict[str, Any], Any, Decision | None]]:
     """Tune every key of the file; (the key's fields, the chosen triton.Config, its decision) for each."""
-    kernel, module = load_kernel(ref)
+    kernel, module = load_kernel(ref, space, key_names)
     keys = load_keys(keys_path, module)
     check_device()
     if cache is not None:
@@ -203,6 +224,7 @@ def tune_kernel(ref: str, keys_path: Path, cache: str | None = None,
         tell(KeyProgress(Stage.STARTED, i, total, key))
         started = time.perf_counter()
         grid, args, kwargs = build_launch(keys, i, key)
+        kwargs = without_config(kernel, kwargs)
         fields = kernel.key_fields(dict(zip(kernel.arg_names, args, strict=False)), kwargs)
         before = _evaluations(kernel, fields)
         kernel[grid](*args, **kwargs)

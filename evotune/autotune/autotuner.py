@@ -7,11 +7,20 @@ the dtype of every tensor argument. On a key's first call (``mode="online"``):
 
 1. candidates: the ``configs`` list, or every point of ``space`` its named constraints
    keep (they may read the launch's arguments as ``ctx.args``), then
-   ``prune_configs_by`` (``early_config_prune``, then ``perf_model`` with ``top_k``);
-2. each configuration to time is compiled first and pruned with its reason when its
-   shared memory or registers exceed the device's (skipped under the interpreter);
+   ``prune_configs_by`` (``early_config_prune``, then ``perf_model`` with ``top_k``;
+   :mod:`evotune.autotune.pruning`); nothing left is Triton's ``AutotunerError``;
+2. each configuration to time is compiled first; one whose compiled kernel exceeds the
+   device's shared memory or registers is launched once, with the hooks, so that its
+   ``post_hook`` gets the launch's own ``OutOfResources`` as under ``triton.autotune``
+   (skipped under the interpreter); a configuration the device refuses at its first
+   launch (threads, shared or tensor memory) is recorded infeasible with Triton's message;
 3. timing and the decision: :mod:`evotune.autotune.search`;
 4. the decision is kept per key in memory: a cached launch is a dict lookup, then the launch.
+
+``kernel.cache`` (key -> ``triton.Config``), ``best_config``, ``configs``,
+``configs_timings`` (config -> ``[median, 20th, 80th percentile]`` ms of the last key
+resolved by tuning) and ``bench_time`` (its seconds) are Triton's attributes; an
+``Autotuner`` is built with ``triton.runtime.Autotuner``'s arguments, in its order.
 
 ``mode="cache-only"`` never times: a key with no decision takes the nearest tuned key's
 (logged on the ``evotune.autotune`` logger), or the first candidate when none is tuned.
@@ -34,6 +43,7 @@ from evotune.autotune.pruning import PruneBy, prune
 from evotune.autotune.resources import build, over_limits
 from evotune.autotune.search import KeyJob, tune
 from evotune.autotune.timers import make_timer
+from evotune.autotune.toolchain import Toolchain
 from evotune.core.result import EvalResult, Status
 from evotune.core.space import FeasibleSet, Point, SearchSpace
 from evotune.search import launch
@@ -45,11 +55,14 @@ MODES = ("online", "cache-only")
 class Autotuner:
     """The tuned kernel: ``run`` looks the key up and launches; a key not looked up before is resolved once."""
 
-    def __init__(self, fn: Any, arg_names: list[str], *, configs: Sequence[Any] | None, key: Sequence[str],
-                 space: SearchSpace | None, prune_configs_by: dict[str, Any] | None,
-                 reset_to_zero: Sequence[str] | None, restore_value: Sequence[str] | None,
-                 pre_hook: Callable[..., Any] | None, post_hook: Callable[..., Any] | None, warmup: int, rep: float,
-                 do_bench: Callable[..., Any] | None, budget: int, mode: str, cache: Any, confirm: int):
+    def __init__(self, fn: Any, arg_names: Sequence[str], configs: Sequence[Any] | None = None,
+                 key: Sequence[str] = (), reset_to_zero: Sequence[str] | None = None,
+                 restore_value: Sequence[str] | None = None, pre_hook: Callable[..., Any] | None = None,
+                 post_hook: Callable[..., Any] | None = None, prune_configs_by: dict[str, Any] | None = None,
+                 warmup: int | None = None, rep: float | None = None, use_cuda_graph: bool = False,
+                 do_bench: Callable[..., Any] | None = None, cache_results: bool = False, *,
+                 space: SearchSpace | None = None, budget: int = 64, mode: str = "online", cache: Any = None,
+                 confirm: int = 3):
         import triton
 
         if mode not in MODES:
@@ -76,11 +89,15 @@ class Autotuner:
             self.candidates = Candidates.from_configs(name, list(configs or [triton.Config({})]))
         hooks = Hooks(self.reset_to_zero, self.restore_value, pre_hook, post_hook)
         self.pre_hook, self.post_hook = hooks.pre, hooks.post
-        prune = prune_configs_by or {}
-        self.perf_model, self.top_k = prune.get("perf_model"), prune.get("top_k", 1.0)
-        self.early_config_prune = prune.get("early_config_prune")
+        self.prune_by = PruneBy.of(prune_configs_by)
+        self.perf_model, self.top_k = self.prune_by.perf_model, self.prune_by.top_k
+        self.early_config_prune = self.prune_by.early_config_prune
         self.budget, self.mode, self.confirm = int(budget), mode, int(confirm)
-        self.timer = make_timer(do_bench, warmup, rep)
+        # the GPU oracle always times CUDA graphs, and decisions always persist (where `cache` says): the two
+        # flags of Triton's are kept as given and change nothing
+        self.use_cuda_graph, self.cache_results = bool(use_cuda_graph), bool(cache_results)
+        self.num_warmups, self.num_reps = warmup, rep
+        self.timer = make_timer(do_bench, 3 if warmup is None else int(warmup), 100.0 if rep is None else float(rep))
         self.cache: dict[tuple[Any, ...], Any] = {}  # key -> triton.Config, as triton.autotune keeps it
         self._launch: dict[tuple[Any, ...], tuple[Any, dict[str, Any]]] = {}  # key -> (config, its launch options)
         self._arg_set = frozenset(self.arg_names)
@@ -89,12 +106,14 @@ class Autotuner:
         self.decisions: dict[tuple[Any, ...], Any] = {}  # key fields' values -> the Decision it came from
         self.last_decision: Any = None  # the decision of the last key resolved (None: a single config)
         self.best_config: Any = None
-        self.configs = list(configs) if configs else None  # as triton.autotune keeps them (None with a space)
-        self.configs_timings: dict[Any, list[float]] = {}  # the last key tuned here: config -> [time in ms]
+        # as triton.autotune keeps them (None with a space)
+        self.configs = None if space is not None else list(configs or [triton.Config({})])
+        self.configs_timings: dict[Any, list[float]] = {}  # the last key tuned here: config -> [median, p20, p80]
         self.bench_time = 0.0  # seconds the last key's tuning took
         self.nargs: dict[str, Any] | None = None
         self._cache_arg = cache
         self._kernel_cache: KernelCache | None = None
+        self._toolchain: Toolchain | None = None
 
     # -- launching --------------------------------------------------------------------------------
     def key_of(self, nargs: dict[str, Any], kwargs: dict[str, Any]) -> tuple[Any, ...]:
@@ -132,10 +151,10 @@ class Autotuner:
         """Compile every candidate left after pruning (as ``triton.autotune``'s ``warmup``)."""
         self.nargs = dict(zip(self.arg_names, args, strict=False))
         try:
-            fs = self._candidates({k: v for k, v in kwargs.items() if k != "grid"})
+            candidates, fs = self._candidates({k: v for k, v in kwargs.items() if k != "grid"})
         finally:
             self.nargs = None
-        return [build(self.fn, args, kwargs, self.candidates.config(fs.point(r))) for r in range(len(fs))]
+        return [build(self.fn, args, kwargs, candidates.config(fs.point(r))) for r in range(len(fs))]
 
     # -- resolving a key --------------------------------------------------------------------------
     def use_cache(self, cache: Any) -> None:
@@ -144,9 +163,17 @@ class Autotuner:
 
     @property
     def kernel_cache(self) -> KernelCache:
-        if self._kernel_cache is None:
-            self._kernel_cache = KernelCache(cache_url(self._cache_arg), KernelId.of(self.base_fn, self._jit()))
+        """This kernel's studies for the build last read (:meth:`_refresh_build`): a changed Triton, backend,
+        tool or codegen knob (:mod:`evotune.autotune.toolchain`) opens other studies."""
+        if self._kernel_cache is None or (self._toolchain is not None
+                                          and self._toolchain != self._kernel_cache.kernel.toolchain):
+            kernel = KernelId.of(self.base_fn, self._jit(), toolchain=self._toolchain)
+            self._kernel_cache, self._toolchain = KernelCache(cache_url(self._cache_arg), kernel), kernel.toolchain
         return self._kernel_cache
+
+    def _refresh_build(self) -> None:
+        """Read the build again before a key is resolved: a knob may have changed since the last key."""
+        self._toolchain = Toolchain.current()
 
     def _jit(self) -> Any:
         """The ``triton.jit`` object under any other wrapper (``triton.heuristics``), if there is one."""
@@ -163,20 +190,24 @@ class Autotuner:
         return out
 
     def _resolve(self, key: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        points = self.candidates.points
-        if self.candidates.listed is not None and len(points) == 1:  # one config: nothing to tune
-            config = self.candidates.config(points[0])
+        if self.configs is not None and len(self.configs) == 1:
+            config = self.configs[0]  # one config: nothing to prune or tune, as in Triton
         else:
+            self._refresh_build()
             fields = self.key_fields(self.nargs or {}, kwargs)
             config = (self._from_cache(fields, kwargs) if self.mode == "cache-only"
                       else self._tune(fields, args, kwargs))
         self.cache[key] = config
         return config
 
-    def _candidates(self, kwargs: dict[str, Any]) -> FeasibleSet:
+    def _candidates(self, kwargs: dict[str, Any]) -> tuple[Candidates, FeasibleSet]:
+        """The candidates (a list with what ``early_config_prune`` added to it: kept for the next keys) and their
+        points left for this launch."""
         args = {**(self.nargs or {}), **kwargs}
-        return prune(self.candidates, args, self.nargs or {}, kwargs,
-                     PruneBy(self.early_config_prune, self.perf_model, self.top_k), self.base_fn.__name__)
+        candidates, fs = prune(self.candidates, args, self.nargs or {}, kwargs, self.prune_by, self.base_fn.__name__,
+                               self.configs)
+        self.candidates = candidates
+        return candidates, fs
 
     def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any], config: Any) -> Callable[[], None]:
         """One launch of ``config`` with the hooks around it, as ``triton.autotune`` benchmarks it."""
@@ -207,48 +238,74 @@ class Autotuner:
         from triton.runtime.errors import OutOfResources, PTXASError
 
         config = self.candidates.config(point)
+        call = self._call(args, kwargs, config)
         started = time.perf_counter()
         try:
             reason = over_limits(self.fn, args, kwargs, config)
-        except (CompilationError, PTXASError, OutOfResources) as exc:
+        except OutOfResources as exc:
+            reason = str(exc)
+        except (CompilationError, PTXASError) as exc:
             return EvalResult(Status.COMPILE_ERROR, message=f"{type(exc).__name__}: {exc}",
                               compile_s=time.perf_counter() - started)
         compile_s = time.perf_counter() - started
         if reason is not None:
-            log.info("%s: %s pruned after compiling: %s", self.base_fn.__name__, config, reason)
-            return EvalResult(Status.INFEASIBLE, message=reason, compile_s=compile_s)
+            refused = self._refused(call)
+            if refused is not None:
+                log.info("%s: %s refused by the device: %s", self.base_fn.__name__, config, refused)
+                return EvalResult(Status.INFEASIBLE, message=refused, compile_s=compile_s)
+            log.info("%s: %s ran although %s: timed", self.base_fn.__name__, config, reason)
         try:
-            ms, samples = self.timer.measure(self._call(args, kwargs, config))
-        except (CompilationError, PTXASError, OutOfResources) as exc:
+            ms, samples = self.timer.measure(call)
+        except OutOfResources as exc:  # refused at its first launch (threads, shared or tensor memory)
+            return EvalResult(Status.INFEASIBLE, message=f"{type(exc).__name__}: {exc}", compile_s=compile_s)
+        except (CompilationError, PTXASError) as exc:
             return EvalResult(Status.COMPILE_ERROR, message=f"{type(exc).__name__}: {exc}", compile_s=compile_s)
         except Exception as exc:  # a launch that fails fails this configuration only
             return EvalResult(Status.RUNTIME_ERROR, message=f"{type(exc).__name__}: {exc}", compile_s=compile_s)
         return EvalResult(Status.OK, ms, samples, compile_s=compile_s,
                           bench_s=time.perf_counter() - started - compile_s)
 
+    @staticmethod
+    def _refused(call: Callable[[], None]) -> str | None:
+        """Launch a configuration whose compiled kernel exceeds the device once, with the hooks around it: the
+        device refuses it (Triton's ``OutOfResources``, raised when the binary is loaded, before anything runs)
+        and the ``post_hook`` gets that exception, as it does under ``triton.autotune``. Its text, or None when
+        the launch ran."""
+        try:
+            call()
+        except Exception as exc:  # the launch's own error, which the post_hook has been given
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
     def _tune(self, fields: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        space = self.candidates.space
-        fs = self._candidates(kwargs)
+        candidates, fs = self._candidates(kwargs)
+        space = candidates.space
         timings_before = self.timer.calls
         counts = self._programs(fs, kwargs)
-        job = KeyJob(self.kernel_cache, fields, space, fs, self.candidates.listed, self.budget,
+        job = KeyJob(self.kernel_cache, fields, space, fs, candidates.listed, self.budget,
                      lambda p: self._measure(args, kwargs, p),
-                     lambda p: self._call(args, kwargs, self.candidates.config(p)), self.timer, self.confirm,
+                     lambda p: self._call(args, kwargs, candidates.config(p)), self.timer, self.confirm,
                      compile_ahead=lambda points: compile_ahead(self.fn, args, kwargs,
-                                                                [self.candidates.config(p) for p in points]),
+                                                                [candidates.config(p) for p in points]),
                      programs=None if counts is None else (lambda p: counts[space.key(p)]), sms=_sms(args))
         started = time.perf_counter()
         decision = tune(job)
         self.bench_time = time.perf_counter() - started
         self.decisions[tuple(fields.values())] = self.last_decision = decision
-        config = self.candidates.config(space.from_storage(decision.config))
+        config = candidates.stored_config(decision.config)
         store = self.kernel_cache.existing(fields, space)
-        self.configs_timings = {self.candidates.config(r.point): [r.value if r.value is not None else float("inf")]
+        self.configs_timings = {candidates.config(r.point): _timings(r.value, r.attrs.get("samples_ms"))
                                 for r in (store.history() if store is not None else []) if r.point in fs}
-        if os.environ.get("TRITON_PRINT_AUTOTUNING") == "1":
+        timed = self.timer.calls > timings_before
+        if _autotuning_knob("print", "TRITON_PRINT_AUTOTUNING"):
             print(f"evotune autotuning for function {self.base_fn.__name__},\nwith key as {fields},\nfinished "
                   f"after {self.bench_time:.2f}s,\nbest config selected: {config} ({decision.how});")
-        if self.timer.calls > timings_before:  # outputs touched by timing: reset them, as triton.autotune does
+        listener = _autotuning_knob("listener", None)
+        if listener is not None and len(fs) > 1:  # Triton's listener hears of every key tuned among several
+            listener(fn=self._jit(), key=tuple(fields.values()), best_config=config,
+                     configs_timings=self.configs_timings, duration=self.bench_time if timed else None,
+                     cache_hit=not timed)
+        if timed:  # outputs touched by timing: reset them, as triton.autotune does
             self.pre_hook({**(self.nargs or {}), **kwargs, **config.all_kwargs()}, reset_only=True)
         return config
 
@@ -286,7 +343,25 @@ class Autotuner:
             log.warning("%s: key %s was never tuned (cache-only): using the configuration tuned for the nearest "
                         "key %s", self.base_fn.__name__, fields, other)
         self.decisions[tuple(fields.values())] = self.last_decision = decision
-        return self.candidates.config(space.from_storage(decision.config))
+        return self.candidates.stored_config(decision.config)
+
+
+def _timings(value: float | None, samples: Any) -> list[float]:
+    """A timed configuration's figures as Triton's ``configs_timings`` holds them: the median, then the 20th and
+    80th percentiles of its samples (``inf`` for one that failed)."""
+    if value is None:
+        return [float("inf")] * 3
+    got = sorted(float(x) for x in samples) if isinstance(samples, list) and samples else [float(value)]
+    return [float(value), got[int(0.2 * (len(got) - 1))], got[round(0.8 * (len(got) - 1))]]
+
+
+def _autotuning_knob(name: str, env: str | None) -> Any:
+    """``triton.knobs.autotuning.NAME`` (a Triton without knobs: whether ``env`` is "1")."""
+    try:
+        from triton import knobs
+    except ImportError:
+        return os.environ.get(env) == "1" if env else None
+    return getattr(knobs.autotuning, name, None)
 
 
 def _sms(args: tuple[Any, ...]) -> int | None:
@@ -305,34 +380,42 @@ def _plain(value: Any) -> Any:
     return value if isinstance(value, (int, float, str, bool)) or value is None else str(value)
 
 
-def autotune(configs: Sequence[Any] | None = None, key: Sequence[str] = (), space: SearchSpace | None = None,
+def autotune(configs: Sequence[Any] | None = None, key: Sequence[str] = (),
              prune_configs_by: dict[str, Any] | None = None, reset_to_zero: Sequence[str] | None = None,
              restore_value: Sequence[str] | None = None, pre_hook: Callable[..., Any] | None = None,
-             post_hook: Callable[..., Any] | None = None, warmup: int = 3, rep: float = 100.0,
-             do_bench: Callable[..., Any] | None = None, budget: int = 64, mode: str = "online",
-             cache: Any = None, confirm: int = 3) -> Callable[[Any], Autotuner]:
-    """Decorator for a ``triton.jit`` kernel, with ``triton.autotune``'s arguments and behaviour, plus:
+             post_hook: Callable[..., Any] | None = None, warmup: int | None = None, rep: float | None = None,
+             use_cuda_graph: bool = False, do_bench: Callable[..., Any] | None = None, cache_results: bool = False,
+             *, space: SearchSpace | None = None, budget: int = 64, mode: str = "online", cache: Any = None,
+             confirm: int = 3) -> Callable[[Any], Autotuner]:
+    """Decorator for a ``triton.jit`` kernel, with ``triton.autotune``'s arguments in its order and its behaviour.
 
-    ``space``: an evotune :class:`~evotune.core.space.SearchSpace` instead of ``configs`` (meta-parameters plus
-    ``num_warps``/``num_stages``; its named constraints prune with reasons, reading the launch as ``ctx.args``);
-    ``budget``: configurations timed per key (a list no longer is timed whole, as Triton does; a larger set
-    is searched by evotune's ``default`` strategy); ``confirm``: the fastest few re-timed side by side before
-    the decision (0 or 1: no confirmation); ``mode``: ``"online"`` (tune a key on its first call) or
-    ``"cache-only"`` (never time; an unseen key takes the nearest tuned key's configuration, logged);
-    ``cache``: where decisions persist (a storage URL or a folder; default ``$EVOTUNE_AUTOTUNE_CACHE``, else
-    ``~/.cache/evotune/autotune/autotune.db``; ``False``: kept in memory only); ``warmup``: launches before
-    timing; ``rep``: at most this many ms of sampling per configuration (the GPU oracle). ``do_bench`` is
-    Triton's: ``do_bench(call, quantiles=(0.5, 0.2, 0.8))``, its first figure taken as the time in ms.
+    Triton's arguments: ``configs``, ``key``, ``prune_configs_by``, ``reset_to_zero``, ``restore_value``,
+    ``pre_hook``, ``post_hook`` as in Triton; ``warmup``: launches before timing (default 3); ``rep``: at most
+    this many ms of sampling per configuration (the GPU oracle; default 100); ``use_cuda_graph``: accepted, and
+    changes nothing: the GPU oracle always times a configuration from CUDA graphs (a ``do_bench`` of yours times
+    as it does); ``do_bench``: Triton's, ``do_bench(call, quantiles=(0.5, 0.2, 0.8))``, its first figure taken
+    as the time in ms; ``cache_results``: accepted, and changes nothing: decisions always persist, where
+    ``cache`` says (``cache=False``: in memory only).
+
+    evotune's, keyword-only: ``space``: an evotune :class:`~evotune.core.space.SearchSpace` instead of
+    ``configs`` (meta-parameters plus ``num_warps``/``num_stages``; its named constraints prune with reasons,
+    reading the launch as ``ctx.args``); ``budget``: configurations timed per key (a list no longer is timed
+    whole, as Triton does; a larger set is searched by evotune's ``default`` strategy); ``confirm``: the
+    fastest few re-timed side by side before the decision (0 or 1: no confirmation); ``mode``: ``"online"``
+    (tune a key on its first call) or ``"cache-only"`` (never time; an unseen key takes the nearest tuned
+    key's configuration, logged); ``cache``: where decisions persist (a storage URL or a folder; default
+    ``$EVOTUNE_AUTOTUNE_CACHE``, else ``~/.cache/evotune/autotune/autotune.db``).
 
     Shared memory and registers of each compiled configuration are checked against the device before it is
     timed; under the Triton interpreter (``TRITON_INTERPRET=1``) there is no compiled kernel and that check
-    is skipped, and without ``do_bench`` the interpreter is timed by the wall clock.
+    is skipped, and without ``do_bench`` the interpreter is timed by the wall clock. The decorator may also be
+    applied to a kernel imported from elsewhere, ``evotune.autotune(...)(module.kernel)``, leaving its module
+    as it is.
     """
 
     def decorator(fn: Any) -> Autotuner:
-        return Autotuner(fn, fn.arg_names, configs=configs, key=key, space=space, prune_configs_by=prune_configs_by,
-                         reset_to_zero=reset_to_zero, restore_value=restore_value, pre_hook=pre_hook,
-                         post_hook=post_hook, warmup=warmup, rep=rep, do_bench=do_bench, budget=budget, mode=mode,
-                         cache=cache, confirm=confirm)
+        return Autotuner(fn, fn.arg_names, configs, key, reset_to_zero, restore_value, pre_hook, post_hook,
+                         prune_configs_by, warmup, rep, use_cuda_graph, do_bench, cache_results, space=space,
+                         budget=budget, mode=mode, cache=cache, confirm=confirm)
 
     return decorator

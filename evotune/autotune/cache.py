@@ -1,10 +1,12 @@
 """Where tuned kernels are kept: one Optuna study per (kernel, key), with the decision in its attributes.
 
 A study is named by what makes a measurement valid, and not by the list of
-configurations: ``autotune/KERNEL/SOURCE_HASH/DEVICE/triton-VERSION/KEY`` (the hash is of
+configurations: ``autotune/KERNEL/SOURCE_HASH/DEVICE/triton-VERSION/build-BUILD/KEY`` (the hash is of
 Triton's own ``cache_key`` of the kernel where it has one: the source, the jit functions it
-calls, the globals it reads; under the interpreter, of the kernel's source)
-(:func:`study_name`), so a changed list keeps every point measured before. Its
+calls, the globals it reads; under the interpreter, of the kernel's source; BUILD is the digest
+of the backend, its tools and every codegen knob, :mod:`evotune.autotune.toolchain`)
+(:func:`study_name`), so a changed list keeps every point measured before, and a changed build
+is tuned again. Its
 trials are the measured configurations (``python -m evotune best``, ``plot`` and
 ``dashboard --storage URL`` read them), and its user attribute ``autotune`` holds
 the decision: the configuration, its time, which candidates it was chosen from
@@ -37,6 +39,7 @@ from typing import Any
 
 import optuna
 
+from evotune.autotune.toolchain import Toolchain
 from evotune.core.space import SearchSpace
 from evotune.storage.study import StudyStore, make_storage, study_summaries
 from evotune.storage.trial_writer import checkpoint
@@ -80,18 +83,21 @@ def device_name() -> str:
 
 @dataclass(frozen=True)
 class KernelId:
-    """What a measurement of a kernel is valid for: its source, the Triton version and the device."""
+    """What a measurement of a kernel is valid for: its source, the Triton version, the device and the build."""
 
     name: str
     source_hash: str
     triton_version: str
     device: str
+    toolchain: Toolchain | None = None  # None: not part of the key (a replayed recording)
 
     @classmethod
-    def of(cls, fn: Any, jit: Any = None, device: str | None = None) -> KernelId:
+    def of(cls, fn: Any, jit: Any = None, device: str | None = None,
+           toolchain: Toolchain | None = None) -> KernelId:
         """The identity of kernel ``fn`` (the Python function); ``jit`` is its ``triton.jit`` object, whose
         ``cache_key`` (Triton's hash of the source, the jit functions it calls, the globals it reads and its
-        line) is hashed when it has one. The interpreter's has none: the function's own source is hashed."""
+        line) is hashed when it has one. The interpreter's has none: the function's own source is hashed.
+        ``toolchain``: the build (default: the current one)."""
         text = getattr(jit, "cache_key", None)
         if not isinstance(text, str):
             try:
@@ -101,12 +107,13 @@ class KernelId:
         import triton
 
         return cls(fn.__name__, hashlib.sha256(text.encode()).hexdigest()[:16], str(triton.__version__),
-                   device or device_name())
+                   device or device_name(), toolchain or Toolchain.current())
 
     @property
     def prefix(self) -> str:
         device = self.device.replace("/", "_")
-        return f"{PREFIX}/{self.name}/{self.source_hash}/{device}/triton-{self.triton_version}/"
+        build = "" if self.toolchain is None else f"build-{self.toolchain.digest}/"
+        return f"{PREFIX}/{self.name}/{self.source_hash}/{device}/triton-{self.triton_version}/{build}"
 
 
 def key_text(key: dict[str, Any]) -> str:

@@ -36,13 +36,14 @@ FILLED_BY = ("it is filled by python -m evotune tune-kernel, or by running a pro
 
 
 def tune_kernel_command(kernel: str, keys: str | None, cache: str | None, console: Console,
-                        progress: Console | None = None) -> int:
+                        progress: Console | None = None, space: str | None = None,
+                        key_names: str | None = None) -> int:
     """Tune the keys, saying on ``progress`` (a line as each key starts and one as it is decided) what it does:
     a key can take minutes, and the table comes at the end."""
     if not keys:
         raise CommandError("--keys KEYS.toml is required (the keys to tune)")
     try:
-        results = tune_kernel(kernel, Path(keys), cache, None if progress is None else
+        results = tune_kernel(kernel, Path(keys), cache, space, key_names, None if progress is None else
                               lambda event: progress.print(progress_line(event), markup=False, highlight=False))
     except AheadError as exc:
         raise CommandError(str(exc)) from None

@@ -3,8 +3,13 @@
 ``triton.Config`` objects and evotune points are two views of one thing: a point
 names every parameter of a :class:`~evotune.core.space.SearchSpace` (the kernel's
 meta-parameters plus the launch options ``num_warps``, ``num_stages`` and, when
-a list sets them, ``num_ctas`` and ``maxnreg``), and :meth:`Candidates.config`
+a list sets them, ``num_ctas``, ``maxnreg`` and ``ir_override``), and :meth:`Candidates.config`
 turns it into the ``triton.Config`` the kernel is launched with.
+
+A configuration is its values, as ``triton.Config`` compares them: its ``all_kwargs()`` and its
+``pre_hook``. Two listed configurations that differ only in their ``pre_hook`` are told apart by a
+``pre_hook`` parameter (each hook by its qualified name); :meth:`Candidates.find` answers the point of
+any configuration equal to a candidate, so a ``prune_configs_by`` function may return new objects.
 
 Two ways in:
 
@@ -30,7 +35,9 @@ from typing import Any
 from evotune.core.space import Context, FeasibleSet, Param, Point, SearchSpace, categorical, ordinal
 
 #: the launch options of ``triton.Config`` and their defaults; the rest of a point are meta-parameters
-LAUNCH_OPTIONS: dict[str, Any] = {"num_warps": 4, "num_stages": 3, "num_ctas": 1, "maxnreg": None}
+LAUNCH_OPTIONS: dict[str, Any] = {"num_warps": 4, "num_stages": 3, "num_ctas": 1, "maxnreg": None, "ir_override": None}
+#: the parameter that tells apart listed configurations equal but for their ``pre_hook``
+PRE_HOOK = "pre_hook"
 #: launch options every space of configurations names (the others only when a list sets them)
 ALWAYS = ("num_warps", "num_stages")
 
@@ -55,6 +62,7 @@ class Candidates:
     space: SearchSpace
     listed: list[Point] | None = None  # None: every feasible point of the space
     originals: dict[str, Any] = field(default_factory=dict)  # point key -> the user's triton.Config
+    hook_labels: dict[int, str | None] = field(default_factory=dict)  # id(pre_hook) -> label (with a PRE_HOOK param)
 
     @classmethod
     def from_configs(cls, name: str, configs: Sequence[Any]) -> Candidates:
@@ -64,10 +72,14 @@ class Candidates:
             if missing:
                 raise ValueError(f"configs: {c} does not set {', '.join(missing)} (every config sets the same "
                                  "meta-parameters)")
-        options = [o for o in LAUNCH_OPTIONS
-                   if o in ALWAYS or any(getattr(c, o) != LAUNCH_OPTIONS[o] for c in configs)]
-        rows = [{**c.kwargs, **{o: getattr(c, o) for o in options}} for c in configs]
-        params = [_param(n, [r[n] for r in rows]) for n in [*kwargs_names, *options]]
+        options = [o for o in LAUNCH_OPTIONS if o not in kwargs_names
+                   and (o in ALWAYS or any(option(c, o) != LAUNCH_OPTIONS[o] for c in configs))]
+        rows = [{**c.kwargs, **{o: option(c, o) for o in options}} for c in configs]
+        hooks = _hook_labels(configs, rows)
+        if hooks:
+            rows = [{**r, PRE_HOOK: hooks[id(c.pre_hook)]} for r, c in zip(rows, configs, strict=True)]
+        names = [*kwargs_names, *options, *([PRE_HOOK] if hooks else [])]
+        params = [_param(n, [r[n] for r in rows]) for n in names]
         space = SearchSpace(name, params, description="the configurations listed to triton autotune")
         originals: dict[str, Any] = {}
         listed = []
@@ -76,7 +88,7 @@ class Candidates:
             if key not in originals:
                 originals[key] = c
                 listed.append(row)
-        return cls(space, listed, originals)
+        return cls(space, listed, originals, hooks)
 
     @classmethod
     def from_space(cls, space: SearchSpace) -> Candidates:
@@ -94,6 +106,33 @@ class Candidates:
         kept = [p for p in self.listed if self.space.check(p, ctx) is None]
         return FeasibleSet.from_codes(self.space, [self.space.encode(p) for p in kept])
 
+    def find(self, config: Any) -> Point | None:
+        """The point of the candidate equal to ``config`` (its ``all_kwargs()`` and ``pre_hook``), or None (of a
+        list: a listed one)."""
+        names = set(self.space.names)
+        if not set(config.kwargs) <= names:
+            return None
+        point = dict(config.kwargs)
+        for o, default in LAUNCH_OPTIONS.items():
+            if o in config.kwargs:  # a launch option given as a meta-parameter (Triton reads both the same)
+                continue
+            value = option(config, o)
+            if o in names:
+                point[o] = value
+            elif value != default:
+                return None  # a launch option this space does not vary, set to another value
+        if PRE_HOOK in names:
+            point[PRE_HOOK] = self.hook_labels.get(id(config.pre_hook))
+        try:
+            self.space.validate(point)
+        except ValueError:
+            return None
+        if self.listed is not None and self.space.key(point) not in self.originals:
+            return None
+        mine = self.config(point)
+        same = mine.all_kwargs() == config.all_kwargs() and mine.pre_hook is config.pre_hook
+        return point if same else None
+
     def config(self, point: Point) -> Any:
         """The ``triton.Config`` of ``point``: the listed one when it was listed, else built from the point."""
         original = self.originals.get(self.space.key(point))
@@ -101,10 +140,57 @@ class Candidates:
             return original
         import triton
 
-        kwargs = {k: v for k, v in point.items() if k not in LAUNCH_OPTIONS}
+        kwargs = {k: v for k, v in point.items() if k not in LAUNCH_OPTIONS and k != PRE_HOOK}
         options = {o: point[o] for o in LAUNCH_OPTIONS if o in point}  # the others keep triton.Config's defaults
         return triton.Config(kwargs, **options)
+
+    def stored_config(self, stored: dict[str, Any]) -> Any:
+        """The configuration of a point as storage keeps it: its candidate, or, for a point this space does not
+        hold (a configuration ``early_config_prune`` added elsewhere), a ``triton.Config`` of its values."""
+        try:
+            return self.config(self.space.from_storage(stored))
+        except (KeyError, ValueError):
+            import triton
+
+            kwargs = {k: v for k, v in stored.items() if k not in LAUNCH_OPTIONS and k != PRE_HOOK}
+            return triton.Config(kwargs, **{o: stored[o] for o in LAUNCH_OPTIONS if o in stored})
+
+    def extended(self, name: str, configs: Sequence[Any]) -> Candidates:
+        """These listed candidates and ``configs`` (those not among them), as one list."""
+        listed = [self.config(p) for p in self.points]
+        return Candidates.from_configs(name, [*listed, *[c for c in configs if self.find(c) is None]])
 
     def describe(self, point: Point) -> dict[str, Any]:
         """The point as plain JSON values: meta-parameters, then the launch options."""
         return {k: self.space.param(k).storage_value(v) for k, v in point.items()}
+
+
+def option(config: Any, name: str) -> Any:
+    """A launch option of ``config`` (an older ``triton.Config`` lacks ``ir_override``: its default)."""
+    return getattr(config, name, LAUNCH_OPTIONS[name])
+
+
+def _hook_labels(configs: Sequence[Any], rows: list[Point]) -> dict[int, str | None]:
+    """id(pre_hook) -> its label, when two configurations have the same values but different pre_hooks (else
+    empty: the hooks tell nothing apart); no hook is labelled None, the others by their qualified name."""
+    hooks: dict[str, set[int]] = {}
+    for row, c in zip(rows, configs, strict=True):
+        hooks.setdefault(repr(sorted(row.items(), key=str)), set()).add(id(c.pre_hook))
+    if all(len(ids) == 1 for ids in hooks.values()):
+        return {}
+    labels: dict[int, str | None] = {}
+    taken: set[str] = set()
+    for c in configs:
+        if id(c.pre_hook) in labels:
+            continue
+        if c.pre_hook is None:
+            labels[id(None)] = None
+            continue
+        base = getattr(c.pre_hook, "__qualname__", type(c.pre_hook).__name__).replace(",", " ").replace("=", " ")
+        label, i = base, 1
+        while label in taken:
+            i += 1
+            label = f"{base}#{i}"
+        taken.add(label)
+        labels[id(c.pre_hook)] = label
+    return labels

@@ -3,8 +3,11 @@
 Triton compiles a configuration without launching it (``fn.warmup``); the compiled
 kernel's metadata says how much shared memory it asks for and, once loaded, how
 many registers each thread uses. A configuration over either limit of the device is
-pruned with its reason before it is timed, as the named constraints prune before
-compiling.
+not timed: the tuner launches it once with the hooks around it, so that the user's
+``post_hook`` gets the device's own refusal (Triton's ``OutOfResources``, raised when
+the binary is loaded, before anything runs), as under ``triton.autotune``. The
+binary is not loaded here: loading is the launch's, inside the hooks, and a limit
+only the loader knows (threads per block, tensor memory) is refused there.
 
 Under the Triton interpreter (``TRITON_INTERPRET=1``, the CPU) nothing is compiled,
 so there is no metadata and this check is skipped: :func:`over_limits` answers None.
@@ -27,24 +30,16 @@ def build(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], config: Any) -
 
 def over_limits(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], config: Any) -> str | None:
     """Why ``config``'s compiled kernel cannot run on this device, or None (it fits, or nothing to check)."""
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        return None
-    from triton.runtime.errors import OutOfResources
-
+    if os.environ.get("TRITON_INTERPRET") == "1" or not hasattr(fn, "warmup"):
+        return None  # the interpreter compiles nothing; a stand-in kernel without warmup cannot be built apart
     kernel = build(fn, args, kwargs, config)
     if kernel is None or not hasattr(kernel, "metadata"):
         return None
-    load = getattr(kernel, "_init_handles", None)  # loads the binary: OutOfResources for shared memory over the
-    try:  # device's, or more threads than its registers leave room for
-        if load is not None:
-            load()
-    except OutOfResources as exc:
-        return f"{getattr(exc, 'name', 'resources')}: {exc}"
     props = device_limits()
     shared = int(getattr(kernel.metadata, "shared", 0) or 0)
     if shared > int(props.get("max_shared_mem", shared)):
         return f"shared memory: {shared} bytes, the device allows {props['max_shared_mem']}"
-    regs = int(getattr(kernel, "n_regs", 0) or 0) * WARP * int(config.num_warps or 4)
+    regs = int(getattr(kernel, "n_regs", 0) or 0) * WARP * int(config.num_warps or 4)  # known once loaded
     if regs > int(props.get("max_num_regs", regs)):
         return (f"registers: {kernel.n_regs} per thread x {config.num_warps} warps = {regs}, the device has "
                 f"{props['max_num_regs']} per block")

@@ -12,7 +12,7 @@ def cmd_tune_kernel(args: argparse.Namespace) -> int:
 
     try:
         return tune_kernel_command(args.kernel, args.keys, args.cache, make_console(),
-                                   None if args.no_progress else make_console(stderr=True))
+                                   None if args.no_progress else make_console(stderr=True), args.space, args.key)
     except CommandError as exc:
         raise UsageError(str(exc)) from None
 
@@ -29,7 +29,8 @@ def cmd_export_configs(args: argparse.Namespace) -> int:
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """The two subcommands, on the command line's parser."""
-    tk = sub.add_parser("tune-kernel", help="tune a kernel decorated with evotune.autotune for the keys of a file")
+    tk = sub.add_parser("tune-kernel", help="tune a kernel (decorated with evotune.autotune, or a plain jit kernel "
+                                            "with --space and --key) for the keys of a file")
     tk.add_argument("kernel", metavar="MODULE:KERNEL", help="a module (dotted name or .py path) and the kernel in it")
     tk.add_argument("--keys", metavar="KEYS.toml", help="the keys to tune and the module's function that builds "
                                                          "each key's launch (see evotune/autotune/ahead.py)")
@@ -37,6 +38,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                                                            "cache, else $EVOTUNE_AUTOTUNE_CACHE, else "
                                                            "~/.cache/evotune/autotune)")
     tk.add_argument("--no-progress", action="store_true", help="no line per key as it starts and is decided")
+    tk.add_argument("--space", metavar="FILE:NAME", help="a plain jit kernel's candidates: a SearchSpace or a list of "
+                                                         "triton.Config in a module or .py file")
+    tk.add_argument("--key", metavar="NAMES", help="a plain jit kernel's arguments that key a decision, "
+                                                   "comma-separated (triton.autotune's key)")
     tk.set_defaults(func=cmd_tune_kernel)
 
     ex = sub.add_parser("export-configs", help="write evotune.autotune's decisions as JSON or vLLM's fused-MoE or "

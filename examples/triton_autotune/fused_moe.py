@@ -1,5 +1,11 @@
 """A fused-MoE grouped GEMM tuned by ``evotune.autotune`` over vLLM's config grid, with a torch reference.
 
+The kernel is written as vLLM writes its own: a plain ``@triton.jit`` kernel, ``moe_gemm_kernel``,
+launched with its configuration as keyword arguments (:func:`invoke_moe_gemm`: ``BLOCK_SIZE_M=...,
+num_warps=...``, the configuration a caller reads from vLLM's JSON files, :func:`config_for`). It is
+tuned without editing it: ``moe_gemm_tuned`` is ``evotune.autotune(...)`` applied to it, and
+``tune-kernel`` takes the plain kernel with ``--space`` and ``--key``.
+
 Routing is torch: the top-k experts of each token (softmax over a gate), the token
 slots sorted by expert and each expert's run padded to a multiple of the block size
 (vLLM's ``moe_align_block_size``). The GEMM is Triton: each program multiplies one
@@ -21,6 +27,9 @@ writes the files vLLM reads (their N is the down projection's: ``shard_intermedi
 
     python examples/triton_autotune/fused_moe.py          # on a GPU: Mixtral-like layer, M = 64
     TRITON_INTERPRET=1 python examples/triton_autotune/fused_moe.py   # CPU: tiny shapes
+    python -m evotune tune-kernel examples/triton_autotune/fused_moe.py:moe_gemm_kernel \
+        --space examples/triton_autotune/fused_moe.py:SPACE --key M,N,K,E \
+        --keys examples/triton_autotune/moe_keys_plain.toml          # the plain kernel, ahead of time
 """
 
 from __future__ import annotations
@@ -75,7 +84,6 @@ SPACE = SearchSpace(
 )
 
 
-@evotune.autotune(space=SPACE, key=["M", "N", "K", "E"], budget=48)
 @triton.jit
 def moe_gemm_kernel(a, w, c, slot_ids, block_expert, align_offsets, weights, M, N, K, E,
                     stride_am, stride_ak, stride_we, stride_wn, stride_wk, stride_cm, stride_cn,
@@ -124,6 +132,10 @@ def moe_gemm_kernel(a, w, c, slot_ids, block_expert, align_offsets, weights, M, 
     acc = acc * tl.load(weights + slots, mask=live, other=0.0)[:, None]
     tl.store(c + slots[:, None] * stride_cm + rn[None, :] * stride_cn, acc.to(c.dtype.element_ty),
              mask=live[:, None] & (rn[None, :] < N))
+
+
+#: the kernel under evotune.autotune, its module left as it is (the same kernel: its studies are the plain one's)
+moe_gemm_tuned = evotune.autotune(space=SPACE, key=["M", "N", "K", "E"], budget=48)(moe_gemm_kernel)
 
 
 def route(x: torch.Tensor, gate: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -183,13 +195,40 @@ def make_launch(x: torch.Tensor, w: torch.Tensor, weights: torch.Tensor, ids: to
     return grid, args, {"top_k": top_k}
 
 
-def fused_moe(x: torch.Tensor, gate: torch.Tensor, w: torch.Tensor, top_k: int,
-              kernel=moe_gemm_kernel) -> torch.Tensor:
-    """sum over each token's top-k experts e of weight_e * (x @ w[e].T); x (tokens, K), w (E, N, K)."""
-    weights, ids = route(x, gate, top_k)
+def default_config(M: int, E: int) -> dict[str, int]:
+    """The configuration a caller with no tuned file launches with: small tiles while an expert gets a token or
+    so, larger ones past that (the shape of vLLM's default)."""
+    if M <= E:
+        return {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 4,
+                "num_stages": 3}
+    return {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 16, "num_warps": 4,
+            "num_stages": 3}
+
+
+def config_for(M: int, E: int, configs: dict[int, dict[str, int]] | None = None) -> dict[str, int]:
+    """The configuration for M tokens from a vLLM-style file's ``{batch size: config}`` (the batch size nearest
+    M, as vLLM picks it; ``export-configs --format vllm-moe`` writes such files), else :func:`default_config`."""
+    if not configs:
+        return default_config(M, E)
+    return dict(configs[min(configs, key=lambda b: abs(b - M))])
+
+
+def invoke_moe_gemm(x: torch.Tensor, w: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, top_k: int,
+                    config: dict[str, int], kernel=moe_gemm_kernel) -> torch.Tensor:
+    """One launch of the plain kernel, its configuration passed as keyword arguments (as vLLM's
+    ``invoke_fused_moe_kernel`` launches its kernel); the output (tokens x top_k, N)."""
     grid, args, kwargs = make_launch(x, w, weights, ids, top_k)
-    kernel[grid](*args, **kwargs)
-    return args[2].view(x.shape[0], top_k, -1).float().sum(dim=1).to(x.dtype)
+    kernel[grid](*args, **kwargs, **config)
+    return args[2]
+
+
+def fused_moe(x: torch.Tensor, gate: torch.Tensor, w: torch.Tensor, top_k: int, kernel=moe_gemm_tuned,
+              config: dict[str, int] | None = None) -> torch.Tensor:
+    """sum over each token's top-k experts e of weight_e * (x @ w[e].T); x (tokens, K), w (E, N, K). ``kernel``
+    tuned (``moe_gemm_tuned``, no ``config``) or plain (``moe_gemm_kernel`` with a ``config``)."""
+    weights, ids = route(x, gate, top_k)
+    out = invoke_moe_gemm(x, w, weights, ids, top_k, config or {}, kernel)
+    return out.view(x.shape[0], top_k, -1).float().sum(dim=1).to(x.dtype)
 
 
 def reference(x: torch.Tensor, gate: torch.Tensor, w: torch.Tensor, top_k: int) -> torch.Tensor:
@@ -202,16 +241,30 @@ def reference(x: torch.Tensor, gate: torch.Tensor, w: torch.Tensor, top_k: int) 
     return out.to(x.dtype)
 
 
-def make_args(M: int, N: int, K: int, E: int, top_k: int = 2, dtype: str = "float16", seed: int = 0):
-    """A key's launch for ``tune-kernel`` (grid, args, kwargs), on seeded random inputs."""
+def make_inputs(M: int, N: int, K: int, E: int, dtype: str = "float16",
+                seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Seeded random (x, gate, w) of a key, on the GPU when there is one."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
     g = torch.Generator().manual_seed(seed)
     dt = getattr(torch, dtype)
     x = torch.randn(M, K, generator=g).to(device, dt)
     gate = torch.randn(K, E, generator=g).to(device, dt)
     w = (torch.randn(E, N, K, generator=g) / K**0.5).to(device, dt)
+    return x, gate, w
+
+
+def make_args(M: int, N: int, K: int, E: int, top_k: int = 2, dtype: str = "float16", seed: int = 0):
+    """A key's launch for ``tune-kernel`` (grid, args, kwargs), on :func:`make_inputs`."""
+    x, gate, w = make_inputs(M, N, K, E, dtype, seed)
     weights, ids = route(x, gate, top_k)
     return make_launch(x, w, weights, ids, top_k)
+
+
+def make_vllm_args(M: int, N: int, K: int, E: int, top_k: int = 2, dtype: str = "float16", seed: int = 0):
+    """A key's launch as a vLLM-style caller makes it for the plain kernel: :func:`make_args`'s, its keyword
+    arguments holding the default configuration too (``tune-kernel`` drops it: the tuner chooses it)."""
+    grid, args, kwargs = make_args(M, N, K, E, top_k, dtype, seed)
+    return grid, args, {**kwargs, **default_config(M, E)}
 
 
 if __name__ == "__main__":
@@ -229,4 +282,4 @@ if __name__ == "__main__":
     out = fused_moe(x, gate, w, top_k)
     err = (out.float() - reference(x, gate, w, top_k).float()).abs().max().item()
     print(f"fused MoE ({tokens} tokens, E={experts}, N={inter}, K={hidden}): max abs error vs torch {err:.3g}; "
-          f"chosen: {moe_gemm_kernel.best_config}")
+          f"chosen: {moe_gemm_tuned.best_config}")
