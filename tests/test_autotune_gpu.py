@@ -117,8 +117,9 @@ def test_a_refused_configuration_reaches_the_post_hook_and_another_runs(tmp_path
     paired, and the launch runs with the other configuration."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    done = subprocess.run([sys.executable, "-c", REFUSED.format(cache=str(tmp_path))], env=env, capture_output=True,
-                          text=True)
+    script = tmp_path / "refused.py"  # a file: Triton reads a jit kernel's source from the file it is defined in
+    script.write_text(REFUSED.format(cache=str(tmp_path / "cache")))
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout.strip().splitlines()[-1])
     for resource, result in got.items():
