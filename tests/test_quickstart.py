@@ -4,48 +4,15 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, copy_checkout, git_status
+from conftest import ROOT, git_status
 
 from evotune.running.experiment import load_experiment
 
 QUICKSTART = ROOT / "experiments" / "quickstart.toml"
 FIGURE_DATA = ROOT / "docs" / "images" / "quickstart_Xgemm_4096x4096_convergence.csv"
-
-
-@dataclass
-class Checkout:
-    """A fresh clone of the repository, and a tuning-result cache of its own for the commands run in it."""
-
-    path: Path
-    env: dict[str, str]
-
-    def run(self, *args: str) -> subprocess.CompletedProcess:
-        """``python ARGS`` in the clone, as a user runs README's commands there (its own evotune imported)."""
-        proc = subprocess.run([sys.executable, *args], cwd=self.path, env=self.env, capture_output=True, text=True,
-                              timeout=1800)  # a hang guard, not a time limit
-        assert proc.returncode == 0, proc.stderr
-        return proc
-
-
-@pytest.fixture(scope="module")
-def quickstart(tmp_path_factory) -> tuple[Checkout, subprocess.CompletedProcess]:
-    """A fresh clone with README's quickstart run in it once (the tests below share the run: it takes ~20 s)."""
-    root = tmp_path_factory.mktemp("quickstart")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["EVOTUNE_TUNED"] = str(root / "tuned.json")
-    checkout = Checkout(copy_checkout(root / "checkout"), env)
-    started = time.monotonic()
-    proc = checkout.run("-m", "evotune", "run", "experiments/quickstart.toml", "--no-progress")
-    print(f"quickstart: {time.monotonic() - started:.1f} s on this machine")
-    return checkout, proc
 
 
 def study_sizes(cwd):
