@@ -9,7 +9,7 @@ torch and CUDA versions and the oracle's L2 flush the timings depend on), with t
 of that worker, who it was (``host:pid``) and when; a worker of the same setup
 that finds them takes them as they are. While one worker times them, the
 others wait for its result rather than time them too (a claim in the
-namespace :data:`NAMESPACE`; a worker that dies meanwhile lets the next one
+namespace :func:`namespace` names; a worker that dies meanwhile lets the next one
 time them).
 
 The confirmation stage is apart from this: it times the baselines again,

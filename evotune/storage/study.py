@@ -61,12 +61,6 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 METRIC_NAME = "time (ms)"  # what a trial's value is: shown by the dashboard instead of "Objective 0"
 
 
-def sqlite_url(path: str | Path) -> str:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{path}"
-
-
 def record_storage_url(url: str) -> str:
     """Where ``evotune record`` keeps its studies, derived from the experiment's storage ``url``.
 

@@ -8,7 +8,7 @@ Two things make a trial's write cost little beside a GPU measurement:
 * :class:`TrialWriter` writes a study's trials from a thread, in the order
   they were measured, so the loop goes on to its next point at once. A trial
   counts as finished only once it is stored: its point's claim stays held by
-  the live worker until then, and is marked done (``claims.finish``) right
+  the live worker until then, and is marked done (``claims.finish_all``) right
   after the write. A worker killed with trials still queued loses those
   points only: their claims lapse with the process, and the next run (or
   another worker) measures them again; nothing is counted that is not stored.

@@ -16,7 +16,7 @@ import numpy as np
 
 from evotune.core.space import Context, FeasibleSet, SearchSpace
 from evotune.search.prior import Source
-from evotune.search.strategies.base import Exhausted, Strategy, Told
+from evotune.search.strategies.base import Strategy, Told
 from evotune.search.strategies.default import Default
 from evotune.search.strategies.exhaustive import Exhaustive
 from evotune.search.strategies.genetic import GeneticAlgorithm
@@ -48,4 +48,4 @@ def make_strategy(name: str, space: SearchSpace, feasible: FeasibleSet, *, seed:
     return STRATEGIES[name](space, feasible, seed=seed, ctx=ctx, sources=sources, launch=launch, **options)
 
 
-__all__ = ["STRATEGIES", "Exhausted", "Source", "Strategy", "Told", "make_strategy", "names"]
+__all__ = ["STRATEGIES", "Source", "Strategy", "Told", "make_strategy", "names"]
