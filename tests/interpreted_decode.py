@@ -67,7 +67,7 @@ def run(case: dict) -> dict:
     gemm.poison(c)  # poisoned again: the second launch writes all
     launch(*tensors)  # a launch after the first: what one launch leaves (REDUCE=last's counts) serves the next
     if problem.scaling:
-        ref = gemm_fp8.reference(problem, *tensors[:4]).double()
+        ref = gemm_fp8.scaled_reference(problem, *tensors[:4]).double()
     else:
         ref = a.double() @ b.double()
     if problem.dtype == "int8":

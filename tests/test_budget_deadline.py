@@ -19,7 +19,7 @@ from evotune.core.space import Context
 from evotune.measurement.base import DeadlinePassed, Evaluator
 from evotune.running import run, session, tuner
 from evotune.running.experiment import load_experiment
-from evotune.running.tuner import tune
+from evotune.running.tuner import tune_study
 from evotune.search.strategies import make_strategy
 from evotune.storage.study import StudyStore
 
@@ -71,7 +71,7 @@ def _tune(tmp_path, evaluator, budget, clock, name="t"):
     fs = space.feasible(ctx)
     store = StudyStore.open(f"sqlite:///{tmp_path / 'b.db'}", name, space)
     strategy = make_strategy("exhaustive", space, fs, ctx=ctx)
-    return tune(space, ctx, evaluator, strategy, store, budget, clock=clock), store
+    return tune_study(space, ctx, evaluator, strategy, store, budget, clock=clock), store
 
 
 def test_no_point_is_handed_out_that_the_time_left_cannot_fit(tmp_path):

@@ -22,7 +22,7 @@ from evotune.core.result import Status
 from evotune.core.space import Context
 from evotune.measurement.cpu import CpuEvaluator
 from evotune.measurement.options import OracleOptions
-from evotune.running.tuner import tune
+from evotune.running.tuner import tune_study
 from evotune.search.strategies import make_strategy
 from evotune.storage.study import StudyStore
 
@@ -60,7 +60,7 @@ def test_a_run_over_the_whole_fault_space_completes(space, tmp_path):
     strategy = make_strategy("exhaustive", space, space.feasible(CTX), seed=0)
     parent = os.getpid()
     with CpuEvaluator(space, OPTIONS, repeats=3, memory_limit_mb=512) as ev:
-        result = tune(space, CTX, ev, strategy, store, Budget(trials=100))
+        result = tune_study(space, CTX, ev, strategy, store, Budget(trials=100))
         restarts = ev.restarts
     assert os.getpid() == parent  # the tuner process is the one that started
     assert result.stopped == "exhausted" and result.trials == result.new_trials == 12
@@ -93,7 +93,7 @@ def test_a_run_over_the_whole_fault_space_completes(space, tmp_path):
     assert lost == 0 and duplicates == 0
 
     # resuming measures nothing again
-    again = tune(space, CTX, CpuEvaluator(space, OPTIONS), make_strategy(
+    again = tune_study(space, CTX, CpuEvaluator(space, OPTIONS), make_strategy(
         "exhaustive", space, space.feasible(CTX), seed=0), store, Budget(trials=100))
     assert again.new_trials == 0 and again.trials == 12
 

@@ -155,7 +155,7 @@ def test_a_run_over_the_gpu_fault_space_loses_nothing(tmp_path, monkeypatch):
 
     from evotune.core.budget import Budget
     from evotune.measurement.gpu import GpuEvaluator
-    from evotune.running.tuner import tune
+    from evotune.running.tuner import tune_study
     from evotune.search.strategies import make_strategy
     from evotune.storage.study import StudyStore
 
@@ -165,7 +165,7 @@ def test_a_run_over_the_gpu_fault_space_loses_nothing(tmp_path, monkeypatch):
     ctx = Context(detect(), PROBLEM)
     store = StudyStore.open(f"sqlite:///{tmp_path / 'faults.db'}", "faults_gpu/exhaustive", space)
     with GpuEvaluator(space, OracleOptions(timeout_s=30)) as ev:
-        result = tune(space, ctx, ev, make_strategy("exhaustive", space, space.feasible(ctx), seed=0), store,
+        result = tune_study(space, ctx, ev, make_strategy("exhaustive", space, space.feasible(ctx), seed=0), store,
                       Budget(trials=100))
         restarts = ev.restarts
     trials = store.study.get_trials(deepcopy=False)

@@ -89,3 +89,21 @@ def test_spaces_import_only_the_authoring_api():
                 if name.split(".")[:2] != ["evotune", "authoring"] and name != "evotune":
                     offenders.append(f"{path.relative_to(ROOT)}: {name}")
     assert not offenders, offenders
+
+
+def test_only_the_rdb_adapter_imports_a_private_optuna_module():
+    """Optuna's private modules change without notice: one adapter reads them, after checking Optuna's version."""
+    offenders = []
+    for path in sorted((ROOT / "evotune").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:  # ``from optuna import _x`` names a module too
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                if name.split(".")[0] == "optuna" and any(part.startswith("_") for part in name.split(".")):
+                    offenders.append(f"{path.relative_to(ROOT)}: {name}")
+                    break
+    assert offenders == ["evotune/storage/optuna_rdb.py: optuna.storages._rdb"], offenders

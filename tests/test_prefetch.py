@@ -8,7 +8,7 @@ from evotune.core.budget import Budget
 from evotune.core.space import Context
 from evotune.measurement.base import Evaluator
 from evotune.measurement.replay import ReplayEvaluator
-from evotune.running.tuner import tune
+from evotune.running.tuner import tune_study
 from evotune.search.strategies import make_strategy
 from evotune.storage.study import StudyStore
 
@@ -66,7 +66,7 @@ def test_the_tuner_keeps_a_pools_worth_of_points_ahead_of_the_gpu(gemm_landscape
     ev = _RecordingReplay(gemm_landscape, depth=4)
     store = StudyStore.open(f"sqlite:///{tmp_path / 'p.db'}", "prefetch", space)
     strategy = make_strategy("random", space, space.feasible(ctx), seed=3, ctx=ctx)
-    result = tune(space, ctx, ev, strategy, store, Budget(trials=30))
+    result = tune_study(space, ctx, ev, strategy, store, Budget(trials=30))
     assert result.trials == 30
     assert ev.batches[:4] == [6, 2, 2, 2]  # 1.5 pools first, then half a pool whenever only a pool is left
     assert min(ev.ahead) >= 4  # the compile processes always had something to work on
@@ -100,7 +100,7 @@ def test_points_still_compiling_wait_while_built_ones_are_measured(gemm_landscap
     ev.order = []
     store = StudyStore.open(f"sqlite:///{tmp_path / 'p.db'}", "slow", space)
     strategy = make_strategy("random", space, space.feasible(ctx), seed=3, ctx=ctx)
-    result = tune(space, ctx, ev, strategy, store, Budget(trials=40))
+    result = tune_study(space, ctx, ev, strategy, store, Budget(trials=40))
     assert result.trials == 40 and ev.until
     # in the order handed out, the slow points would be measured two evaluations after their compile began;
     # there is always a built point to measure meanwhile, so none waits for its compile

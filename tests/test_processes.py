@@ -18,7 +18,7 @@ SCRIPT = textwrap.dedent('''
     import json, os, signal, sys, time
     from concurrent.futures import ProcessPoolExecutor
 
-    from evotune.measurement.isolation import WorkerProcess, serve
+    from evotune.measurement.isolation import WorkerProcess, answer_requests
     from evotune.measurement.messages import DeviceInfo, Evaluate, Reply, ReplyStatus
     from evotune.measurement.processes import INHERITED_CUDA, pool_initializer, start_method
 
@@ -37,7 +37,7 @@ SCRIPT = textwrap.dedent('''
         return {"status": reply.status.value, "message": reply.message, "served_s": reply.served_s, **reply.info}
 
     def main(conn):
-        serve(conn, Handler)
+        answer_requests(conn, Handler)
 
     class Refusing(Handler):
         def __init__(self):  # as the GPU worker does when it finds CUDA initialised before its own first call
@@ -45,7 +45,7 @@ SCRIPT = textwrap.dedent('''
                 raise RuntimeError(INHERITED_CUDA)
 
     def refusing_main(conn):
-        serve(conn, Refusing)
+        answer_requests(conn, Refusing)
 
     def in_pool():
         return os.environ.get("EVOTUNE_TEST_VALUE"), PRELOADED in sys.modules

@@ -6,7 +6,7 @@ import threading
 
 from optuna.study import StudyDirection
 
-from evotune.running.shared_baselines import ATTR, namespace, setup_of, shared_baselines
+from evotune.running.shared_baselines import ATTR, baselines_namespace, setup_of, shared_baselines
 from evotune.storage.claims import Claim, make_claims
 from evotune.storage.study import make_storage
 
@@ -27,7 +27,7 @@ class Timer:
 
 
 def claims(url: str, worker: str):
-    return make_claims(url, namespace("e"), owner=f"{worker}:1")
+    return make_claims(url, baselines_namespace("e"), owner=f"{worker}:1")
 
 
 def test_a_second_worker_takes_the_first_ones_baselines(tmp_path):

@@ -112,3 +112,37 @@ def test_a_failed_write_stops_the_writer_and_is_raised_in_the_loop(tmp_path, spa
     assert store.history() == []
     # the claims stay held, not done: they lapse with the process, and the points are measured again
     assert other.active() == {space.key(p) for p in points} and other.room(3) == 1
+
+
+def test_the_fast_write_and_optunas_public_call_store_the_same_trials(tmp_path, space, monkeypatch):
+    import sqlalchemy as sa
+
+    from evotune.storage import optuna_rdb
+
+    assert optuna_rdb.FAST_WRITES, f"Optuna {optuna.__version__} is not among the versions checked: add it to VERIFIED"
+    storage = make_storage(f"sqlite:///{tmp_path / 'x.db'}")
+    points = [dict(zip(space.names, k, strict=True)) for k in list(load_landscape(PNPOLY).entries)[:3]]
+    began = _dt.datetime(2026, 1, 2, 3, 4, 5, 678000)
+    statements: list[str] = []
+    sa.event.listen(storage.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    stored = {}
+    for fast in (True, False):
+        monkeypatch.setattr(optuna_rdb, "FAST_WRITES", fast)
+        store = StudyStore.open(storage, f"fast={fast}", space)
+        trials = [store.trial(p, r, clock_s=2.5, started=began, wall_s=0.75)
+                  for p, r in zip(points, results() + results()[:1], strict=True)]
+        statements.clear()
+        assert store.write(trials[0]) == 0 and store.write_all(trials[1:]) == [1, 2]
+        # the fast path: one transaction of a few statements per call; Optuna's: dozens per trial
+        assert (len(statements) <= 14) is fast, len(statements)
+        stored[fast] = [(t.number, t.state, t.value, t.params, t.distributions, t.user_attrs, t.datetime_start,
+                         t.datetime_complete) for t in store.study.get_trials()]
+    assert stored[True] == stored[False] and len(stored[True]) == 3
+    assert stored[True][0][6] == began and stored[True][1][1] == optuna.trial.TrialState.FAIL
+
+
+def test_only_the_optuna_versions_checked_get_the_fast_write():
+    from evotune.storage.optuna_rdb import verified
+
+    assert verified("4.6.0") and verified("4.9.1") and verified("5.0.0") and verified("5.0.0.dev0")
+    assert not verified("4.5.0") and not verified("5.1.0") and not verified("6.0.0") and not verified("nightly")

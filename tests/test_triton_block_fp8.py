@@ -129,7 +129,7 @@ def test_on_a_gpu_points_verify_a_wrong_kernel_is_rejected_and_a_second_shape_hi
     import torch
 
     from evotune.measurement.workloads.gemm import make_inputs
-    from evotune.measurement.workloads.gemm_fp8 import verify
+    from evotune.measurement.workloads.gemm_fp8 import verify_scaled
     from search_spaces import _triton_block_fp8 as kernels
 
     monkeypatch.setenv("EVOTUNE_KERNEL_CACHE", str(tmp_path / "kernels"))
@@ -144,14 +144,14 @@ def test_on_a_gpu_points_verify_a_wrong_kernel_is_rejected_and_a_second_shape_hi
                 inputs = make_inputs(problem, seed=seed)
                 fn(*inputs)
                 torch.cuda.synchronize()
-                ok, _, message = verify(problem, inputs)
+                ok, _, message = verify_scaled(problem, inputs)
                 assert ok, (m, point, seed, message)
     assert not any(hits)  # a fresh cache: each was compiled
     # a kernel that reads half of K is caught by the verification the worker runs
     problem = scaled(64, 4096, 7168)
     inputs = make_inputs(problem, seed=3)
     kernels.launcher(POINT, scaled(64, 4096, 3584))[0](*inputs)
-    ok, _, message = verify(problem, inputs)
+    ok, _, message = verify_scaled(problem, inputs)
     assert not ok and "relative error" in message
     # another shape with the specialisation of M = 64, for a point built above at M = 64: the kernel index counts a hit
     assert kernels.build({**POINT, "BLOCK_SIZE_K": 64}, scaled(32, 4096, 7168)).cache_hit
@@ -162,7 +162,7 @@ def test_on_a_gpu_it_computes_what_cublas_block_scaled_gemm_computes():
     import torch
 
     from evotune.measurement.workloads.gemm import baselines, make_inputs
-    from evotune.measurement.workloads.gemm_fp8 import verify
+    from evotune.measurement.workloads.gemm_fp8 import verify_scaled
     from search_spaces import _triton_block_fp8 as kernels
 
     problem = scaled(256, 4096, 7168)
@@ -175,6 +175,6 @@ def test_on_a_gpu_it_computes_what_cublas_block_scaled_gemm_computes():
     except RuntimeError as exc:  # torch < 2.9, cuBLAS < 12.9, or not sm_90
         pytest.skip(f"{name} is not offered here: {exc}")
     torch.cuda.synchronize()
-    assert verify(problem, inputs)[0]
+    assert verify_scaled(problem, inputs)[0]
     theirs = inputs[-1].float()
     assert float((ours - theirs).norm() / theirs.norm()) < 1e-2

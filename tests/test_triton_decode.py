@@ -164,7 +164,7 @@ def test_on_a_gpu_the_scaled_epilogue_verifies_and_matches_torch_scaled_mm(scali
     import torch
 
     from evotune.measurement.workloads.gemm import baselines, make_inputs
-    from evotune.measurement.workloads.gemm_fp8 import verify
+    from evotune.measurement.workloads.gemm_fp8 import verify_scaled
     from search_spaces import _triton_decode as kernels
 
     for m in (1, 16, 64):
@@ -177,7 +177,7 @@ def test_on_a_gpu_the_scaled_epilogue_verifies_and_matches_torch_scaled_mm(scali
             inputs = make_inputs(problem, seed=3)
             fn(*inputs)
             torch.cuda.synchronize()
-            ok, _, message = verify(problem, inputs)
+            ok, _, message = verify_scaled(problem, inputs)
             assert ok, (m, point, message)
             ours = inputs[-1].float().clone()
             scaled_mm(*inputs)

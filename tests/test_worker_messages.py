@@ -13,7 +13,6 @@ from evotune.core.problem import Problem
 from evotune.core.result import Status
 from evotune.core.space import SearchSpace, ordinal
 from evotune.measurement.messages import (
-    Baselines,
     CompileOnly,
     Confirm,
     DeviceInfo,
@@ -21,6 +20,7 @@ from evotune.measurement.messages import (
     Reply,
     ReplyStatus,
     Stop,
+    TimeBaselines,
     UseSpace,
     unknown,
 )
@@ -34,7 +34,7 @@ class FakeOutOfMemoryError(RuntimeError):
 
 
 def test_requests_and_replies_survive_pickling_as_they_cross_the_pipe():
-    requests = [Evaluate({"a": 1}, PROBLEM.to_dict(), seed=3, repeats=2), Baselines(PROBLEM.to_dict()),
+    requests = [Evaluate({"a": 1}, PROBLEM.to_dict(), seed=3, repeats=2), TimeBaselines(PROBLEM.to_dict()),
                 DeviceInfo(), Confirm([{"a": 1}], PROBLEM.to_dict(), [0.5], ConfirmOptions()),
                 UseSpace("tests/spaces/faults.py"), CompileOnly({"a": 1}), Stop()]
     for request in requests:

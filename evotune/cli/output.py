@@ -26,7 +26,7 @@ class UsageError(Exception):
     """A mistake the user can fix; shown as one line, exit code 2."""
 
 
-def remember(rows: list, storage: str, console: Console) -> None:
+def add_to_tuned_cache(rows: list, storage: str, console: Console) -> None:
     """The results go into the tuning-result cache that evotune.lookup() reads, each with its oracle (gpu, cpu,
     replay), which lookup() selects by."""
     from evotune.core.tuned_cache import remember as merge

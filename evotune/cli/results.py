@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from evotune.cli.output import UsageError, make_console, remember
+from evotune.cli.output import UsageError, add_to_tuned_cache, make_console
 from evotune.running.experiment import PLOTS_DIR, Experiment, load_experiment, unwritable
 from evotune.storage.url import StorageError
 
@@ -76,7 +76,7 @@ def cmd_best(args: argparse.Namespace) -> int:
     target = args.json or (exp.best_path if exp else None)
     if target:
         print(f"exported: {export_best(rows, target)}")
-    remember(rows, url, make_console(stderr=True))
+    add_to_tuned_cache(rows, url, make_console(stderr=True))
     return 0
 
 

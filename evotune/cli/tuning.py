@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import overload
 
-from evotune.cli.output import UsageError, make_console, remember
+from evotune.cli.output import UsageError, add_to_tuned_cache, make_console
 from evotune.running.experiment import Experiment, load_experiment
 
 
@@ -27,7 +27,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     rows = collect_best(exp.storage, exp.name)
     make_console().print(best_table(rows, f"Best configurations: {exp.name}"))
     console.print(f"best configurations: {export_best(rows, exp.best_path)}")
-    remember(rows, exp.storage, console)
+    add_to_tuned_cache(rows, exp.storage, console)
     if not args.no_plots:
         from evotune.reporting.plots import plot_experiment  # matplotlib only when plotting
 

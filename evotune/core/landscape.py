@@ -3,8 +3,7 @@
 Two formats are read, plain or gzipped JSON, told apart by their content:
 
 * **Kernel Tuner cache files** (``tune_params``, ``tune_params_keys``, ``cache``),
-  times in milliseconds, failures as the strings ``CompilationFailedConfig``,
-  ``RuntimeFailedConfig`` and ``InvalidConfig``.
+  times in milliseconds (read by :mod:`evotune.core.kernel_tuner_cache`).
 * **evotune landscapes** (``"format": "evotune-landscape"``), documented in
   ``docs/LANDSCAPE_FORMAT.md``: the parameters once, then one row per point.
 
@@ -28,6 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from evotune.core.flush import UNRECORDED_FLUSH
+from evotune.core.kernel_tuner_cache import (
+    KernelTunerCacheError,
+    is_kernel_tuner,
+    kernel_tuner_names,
+    read_kernel_tuner,
+)
 from evotune.core.problem import Problem
 from evotune.core.result import EvalResult, Status
 from evotune.core.space import Context, FeasibleSet, Param, Point, SearchSpace, categorical, constraint, ordinal
@@ -38,13 +43,6 @@ SHIPPED = Path(__file__).resolve().parents[1] / "landscapes"
 FORMAT = "evotune-landscape"
 VERSION = 1
 COLUMNS = ["params", "status", "time_ms", "compile_s", "bench_s", "error", "samples_ms", "message"]
-
-_KT_ERRORS = {
-    "CompilationFailedConfig": Status.COMPILE_ERROR,
-    "RuntimeFailedConfig": Status.RUNTIME_ERROR,
-    "InvalidConfig": Status.COMPILE_ERROR,
-}
-
 
 class LandscapeError(ValueError):
     """A landscape file that cannot be read; the message names the file."""
@@ -194,7 +192,7 @@ def landscape_header(path: str | Path) -> tuple[str, tuple[str, ...]]:
     try:
         if evotune:
             return str(data.get("space", "landscape")), tuple(str(spec["name"]) for spec in data["params"])
-        return "landscape", tuple(_kernel_tuner_names(data))
+        return "landscape", tuple(kernel_tuner_names(data))
     except (KeyError, TypeError) as exc:
         raise LandscapeError(f"{path}: malformed landscape ({type(exc).__name__}: {exc})") from exc
 
@@ -203,68 +201,19 @@ def _is_evotune(data: dict[str, Any], path: Path) -> bool:
     """Whether ``data`` is an evotune landscape (else a Kernel Tuner cache file); LandscapeError for neither."""
     if data.get("format") == FORMAT:
         return True
-    if "cache" in data and "tune_params" in data:
+    if is_kernel_tuner(data):
         return False
     raise LandscapeError(f"{path}: neither a Kernel Tuner cache file nor an evotune landscape")
 
 
-def _kernel_tuner_names(data: dict[str, Any]) -> list[str]:
-    """A Kernel Tuner cache file's parameter names, in its keys' order."""
-    return data.get("tune_params_keys") or list(data["tune_params"])
-
-
-def _make_param(name: str, values: list[Any]) -> Param:
-    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
-    return ordinal(name, values) if numeric or all(isinstance(v, bool) for v in values) else categorical(name, values)
-
-
 def _from_kernel_tuner(data: dict[str, Any], path: Path) -> Landscape:
     try:
-        return _parse_kernel_tuner(data, path)
-    except LandscapeError:
-        raise
+        cache = read_kernel_tuner(data)
+    except KernelTunerCacheError as exc:
+        raise LandscapeError(f"{path}: {exc}") from exc
     except (AttributeError, KeyError, TypeError, ValueError, IndexError) as exc:
         raise LandscapeError(f"{path}: malformed Kernel Tuner cache file ({type(exc).__name__}: {exc})") from exc
-
-
-def _parse_kernel_tuner(data: dict[str, Any], path: Path) -> Landscape:
-    keys = _kernel_tuner_names(data)
-    params = [_make_param(k, list(data["tune_params"][k])) for k in keys]
-    entries: dict[tuple[Any, ...], EvalResult] = {}
-    for cache_key, row in data["cache"].items():
-        try:
-            values = tuple(p.choices[p.index(row[p.name])] for p in params)
-        except KeyError as exc:
-            raise LandscapeError(f"{path}: cache entry {cache_key!r} lacks parameter {exc}") from exc
-        t = row.get("time")
-        compile_s = float(row.get("compile_time") or 0.0) / 1e3
-        bench_s = (float(row.get("benchmark_time") or 0.0) + float(row.get("verification_time") or 0.0)) / 1e3
-        if isinstance(t, (int, float)) and not isinstance(t, bool):
-            res = EvalResult(Status.OK, time_ms=float(t), samples_ms=[float(x) for x in row.get("times") or []],
-                             compile_s=compile_s, bench_s=bench_s)
-        else:
-            status = _KT_ERRORS.get(str(t), Status.RUNTIME_ERROR)
-            res = EvalResult(status, compile_s=compile_s, bench_s=bench_s, message=f"Kernel Tuner: {t}")
-        entries[values] = res
-    size = data.get("problem_size")
-    label = "x".join(map(str, size)) if isinstance(size, list) else str(size if size is not None else "")
-    problem = Problem(kind=str(data.get("kernel_name", "kernel")), label=label, dtype=_kernel_tuner_dtype(data))
-    meta = {"device": data.get("device_name", "?"), "kernel": data.get("kernel_name"),
-            "problem_size": size, "source": "kernel_tuner", "objective": data.get("objective", "time")}
-    return Landscape(params, entries, problem, meta)
-
-
-KT_PRECISION = {16: "fp16", 32: "fp32", 64: "fp64"}  # CLBlast's PRECISION parameter: bits of the data type
-
-
-def _kernel_tuner_dtype(data: dict[str, Any]) -> str:
-    """A Kernel Tuner cache's data type. The file names none: a kernel that is tuned over its precision (CLBlast's
-    ``PRECISION``) says it by the one value it was recorded at; any other gets fp32, the float that the benchmark
-    hub's kernels are written for (the file cannot tell)."""
-    precision = data["tune_params"].get("PRECISION")
-    if isinstance(precision, list) and len(precision) == 1 and precision[0] in KT_PRECISION:
-        return KT_PRECISION[precision[0]]
-    return "fp32"
+    return Landscape(cache.params, cache.entries, cache.problem, cache.meta)
 
 
 def _from_evotune(data: dict[str, Any], path: Path) -> Landscape:

@@ -39,7 +39,7 @@ from evotune.core.problem import Problem
 from evotune.core.result import EvalResult
 from evotune.core.space import Point, SearchSpace
 from evotune.measurement.base import Evaluator
-from evotune.measurement.isolation import WorkerProcess, serve
+from evotune.measurement.isolation import WorkerProcess, answer_requests
 from evotune.measurement.messages import Evaluate, Reply, ReplyStatus, Request, UseSpace, unknown
 from evotune.measurement.options import OracleOptions
 from evotune.measurement.space_worker import SpaceWorker, use_space
@@ -106,7 +106,7 @@ def _limit_resources(memory_limit_mb: int) -> None:
 
 
 def _worker_main(conn: Any, space_source: str, memory_limit_mb: int) -> None:
-    serve(conn, lambda: _Worker(space_source, memory_limit_mb))
+    answer_requests(conn, lambda: _Worker(space_source, memory_limit_mb))
 
 
 class _Worker:

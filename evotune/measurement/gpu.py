@@ -55,7 +55,7 @@ from evotune.measurement.gpu_worker import worker_main
 from evotune.measurement.host import default_workers, place_pool, pool_cpus
 from evotune.measurement.isolation import WorkerProcess
 from evotune.measurement.kernel_cache import BuiltElsewhere, building, never_wait
-from evotune.measurement.messages import Baselines, Confirm, DeviceInfo, Evaluate, ReplyStatus
+from evotune.measurement.messages import Confirm, DeviceInfo, Evaluate, ReplyStatus, TimeBaselines
 from evotune.measurement.options import OracleOptions
 from evotune.measurement.processes import StartContext, pool_initializer, start_method
 from evotune.measurement.space_worker import SpaceWorker
@@ -209,7 +209,7 @@ class GpuEvaluator(Evaluator):
 
     def baselines(self, problem: Problem) -> dict[str, dict[str, Any]]:
         """cuBLAS (through torch) timed by the same oracle in the same worker: name -> timing."""
-        return self._worker.call(Baselines(problem.to_dict())).baselines
+        return self._worker.call(TimeBaselines(problem.to_dict())).baselines
 
     def device_info(self) -> dict[str, Any]:
         return self._worker.call(DeviceInfo()).info

@@ -2,7 +2,7 @@
 
 :class:`evotune.measurement.gpu.GpuEvaluator` starts it (through
 :class:`evotune.measurement.isolation.WorkerProcess`) and talks to it over a pipe;
-the requests (:mod:`evotune.measurement.messages`) are ``Evaluate`` (one point), ``Baselines``,
+the requests (:mod:`evotune.measurement.messages`) are ``Evaluate`` (one point), ``TimeBaselines``,
 ``DeviceInfo`` (device, clocks, versions, copy bandwidth), ``Confirm`` (the confirmation stage) and
 ``UseSpace`` (serve another space from now on: :mod:`evotune.measurement.space_worker`). A candidate
 that breaks the CUDA context makes the reply ``fatal``: the process exits and
@@ -22,16 +22,16 @@ from typing import Any
 
 from evotune.core.problem import Problem, Workload, call_args
 from evotune.core.space import Point
-from evotune.measurement.isolation import serve
+from evotune.measurement.isolation import answer_requests
 from evotune.measurement.kernel_cache import waited_s
 from evotune.measurement.messages import (
-    Baselines,
     Confirm,
     DeviceInfo,
     Evaluate,
     Reply,
     ReplyStatus,
     Request,
+    TimeBaselines,
     UseSpace,
     unknown,
 )
@@ -48,7 +48,7 @@ def worker_main(conn: Any, space_source: str, timing: TimingOptions) -> None:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     os.environ.setdefault("TRITON_CACHE_DIR", str(cache_root() / "triton"))  # before triton is imported
     # a reply marked fatal (a CUDA context a candidate broke) ends this process; the parent starts another
-    serve(conn, lambda: _Worker(space_source, timing))
+    answer_requests(conn, lambda: _Worker(space_source, timing))
 
 
 class _Worker:
@@ -81,7 +81,7 @@ class _Worker:
                 reply = self.evaluate(request.point, problem, request.seed)
                 reply.extra["retried_after_oom"] = True
             return reply
-        if isinstance(request, Baselines):
+        if isinstance(request, TimeBaselines):
             return Reply(ReplyStatus.OK, baselines=self.baselines(Problem.from_dict(request.problem)))
         if isinstance(request, Confirm):
             try:

@@ -10,7 +10,7 @@ request's timeout never pays for imports.
 Worker side::
 
     def main(conn, *args):
-        serve(conn, lambda: Handler(*args))   # Handler(...).handle(request) -> Reply
+        answer_requests(conn, lambda: Handler(*args))   # Handler(...).handle(request) -> Reply
 
 Parent side::
 
@@ -142,7 +142,7 @@ class WorkerProcess:
         self._proc = self._conn = None
 
 
-def serve(conn: Any, setup: Callable[[], Any]) -> None:
+def answer_requests(conn: Any, setup: Callable[[], Any]) -> None:
     """The worker's loop: ``setup()`` a handler, say ready, then answer requests until told to stop.
 
     A reply with ``fatal`` set ends the process after it is sent (a CUDA context that a

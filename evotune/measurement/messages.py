@@ -61,7 +61,7 @@ class Evaluate:
 
 
 @dataclass(frozen=True)
-class Baselines:
+class TimeBaselines:
     """Time the workload's and the space's baselines and the space's named configurations on ``problem``."""
 
     problem: dict[str, Any]
@@ -102,7 +102,7 @@ class Stop:
     """End the worker's loop; no reply."""
 
 
-Request = Evaluate | Baselines | DeviceInfo | Confirm | UseSpace | CompileOnly | Stop
+Request = Evaluate | TimeBaselines | DeviceInfo | Confirm | UseSpace | CompileOnly | Stop
 
 
 # -- the reply --------------------------------------------------------------

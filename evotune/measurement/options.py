@@ -24,9 +24,9 @@ from evotune.core.flush import Flush
 class TimingOptions:
     """How the GPU oracle samples one kernel: at least ``min_samples`` timed launches and at most
     ``max_samples``, stopping once the 95% CI of the median is within ``ci_target`` of it, each after an
-    L2 flush of the kind ``flush`` names (one of :data:`FLUSHES`). The default is the clean one: its isolated
-    times predict a layer's time inside a decode step (``benchmarks/decode_step.py``: 2.1% off on an H100, the
-    dirty one's 18.7%)."""
+    L2 flush of the kind ``flush`` names (one of :data:`evotune.core.flush.FLUSHES`). The default is the clean
+    one: its isolated times predict a layer's time inside a decode step (``benchmarks/decode_step.py``: 2.1% off
+    on an H100, the dirty one's 18.7%)."""
 
     min_samples: int = 20
     max_samples: int = 300

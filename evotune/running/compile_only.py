@@ -42,7 +42,7 @@ from evotune.core.compile_results import Compiled, document, file_name, load_com
 from evotune.core.hardware import Hardware
 from evotune.core.problem import Problem
 from evotune.core.space import Point, SearchSpace
-from evotune.measurement.isolation import WorkerProcess, serve
+from evotune.measurement.isolation import WorkerProcess, answer_requests
 from evotune.measurement.messages import CompileOnly, Reply, ReplyStatus
 from evotune.running.experiment import Experiment, ExperimentError
 from evotune.running.session import Session
@@ -68,7 +68,7 @@ class CompileOptions:
 
 
 @dataclass
-class Plan:
+class CompilePlan:
     """The points of one (space, dtype, layout) to compile, and where they go."""
 
     space: SearchSpace
@@ -88,7 +88,7 @@ def first_error_line(text: str) -> str:
     return (lines[0] if lines else "unknown error")[:300]
 
 
-def plan(session: Session, opts: CompileOptions) -> list[Plan]:
+def plan_compiles(session: Session, opts: CompileOptions) -> list[CompilePlan]:
     """What to compile for each (space, dtype, layout) of the session's experiment; bad inputs name their
     field."""
     exp = session.exp
@@ -122,7 +122,7 @@ def plan(session: Session, opts: CompileOptions) -> list[Plan]:
             sampled[constraint] = len(keys)
             chosen += [points[k] for k in keys]
         path = opts.out_dir / file_name(name, hardware.name, dtype, layout)
-        plans.append(Plan(space, ts[0].problem, hardware, chosen, path, sampled))
+        plans.append(CompilePlan(space, ts[0].problem, hardware, chosen, path, sampled))
     return plans
 
 
@@ -136,7 +136,7 @@ class _Handler:
     def handle(self, message: CompileOnly) -> Reply:
         started = time.perf_counter()
         try:
-            assert self.space.compile_only is not None  # plan() refuses a space without one
+            assert self.space.compile_only is not None  # plan_compiles() refuses a space without one
             res = self.space.compile_only(message.point, self.problem, self.hardware)
         except Exception as exc:  # the compiler's verdict on this point, not a fault of the sweep
             return Reply(ReplyStatus.COMPILE_ERROR, first_error_line(f"{type(exc).__name__}: {exc}"),
@@ -145,7 +145,7 @@ class _Handler:
 
 
 def _worker_main(conn: Any, source: str, base_dir: str, problem: Problem, hardware: Hardware) -> None:
-    serve(conn, lambda: _Handler(source, base_dir, problem, hardware))
+    answer_requests(conn, lambda: _Handler(source, base_dir, problem, hardware))
 
 
 def _compiled_from(reply: Reply) -> Compiled:
@@ -155,7 +155,7 @@ def _compiled_from(reply: Reply) -> Compiled:
     return Compiled(False, reply.compile_s or reply.bench_s, error=reply.message or reply.status.value)
 
 
-def _meta(p: Plan, opts: CompileOptions) -> dict[str, Any]:
+def _meta(p: CompilePlan, opts: CompileOptions) -> dict[str, Any]:
     versions: dict[str, str | None] = {}  # None: not installed
     for dist in VERSIONS:
         try:
@@ -169,7 +169,7 @@ def _meta(p: Plan, opts: CompileOptions) -> dict[str, Any]:
             "pruned_sample": opts.pruned_sample, "seed": opts.seed, "sampled": p.sampled}
 
 
-def run_plan(p: Plan, opts: CompileOptions, progress: Callable[[str], None]) -> tuple[Path, int]:
+def run_plan(p: CompilePlan, opts: CompileOptions, progress: Callable[[str], None]) -> tuple[Path, int]:
     """Compile what ``p``'s file lacks, for at most ``opts.seconds``; (file, points compiled now)."""
     results: dict[str, tuple[Point, Compiled]] = {}
     if p.path.is_file():
@@ -219,7 +219,7 @@ def compile_experiment(exp: Experiment, opts: CompileOptions, progress: Callable
     """Compile every planned point of ``exp``; the files written."""
     written = []
     started = time.monotonic()
-    for p in plan(Session(exp, compile_only=True), opts):
+    for p in plan_compiles(Session(exp, compile_only=True), opts):
         left = None if opts.seconds is None else opts.seconds - (time.monotonic() - started)
         if left is not None and left <= 0:
             progress(f"{p.path.name}: not started, the {opts.seconds:.0f} s of this piece are spent")

@@ -72,7 +72,7 @@ from evotune.core.result import EvalResult
 from evotune.core.space import FeasibleSet
 from evotune.running.experiment import Experiment, ExperimentError
 from evotune.running.session import Session, StudyPlan, open_storage
-from evotune.running.targets import Target, group_name, study_attrs, study_name, study_names
+from evotune.running.targets import Target, group_name, study_attrs, study_name, target_study_names
 from evotune.search.strategies.base import Strategy
 from evotune.search.strategies.exhaustive import Exhaustive, Listed
 from evotune.storage.claims import Claims, wait_for_others
@@ -100,7 +100,7 @@ class Sampling:
         tuning = open_storage(exp)
         measured: list[tuple[float, int]] = []
         studies = []
-        for name in study_names(exp, target):
+        for name in target_study_names(exp, target):
             store = StudyStore.load(tuning, name, target.space)
             if store is None:
                 continue

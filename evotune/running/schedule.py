@@ -22,7 +22,7 @@ No count of workers is needed. ``split = "points"`` is the plain alternative:
 every worker runs every study, sharing points, and pays every group's fixed cost.
 
 Taking a group or a study is a claim (``group:NAME``, ``study:NAME``) in the
-namespace ``NAMESPACE`` of the storage's claims, held until the worker is done
+namespace :func:`namespace` names in the storage's claims, held until the worker is done
 (:meth:`Schedule.release`), lapsing with a killed worker. It only decides who
 goes first: every point is still claimed on its own before it is measured, so
 the trials budget and "no point twice" hold for any interleaving.

@@ -49,9 +49,9 @@ from evotune.running.targets import (
     gpu_evaluator_class,
     group_name,
     resolve,
-    study_names,
+    target_study_names,
 )
-from evotune.running.tuner import OnTrial, TuneResult, tune
+from evotune.running.tuner import OnTrial, TuneResult, tune_study
 from evotune.search.strategies import STRATEGIES, Source
 from evotune.search.strategies.base import Strategy
 from evotune.search.transfer import from_cache, from_landscape, from_studies, read_landscape, shipped_landscapes
@@ -123,7 +123,7 @@ class Session:
     # -- what the run takes up -----------------------------------------------------------------------------------
     def tuning_groups(self) -> Groups:
         """Each target's group and its studies, one per (strategy, seed)."""
-        return [(group_name(self.exp, t), study_names(self.exp, t)) for t in self.targets]
+        return [(group_name(self.exp, t), target_study_names(self.exp, t)) for t in self.targets]
 
     def groups(self, groups: Groups, unfinished: Callable[[str], bool], split: str = "problems",
                resume_finished: bool = True) -> Iterator[tuple[int, Target, Iterable[Turn]]]:
@@ -158,7 +158,7 @@ class Session:
         key = target.problem.key
         if key not in self._baselines:
             evaluator = self.evaluator(target)
-            claims = make_claims(self.url, shared_baselines.namespace(self.exp.name))
+            claims = make_claims(self.url, shared_baselines.baselines_namespace(self.exp.name))
             found = shared_baselines.shared_baselines(self.storage, home, claims,
                                                       self.evaluators.device_info(evaluator),
                                                       lambda: evaluator.baselines(target.problem))
@@ -183,7 +183,7 @@ class Session:
             if on_trial is not None:
                 on_trial(n, best)
 
-        result = tune(target.space, target.ctx, self.evaluator(target), strategy, store, plan.budget, shown,
+        result = tune_study(target.space, target.ctx, self.evaluator(target), strategy, store, plan.budget, shown,
                       claims=plan.claims)
         if store.study.user_attrs.get("stopped") != result.stopped:  # why it stopped, as best reports it
             store.study.set_user_attr("stopped", result.stopped)

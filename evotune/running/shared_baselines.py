@@ -9,7 +9,7 @@ torch and CUDA versions and the oracle's L2 flush the timings depend on), with t
 of that worker, who it was (``host:pid``) and when; a worker of the same setup
 that finds them takes them as they are. While one worker times them, the
 others wait for its result rather than time them too (a claim in the
-namespace :data:`NAMESPACE`; a worker that dies meanwhile lets the next one
+namespace :func:`baselines_namespace` names; a worker that dies meanwhile lets the next one
 time them).
 
 The confirmation stage is apart from this: it times the baselines again,
@@ -41,7 +41,7 @@ SETUP_KEYS = ("device", "torch", "cuda", "flush")
 POLL_S = 0.5  # how often a waiting worker looks for the timings another one is taking
 
 
-def namespace(experiment: str) -> str:
+def baselines_namespace(experiment: str) -> str:
     """The claims namespace in which a worker takes the timing of a problem's baselines."""
     return f"{experiment}#baselines"
 

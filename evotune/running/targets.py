@@ -148,7 +148,7 @@ def study_name(exp: Experiment, target: Target, strategy: str, seed: int | None 
     return f"{group_name(exp, target)}/{strategy}{tail}"
 
 
-def study_names(exp: Experiment, target: Target) -> list[str]:
+def target_study_names(exp: Experiment, target: Target) -> list[str]:
     """Every study of ``target``, in the order of the experiment's strategies and seeds."""
     return [study_name(exp, target, spec.name, seed) for spec in exp.strategies for seed in spec.seeds]
 

@@ -24,7 +24,7 @@ compiles started ahead are abandoned (:meth:`Evaluator.abandon`).
 
 Example::
 
-    result = tune(space, ctx, ReplayEvaluator(ls), make_strategy("ga", space, fs), store, Budget(trials=200))
+    result = tune_study(space, ctx, ReplayEvaluator(ls), make_strategy("ga", space, fs), store, Budget(trials=200))
     result.best_ms, result.stopped
 """
 
@@ -48,7 +48,7 @@ from evotune.storage.trial_writer import TrialWriter
 
 OnTrial = Callable[[int, float | None], None]  # (trials so far, best so far)
 FIT_WINDOW = 8  # the latest evaluations whose median wall time predicts the next one's (the deadline's fit rule)
-wall_clock = time.monotonic  # the measuring oracles' tuning clock, unless tune() is given one
+wall_clock = time.monotonic  # the measuring oracles' tuning clock, unless tune_study() is given one
 
 
 @dataclass
@@ -79,7 +79,7 @@ class TuneResult:
         return stop_text(self.stopped, self.trials, self.budget_trials)
 
 
-def tune(space: SearchSpace, ctx: Context, evaluator: Evaluator, strategy: Strategy, store: StudyStore,
+def tune_study(space: SearchSpace, ctx: Context, evaluator: Evaluator, strategy: Strategy, store: StudyStore,
          budget: Budget, on_trial: OnTrial | None = None, claims: Claims | None = None,
          sync_s: float = 2.0, clock: Callable[[], float] | None = None) -> TuneResult:
     """Run one study to its budget. Every finished evaluation is in ``store`` when this returns; its claim is
@@ -93,20 +93,20 @@ def tune(space: SearchSpace, ctx: Context, evaluator: Evaluator, strategy: Strat
 
     ``clock`` (seconds, monotonic; default :data:`wall_clock`) is what a measuring oracle's tuning clock reads.
     """
-    assert ctx.problem is not None, "tune() needs a problem in its context"
+    assert ctx.problem is not None, "tune_study() needs a problem in its context"
     claims = claims or NoClaims(store.study.study_name, 0.0)
     return _Run(space, ctx, evaluator, strategy, store, budget, on_trial, claims, sync_s, clock or wall_clock).run()
 
 
 class _Run:
-    """One call of :func:`tune`. ``run`` reads in the order things happen: resume, then for each point
+    """One call of :func:`tune_study`. ``run`` reads in the order things happen: resume, then for each point
     sync, check the budget, take the next point, claim it, measure it, record it."""
 
     def __init__(self, space: SearchSpace, ctx: Context, evaluator: Evaluator, strategy: Strategy,
                  store: StudyStore, budget: Budget, on_trial: OnTrial | None, claims: Claims, sync_s: float,
                  clock: Callable[[], float]):
         self.space, self.ctx, self.evaluator, self.strategy = space, ctx, evaluator, strategy
-        assert ctx.problem is not None  # tune() checked it
+        assert ctx.problem is not None  # tune_study() checked it
         self.problem: Problem = ctx.problem
         self.store, self.budget, self.on_trial, self.claims, self.sync_s = store, budget, on_trial, claims, sync_s
         self.state = _State()
@@ -353,7 +353,7 @@ class _State:
 
 def finished(history: list[Record], budget: Budget, feasible: int) -> bool:
     """Whether a study holding ``history`` is done for every worker: its budget is spent (trials, tuning clock
-    or plateau, counted as :func:`tune` counts them on resume) or every feasible point is stored."""
+    or plateau, counted as :func:`tune_study` counts them on resume) or every feasible point is stored."""
     state = _State()
     for r in history:
         state.add(r.number, r.key, r.point, r.value, r.clock_s)

@@ -40,8 +40,7 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
-from optuna.storages.journal import JournalFileBackend
-from optuna.storages.journal._file import BaseJournalFileLock  # the interface lock_obj must have
+from optuna.storages.journal import BaseJournalBackend
 
 from evotune.storage.url import StorageError
 
@@ -67,17 +66,16 @@ class JournalWarning(UserWarning):
     """Lines of a journal that were skipped while reading it."""
 
 
-class FlockLock(BaseJournalFileLock):
+class FlockLock:
     """An exclusive ``flock`` on ``path``: released by the kernel when its holder dies."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
         self.fd: int | None = None
 
-    def acquire(self) -> bool:
+    def acquire(self) -> None:
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         fcntl.flock(self.fd, fcntl.LOCK_EX)
-        return True
 
     def release(self) -> None:
         if self.fd is not None:
@@ -110,12 +108,14 @@ def cut_torn_tail(path: str | Path) -> int:
         return size - end
 
 
-class KillSafeJournal(JournalFileBackend):
-    """``JournalFileBackend`` with a ``flock`` lock and appends that first cut a torn tail."""
+class KillSafeJournal(BaseJournalBackend):
+    """A journal file as Optuna's ``JournalFileBackend`` writes it, with a ``flock`` lock and appends that first
+    cut a torn tail."""
 
     def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
         self.lock = FlockLock(f"{path}.flock")
-        super().__init__(str(path), lock_obj=self.lock)
+        open(self.path, "ab").close()  # as Optuna's backend: the file exists from the start
         self._starts: dict[int, tuple[int, int]] = {0: (0, 0)}  # record number -> (byte offset, line) where it starts
         self._skipped = 0  # lines read that are no records
 
@@ -125,7 +125,7 @@ class KillSafeJournal(JournalFileBackend):
                                                                             if n <= log_number_from)
         offset, line_no = self._starts[known]
         number, skipped, first_skipped = known, 0, 0
-        with open(self._file_path, "rb") as f:
+        with open(self.path, "rb") as f:
             f.seek(offset)
             for line in f:
                 line_no += 1
@@ -146,9 +146,9 @@ class KillSafeJournal(JournalFileBackend):
         if known == number == 0 and skipped:
             raise NotAJournal(f"none of its {skipped} line(s) is a journal record")
         self._skipped += skipped
-        if skipped and self._skipped > _WARNED.get((self._file_path, "skipped"), 0):
-            _WARNED[(self._file_path, "skipped")] = self._skipped
-            warnings.warn(f"{self._file_path}: skipped {self._skipped} line(s) that are not journal records "
+        if skipped and self._skipped > _WARNED.get((self.path, "skipped"), 0):
+            _WARNED[(self.path, "skipped")] = self._skipped
+            warnings.warn(f"{self.path}: skipped {self._skipped} line(s) that are not journal records "
                           f"(the first at line {first_skipped})", JournalWarning, stacklevel=1)
 
     def _record(self, line: bytes, line_no: int) -> dict[str, Any] | None:
@@ -158,18 +158,18 @@ class KillSafeJournal(JournalFileBackend):
         except ValueError as exc:
             if b'"op_code"' not in line:
                 return None
-            raise JournalError(self._file_path, f"line {line_no}", f"a broken journal record ({exc}); the "
+            raise JournalError(self.path, f"line {line_no}", f"a broken journal record ({exc}); the "
                                "records after it depend on it: restore the file from a copy, or cut it before "
                                "this line to keep the trials above it") from None
         if isinstance(log, dict) and isinstance(log.get("op_code"), int):
             return log
         if b'"op_code"' in line:
-            raise JournalError(self._file_path, f"line {line_no}", "a journal record without an integer op_code")
+            raise JournalError(self.path, f"line {line_no}", "a journal record without an integer op_code")
         return None
 
     def _torn_tail(self, line_no: int) -> None:
         """Warn of a last line without an end of line, unless a writer holds the lock (it is being written)."""
-        if _WARNED.get((self._file_path, "torn")) == line_no:
+        if _WARNED.get((self.path, "torn")) == line_no:
             return
         try:
             fd = os.open(self.lock.path, os.O_RDONLY)
@@ -177,7 +177,7 @@ class KillSafeJournal(JournalFileBackend):
             return  # nobody ever wrote through the lock
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            with open(self._file_path, "rb") as f:  # under the lock: a writer that just finished ends in a newline
+            with open(self.path, "rb") as f:  # under the lock: a writer that just finished ends in a newline
                 f.seek(max(0, f.seek(0, os.SEEK_END) - 1))
                 if f.read(1) in (b"", b"\n"):
                     return
@@ -185,16 +185,16 @@ class KillSafeJournal(JournalFileBackend):
             return
         finally:
             os.close(fd)  # releases the lock if taken
-        _WARNED[(self._file_path, "torn")] = line_no
-        warnings.warn(f"{self._file_path}: line {line_no} is cut short (its writer died while writing it); it is "
+        _WARNED[(self.path, "torn")] = line_no
+        warnings.warn(f"{self.path}: line {line_no} is cut short (its writer died while writing it); it is "
                       "ignored, and a trial in it is measured again", JournalWarning, stacklevel=1)
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
         text = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in logs)
         self.lock.acquire()
         try:
-            cut_torn_tail(self._file_path)
-            with open(self._file_path, "ab") as f:
+            cut_torn_tail(self.path)
+            with open(self.path, "ab") as f:
                 f.write(text.encode("utf-8"))
                 f.flush()
                 os.fsync(f.fileno())

@@ -44,6 +44,7 @@ from optuna.trial import TrialState
 
 from evotune.core.result import EvalResult, Status
 from evotune.core.space import Point, SearchSpace
+from evotune.storage.optuna_rdb import write_trials
 from evotune.storage.url import (
     StorageError,
     check_sqlite_file,
@@ -58,12 +59,6 @@ from evotune.storage.url import (
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 METRIC_NAME = "time (ms)"  # what a trial's value is: shown by the dashboard instead of "Objective 0"
-
-
-def sqlite_url(path: str | Path) -> str:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{path}"
 
 
 def record_storage_url(url: str) -> str:
@@ -346,16 +341,8 @@ class StudyStore:
 
     def write_all(self, trials: list[optuna.trial.FrozenTrial]) -> list[int]:
         """Store the finished ``trials``, in order; their numbers. An RDB storage gets them in one transaction of
-        a few statements (:func:`evotune.storage.trial_writer.insert_trials`), any other storage through Optuna."""
-        if not trials:
-            return []
-        if isinstance(self.storage, optuna.storages.RDBStorage):
-            from evotune.storage.trial_writer import insert_trials
-
-            return insert_trials(self.storage, self.study_id, trials)
-        # Study.add_trial does not say which number a trial got; the storage's own call does
-        return [self.storage.get_trial_number_from_id(self.storage.create_new_trial(self.study_id, template_trial=t))
-                for t in trials]
+        a few statements (:func:`evotune.storage.optuna_rdb.write_trials`)."""
+        return write_trials(self.storage, self.study_id, trials) if trials else []
 
 
 def _jsonable(v: Any) -> Any:

@@ -2,17 +2,13 @@
 
 Two things make a trial's write cost little beside a GPU measurement:
 
-* :func:`insert_trial` writes a finished trial into an RDB storage (sqlite,
-  PostgreSQL, MySQL) as one transaction of a few statements: the trial's row,
-  its parameters, its value and its user attributes, each table in one
-  multi-row insert. Optuna's own ``create_new_trial`` issues several queries
-  per parameter and per attribute (about 47 statements for a trial of six
-  parameters and nine attributes); the rows written are the same, in Optuna's
-  own tables, so every reader of the study sees an ordinary trial.
+* :func:`evotune.storage.optuna_rdb.write_trials` writes a batch of finished
+  trials into an RDB storage (sqlite, PostgreSQL, MySQL) as one transaction of
+  a few statements.
 * :class:`TrialWriter` writes a study's trials from a thread, in the order
   they were measured, so the loop goes on to its next point at once. A trial
   counts as finished only once it is stored: its point's claim stays held by
-  the live worker until then, and is marked done (``claims.finish``) right
+  the live worker until then, and is marked done (``claims.finish_all``) right
   after the write. A worker killed with trials still queued loses those
   points only: their claims lapse with the process, and the next run (or
   another worker) measures them again; nothing is counted that is not stored.
@@ -32,15 +28,11 @@ Example::
 
 from __future__ import annotations
 
-import datetime as _dt
-import functools
-import json
 import queue
 import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from types import SimpleNamespace
 from typing import Any
 
 import optuna
@@ -69,75 +61,6 @@ def checkpoint(storage: optuna.storages.BaseStorage) -> None:
     if isinstance(storage, optuna.storages.RDBStorage) and storage.engine.dialect.name == "sqlite":
         with storage.engine.connect() as conn:
             conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
-
-
-def insert_trials(storage: optuna.storages.RDBStorage, study_id: int, trials: list[FrozenTrial]) -> list[int]:
-    """Write the finished ``trials`` into study ``study_id`` of ``storage`` in one transaction; their numbers.
-
-    A trial's number is the count of the study's trials before it, as Optuna counts it, under the lock
-    Optuna takes: on sqlite the database's write lock (the transaction's first statement writes, so it
-    waits for the lock before it reads anything), elsewhere the study's row ``FOR UPDATE``.
-    """
-    from optuna.distributions import distribution_to_json
-
-    sql = _statements()
-    params: list[dict[str, Any]] = []
-    values: list[dict[str, Any]] = []
-    attrs: list[dict[str, Any]] = []
-    with storage.engine.begin() as conn:
-        if conn.dialect.name != "sqlite":
-            conn.execute(sql.lock_study, {"s": study_id})
-        ids = []
-        for trial in trials:
-            inserted = conn.execute(sql.trial, {
-                "number": None, "study_id": study_id, "state": trial.state,
-                "datetime_start": _utc(trial.datetime_start),
-                "datetime_complete": _utc(trial.datetime_complete)}).inserted_primary_key
-            assert inserted is not None
-            trial_id = inserted[0]
-            ids.append(trial_id)
-            params += [{"trial_id": trial_id, "param_name": name, "distribution_json": distribution_to_json(dist),
-                        "param_value": dist.to_internal_repr(trial.params[name])}
-                       for name, dist in trial.distributions.items()]
-            for objective, v in enumerate(trial.values or []):
-                stored, kind = sql.value_repr(v)
-                values.append({"trial_id": trial_id, "objective": objective, "value": stored, "value_type": kind})
-            attrs += [{"trial_id": trial_id, "key": k, "value_json": json.dumps(v)}
-                      for k, v in trial.user_attrs.items()]
-        # under the lock the study's new trials are these, in order of their ids
-        first = conn.execute(sql.count, {"s": study_id, "t": ids[0]}).scalar_one()
-        numbers = [first + i for i in range(len(ids))]
-        conn.execute(sql.number, [{"t": t, "n": n} for t, n in zip(ids, numbers, strict=True)])
-        for statement, rows in ((sql.params, params), (sql.values, values), (sql.attrs, attrs)):
-            if rows:
-                conn.execute(statement, rows)
-    return numbers
-
-
-@functools.cache
-def _statements() -> Any:
-    """The statements of :func:`insert_trials` on Optuna's tables, built once (SQLAlchemy then compiles each
-    once per database and reuses it)."""
-    import sqlalchemy as sa
-    from optuna.storages._rdb import models
-
-    trials, studies = models.TrialModel.__table__, models.StudyModel.__table__
-    return SimpleNamespace(
-        lock_study=sa.select(studies.c.study_id).where(studies.c.study_id == sa.bindparam("s")).with_for_update(),
-        trial=sa.insert(trials),
-        count=sa.select(sa.func.count(trials.c.trial_id)).where(trials.c.study_id == sa.bindparam("s"),
-                                                               trials.c.trial_id < sa.bindparam("t")),
-        number=sa.update(trials).where(trials.c.trial_id == sa.bindparam("t")).values(number=sa.bindparam("n")),
-        params=sa.insert(models.TrialParamModel.__table__),
-        values=sa.insert(models.TrialValueModel.__table__),
-        attrs=sa.insert(models.TrialUserAttributeModel.__table__),
-        value_repr=models.TrialValueModel.value_to_stored_repr,
-    )
-
-
-def _utc(when: _dt.datetime | None) -> _dt.datetime | None:
-    """Optuna keeps an RDB trial's times as naive UTC (a naive time is local, as Optuna reads it)."""
-    return None if when is None else when.astimezone(_dt.UTC).replace(tzinfo=None)
 
 
 class TrialWriter:

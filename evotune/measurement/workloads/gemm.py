@@ -73,7 +73,7 @@ def make_inputs(problem: Problem, seed: int = 0, fill: bool = True, device: str 
     import torch
 
     if problem.scaling:
-        return gemm_fp8.make_inputs(problem, seed, fill, device)
+        return gemm_fp8.scaled_inputs(problem, seed, fill, device)
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
     in_dt, out_dt = torch_dtypes(problem)
@@ -134,7 +134,7 @@ def baselines(problem: Problem) -> dict[str, Callable[..., object]]:
     import torch
 
     if problem.scaling:
-        return gemm_fp8.baselines(problem)
+        return gemm_fp8.scaled_baselines(problem)
     if problem.dtype in ("bf16", "fp16", "fp32"):
         return {"torch.matmul": lambda a, b, c: torch.matmul(a, b, out=c)}
     if problem.dtype == "int8":
@@ -218,7 +218,7 @@ class GemmWorkload(Workload):
 
     def verify(self, problem: Problem, inputs: tuple[Any, ...]) -> tuple[bool, float, str]:
         if problem.scaling:
-            return gemm_fp8.verify(problem, inputs)
+            return gemm_fp8.verify_scaled(problem, inputs)
         a, b, c = inputs
         return verify(problem, a, b, c)
 

@@ -81,7 +81,7 @@ def expand(scale: Any, group: tuple[int, int], rows: int, cols: int) -> Any:
         .repeat_interleave(group[1], 1)
 
 
-def make_inputs(problem: Problem, seed: int = 0, fill: bool = True, device: str = "cuda") -> tuple[Any, ...]:
+def scaled_inputs(problem: Problem, seed: int = 0, fill: bool = True, device: str = "cuda") -> tuple[Any, ...]:
     """``(a, b, scale_a, scale_b, c)`` (see the module docstring); ``fill=False`` only allocates them."""
     import torch
 
@@ -113,7 +113,7 @@ def make_inputs(problem: Problem, seed: int = 0, fill: bool = True, device: str 
     return a, wq.t(), scale_a.reshape(sa_shape).contiguous(), scale_b.reshape(sb_shape).contiguous(), c
 
 
-def reference(problem: Problem, a: Any, b: Any, scale_a: Any, scale_b: Any) -> Any:
+def scaled_reference(problem: Problem, a: Any, b: Any, scale_a: Any, scale_b: Any) -> Any:
     """The dequantized product in fp32, without TF32."""
     import torch
 
@@ -129,12 +129,12 @@ def reference(problem: Problem, a: Any, b: Any, scale_a: Any, scale_b: Any) -> A
         torch.backends.cuda.matmul.allow_tf32 = prev
 
 
-def verify(problem: Problem, inputs: tuple[Any, ...]) -> tuple[bool, float, str]:
+def verify_scaled(problem: Problem, inputs: tuple[Any, ...]) -> tuple[bool, float, str]:
     """(passed, relative error, why not) of ``c`` against the dequantized product."""
     import torch
 
     a, b, scale_a, scale_b, c = inputs
-    ref = reference(problem, a, b, scale_a, scale_b)
+    ref = scaled_reference(problem, a, b, scale_a, scale_b)
     out = c.float()
     if not torch.isfinite(out).all():
         bad = int((~torch.isfinite(out)).sum())
@@ -146,7 +146,7 @@ def verify(problem: Problem, inputs: tuple[Any, ...]) -> tuple[bool, float, str]
     return True, err, ""
 
 
-def baselines(problem: Problem) -> dict[str, Callable[..., object]]:
+def scaled_baselines(problem: Problem) -> dict[str, Callable[..., object]]:
     """cuBLAS through torch with the problem's scaling: ``torch._scaled_mm`` for tensor and row scales; for block
     scales, which ``torch._scaled_mm`` refuses, ``torch.nn.functional.scaled_mm`` (torch 2.9 and newer: its
     1x128-by-128x128 recipe, sm_90 with cuBLAS 12.9 or newer; where torch refuses it, the baseline's error is

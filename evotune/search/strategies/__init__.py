@@ -2,8 +2,8 @@
 
 Example::
 
-    from evotune.search.strategies import make_strategy, names
-    names()  # ['cmaes', 'default', 'exhaustive', 'ga', 'gp', 'nsga2', 'optuna-gp', 'qmc', 'random', 'tpe']
+    from evotune.search.strategies import make_strategy, strategy_names
+    strategy_names()  # ['cmaes', 'default', 'exhaustive', 'ga', 'gp', 'nsga2', 'optuna-gp', 'qmc', 'random', 'tpe']
     s = make_strategy("tpe", space, space.feasible(ctx), seed=0)
 """
 
@@ -16,7 +16,7 @@ import numpy as np
 
 from evotune.core.space import Context, FeasibleSet, SearchSpace
 from evotune.search.prior import Source
-from evotune.search.strategies.base import Exhausted, Strategy, Told
+from evotune.search.strategies.base import Strategy, Told
 from evotune.search.strategies.default import Default
 from evotune.search.strategies.exhaustive import Exhaustive
 from evotune.search.strategies.genetic import GeneticAlgorithm
@@ -30,7 +30,7 @@ STRATEGIES: dict[str, type[Strategy]] = {
 }
 
 
-def names() -> list[str]:
+def strategy_names() -> list[str]:
     return sorted(STRATEGIES)
 
 
@@ -48,4 +48,4 @@ def make_strategy(name: str, space: SearchSpace, feasible: FeasibleSet, *, seed:
     return STRATEGIES[name](space, feasible, seed=seed, ctx=ctx, sources=sources, launch=launch, **options)
 
 
-__all__ = ["STRATEGIES", "Exhausted", "Source", "Strategy", "Told", "make_strategy", "names"]
+__all__ = ["STRATEGIES", "Source", "Strategy", "Told", "make_strategy", "strategy_names"]

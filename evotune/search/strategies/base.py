@@ -75,10 +75,6 @@ class Option:
                                     f"{' or omitted' if self.optional else ''}, got {value!r}")
 
 
-class Exhausted(Exception):
-    """Every feasible point has been measured or handed out."""
-
-
 class Strategy(ABC):
     name: ClassVar[str] = "base"
     #: options accepted from the experiment file (``seeding`` is accepted by every strategy)
@@ -209,11 +205,6 @@ class Strategy(ABC):
         from evotune.search.seeding import initial_rows
 
         return initial_rows(self, n)
-
-    @property
-    def best_value(self) -> float | None:
-        vals = [v for v in self.values.values() if v is not None]
-        return min(vals) if vals else None
 
     def penalty(self) -> float:
         """The score a failed point gets where a sampler needs a number: worse than anything seen."""
