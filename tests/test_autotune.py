@@ -247,6 +247,9 @@ def test_space_with_named_constraints_and_a_budget(kernels, tmp_path: Path,
     assert len(trials) == 5 and all(t.point["BLOCK"] <= n for t in trials)
     # each trial keeps its launch's program count (the grid at its BLOCK), for the keys that learn from it
     assert all(t.attrs["programs"] == -(-n // t.point["BLOCK"]) for t in trials)
+    # measured in evotune's one tuning loop: each trial keeps its wall time, the first its start-up (off the clock)
+    assert all(t.attrs["timer"] == "do_bench" and t.attrs["wall_s"] >= 0 for t in trials)
+    assert "startup_s" in trials[0].attrs and not any("startup_s" in t.attrs for t in trials[1:])
     assert kern.best_config.kwargs["BLOCK"] <= n
     from evotune.reporting.report import collect_best
 

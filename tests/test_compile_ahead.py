@@ -10,7 +10,7 @@ import pytest
 
 from evotune.autotune.cache import KernelCache, KernelId
 from evotune.autotune.compile_ahead import compile_ahead, workers
-from evotune.autotune.search import KeyJob, tune
+from evotune.autotune.search import KeyJob, tune_key
 from evotune.autotune.timers import WallClockTimer
 from evotune.core.result import EvalResult, Status
 from evotune.core.space import FeasibleSet, Point, SearchSpace, ordinal
@@ -82,7 +82,7 @@ def test_a_list_is_built_ahead_once_without_the_points_already_measured(tmp_path
         return KeyJob(cache, {"M": 8}, space, feasible, points, budget, measure, lambda p: lambda: None,
                       WallClockTimer(), confirm=1, compile_ahead=lambda ps: asked.append([p["BLOCK"] for p in ps]))
 
-    tune(job(listed[:2], budget=8))
+    tune_key(job(listed[:2], budget=8))
     assert asked == [[128, 16]] and timed == [128, 16]
-    tune(job(listed, budget=8))  # the list grew: only the two new points are built and timed
+    tune_key(job(listed, budget=8))  # the list grew: only the two new points are built and timed
     assert asked[1:] == [[64, 32]] and timed[2:] == [64, 32]

@@ -41,7 +41,7 @@ from evotune.autotune.hooks import Hooks
 from evotune.autotune.neighbours import nearest_tuned
 from evotune.autotune.pruning import PruneBy, prune
 from evotune.autotune.resources import build, over_limits
-from evotune.autotune.search import KeyJob, tune
+from evotune.autotune.search import KeyJob, tune_key
 from evotune.autotune.timers import make_timer
 from evotune.autotune.toolchain import Toolchain
 from evotune.core.result import EvalResult, Status
@@ -287,9 +287,10 @@ class Autotuner:
                      lambda p: self._call(args, kwargs, candidates.config(p)), self.timer, self.confirm,
                      compile_ahead=lambda points: compile_ahead(self.fn, args, kwargs,
                                                                 [candidates.config(p) for p in points]),
-                     programs=None if counts is None else (lambda p: counts[space.key(p)]), sms=_sms(args))
+                     programs=None if counts is None else (lambda p: counts[space.key(p)]), sms=_sms(args),
+                     ctx=LaunchContext(args={**(self.nargs or {}), **kwargs}))
         started = time.perf_counter()
-        decision = tune(job)
+        decision = tune_key(job)
         self.bench_time = time.perf_counter() - started
         self.decisions[tuple(fields.values())] = self.last_decision = decision
         config = candidates.stored_config(decision.config)
