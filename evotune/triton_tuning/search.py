@@ -29,9 +29,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from evotune.autotune.cache import Decision, KernelCache, candidates_hash, key_text, now
-from evotune.autotune.neighbours import sources
-from evotune.autotune.timers import Call, Timer
 from evotune.core.budget import Budget
 from evotune.core.problem import Problem
 from evotune.core.result import EvalResult
@@ -44,6 +41,9 @@ from evotune.search.strategies.exhaustive import Listed
 from evotune.storage.claims import Claims, NoClaims, make_claims
 from evotune.storage.claims.base import owner_id
 from evotune.storage.study import StudyStore
+from evotune.triton_tuning.cache import Decision, DecisionStore, candidates_hash, key_text, now
+from evotune.triton_tuning.neighbours import sources
+from evotune.triton_tuning.timers import Call, Timer
 
 log = logging.getLogger("evotune.autotune")
 POLL_S = 0.1
@@ -59,7 +59,7 @@ class TuningError(RuntimeError):
 class KeyJob:
     """Everything the tuning of one key needs."""
 
-    cache: KernelCache
+    cache: DecisionStore
     key: dict[str, Any]
     space: SearchSpace
     feasible: FeasibleSet  # the candidates left after every pruning
@@ -76,7 +76,7 @@ class KeyJob:
     programs: Callable[[Point], int] | None = None
     #: the GPU's multiprocessors, for the launch features (None: not known)
     sms: int | None = None
-    #: what the space's constraints read of the launch (a :class:`~evotune.autotune.configs.LaunchContext`)
+    #: what the space's constraints read of the launch (a :class:`~evotune.triton_tuning.configs.LaunchContext`)
     ctx: Context = field(default_factory=Context)
 
     @property
