@@ -12,7 +12,7 @@
     the launch cost): the plain kernel with the config given, ``triton.autotune`` and ``evotune.autotune``;
 (d) the first call of a new key from cold: each decorator in a new process with an empty Triton cache (and an
     empty evotune cache), compiling included: ``triton.autotune`` builds each configuration when it first times
-    it, ``evotune.autotune`` builds the list side by side first (:mod:`evotune.autotune.compile_ahead`).
+    it, ``evotune.autotune`` builds the list side by side first (:mod:`evotune.triton_tuning.compile_ahead`).
 
 Prints a compact table and writes everything as JSON to ``--out``; meant to finish within 3 minutes on an H100::
 
@@ -206,12 +206,12 @@ def triton_tests(path: str, out: str) -> None:
 def moe(keys_path: str, out: str) -> None:
     import fused_moe as moe_example
 
-    from evotune.autotune.ahead import load_kernel, load_keys
-    from evotune.autotune.compile_ahead import compile_ahead
-    from evotune.autotune.configs import LaunchContext
-    from evotune.autotune.plain import without_config
-    from evotune.autotune.timers import OracleTimer, Timer, WallClockTimer
     from evotune.measurement.options import TimingOptions
+    from evotune.triton_tuning.ahead import load_kernel, load_keys
+    from evotune.triton_tuning.compile_ahead import compile_ahead
+    from evotune.triton_tuning.configs import LaunchContext
+    from evotune.triton_tuning.plain import without_config
+    from evotune.triton_tuning.timers import OracleTimer, Timer, WallClockTimer
 
     gpu = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1"
     source = EXAMPLES / "fused_moe.py"
@@ -232,7 +232,7 @@ def moe(keys_path: str, out: str) -> None:
         tune_s = time.perf_counter() - started
         pick = tuned.best_config
         fields = tuned.key_fields(dict(zip(tuned.arg_names, args, strict=False)), kwargs)
-        trials = tuned.kernel_cache.existing(fields, tuned.candidates.space).history()
+        trials = tuned.decision_store.existing(fields, tuned.candidates.space).history()
 
         candidates = tuned.candidates
         fs = candidates.feasible(LaunchContext(args={**dict(zip(tuned.arg_names, args, strict=False)), **kwargs}))

@@ -56,9 +56,6 @@ sys.path[:0] = [str(ROOT), str(ROOT / "examples" / "triton_autotune")]
 import matmul_space as ms  # noqa: E402
 import torch  # noqa: E402
 
-from evotune.autotune.configs import Candidates, LaunchContext  # noqa: E402
-from evotune.autotune.resources import build, over_limits  # noqa: E402
-from evotune.autotune.timers import OracleTimer, Timer, WallClockTimer  # noqa: E402
 from evotune.core.hardware import Hardware, detect, get_hardware  # noqa: E402
 from evotune.core.landscape import landscape_document, load_landscape, write_landscape  # noqa: E402
 from evotune.core.problem import Problem  # noqa: E402
@@ -66,6 +63,9 @@ from evotune.core.result import EvalResult, Status  # noqa: E402
 from evotune.core.space import FeasibleSet, Point  # noqa: E402
 from evotune.measurement.options import TimingOptions  # noqa: E402
 from evotune.measurement.workloads.gemm import TOLERANCE  # noqa: E402
+from evotune.triton_tuning.configs import Candidates, LaunchContext  # noqa: E402
+from evotune.triton_tuning.resources import build, over_limits  # noqa: E402
+from evotune.triton_tuning.timers import OracleTimer, Timer, WallClockTimer  # noqa: E402
 
 SHAPES = "512x512x512,1024x1024x1024,2048x2048x2048,4096x4096x4096,16x4096x4096,64x11008x4096"
 TIMING = TimingOptions(min_samples=10, max_samples=50, ci_target=0.02)

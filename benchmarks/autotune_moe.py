@@ -58,15 +58,15 @@ sys.path[:0] = [str(ROOT), str(EXAMPLES)]
 
 import torch  # noqa: E402
 
-from evotune.autotune.ahead import load_kernel, load_keys  # noqa: E402
-from evotune.autotune.configs import Candidates  # noqa: E402
-from evotune.autotune.resources import build, over_limits  # noqa: E402
-from evotune.autotune.timers import OracleTimer, Timer, WallClockTimer  # noqa: E402
 from evotune.core.landscape import landscape_document, write_landscape  # noqa: E402
 from evotune.core.problem import Problem  # noqa: E402
 from evotune.core.result import EvalResult, Status  # noqa: E402
 from evotune.core.space import Point  # noqa: E402
 from evotune.measurement.options import TimingOptions  # noqa: E402
+from evotune.triton_tuning.ahead import load_kernel, load_keys  # noqa: E402
+from evotune.triton_tuning.configs import Candidates  # noqa: E402
+from evotune.triton_tuning.resources import build, over_limits  # noqa: E402
+from evotune.triton_tuning.timers import OracleTimer, Timer, WallClockTimer  # noqa: E402
 
 KERNEL = f"{EXAMPLES / 'fused_moe.py'}:moe_gemm_tuned"
 KEYS = EXAMPLES / "moe_mixtral_tp2.toml"
@@ -134,7 +134,7 @@ def tune(opts: argparse.Namespace, deadline: float) -> dict[str, Any]:
         sync()
         wall = time.perf_counter() - started
         fields = kernel.key_fields(dict(zip(kernel.arg_names, args, strict=False)), kwargs)
-        store = kernel.kernel_cache.existing(fields, kernel.candidates.space)
+        store = kernel.decision_store.existing(fields, kernel.candidates.space)
         assert store is not None
         trials = store.history()
         decision = kernel.last_decision

@@ -1,9 +1,9 @@
 """evotune.autotune's per-key search replayed on the CPU over recorded landscapes, one landscape per key.
 
 For each seed, a fresh kernel cache (a temporary SQLite or journal storage, as ``evotune.autotune``
-keeps) tunes the keys in order. Each key is tuned by :func:`evotune.autotune.search.tune` on a
-:class:`~evotune.autotune.search.KeyJob`, exactly as ``Autotuner._tune`` builds it: the ``default``
-strategy with the trials of the keys already tuned as its sources (:func:`evotune.autotune.neighbours.sources`),
+keeps) tunes the keys in order. Each key is tuned by :func:`evotune.triton_tuning.search.tune_key` on a
+:class:`~evotune.triton_tuning.search.KeyJob`, exactly as ``Autotuner._tune`` builds it: the ``default``
+strategy with the trials of the keys already tuned as its sources (:func:`evotune.triton_tuning.neighbours.sources`),
 the claims, the key's Optuna study, and the confirmation of the fastest ``--confirm`` configurations.
 Only the kernel is replaced: timing a configuration looks up its recorded result in the key's landscape
 (a recorded failure is a failed evaluation), and the confirmation's samples are the recorded samples of
@@ -11,7 +11,7 @@ the configuration, cycled (its recorded time when none were kept): a determinist
 
 Why this level and not the ``Autotuner`` with a fake kernel: ``Autotuner`` needs Triton (its constructor,
 ``KernelId.of`` and ``_measure`` import it, and ``_measure`` compiles the configuration to check its
-resources); what it adds over ``tune(KeyJob)`` is the launch, the pruning of a ``triton.Config`` list and
+resources); what it adds over ``tune_key(KeyJob)`` is the launch, the pruning of a ``triton.Config`` list and
 the compiled kernel's resource check, none of which a recorded landscape can exercise. Everything from the
 ``KeyJob`` down (cache, study, claims, sources, strategy, confirmation, decision) is the real code.
 
@@ -56,16 +56,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evotune.autotune.cache import KernelCache, KernelId  # noqa: E402
-from evotune.autotune.neighbours import sources  # noqa: E402
-from evotune.autotune.search import KeyJob, tune  # noqa: E402
-from evotune.autotune.timers import Call, Timer  # noqa: E402
 from evotune.cli.output import EXIT_USAGE, UsageError  # noqa: E402
 from evotune.core.feasible import FeasibleSet  # noqa: E402
 from evotune.core.landscape import Landscape, LandscapeError, landscape_stem, load_landscape  # noqa: E402
 from evotune.core.result import EvalResult  # noqa: E402
 from evotune.core.space import Param, Point, SearchSpace, categorical, ordinal  # noqa: E402
 from evotune.search import launch  # noqa: E402
+from evotune.triton_tuning.cache import DecisionStore, KernelId  # noqa: E402
+from evotune.triton_tuning.neighbours import sources  # noqa: E402
+from evotune.triton_tuning.search import KeyJob, tune_key  # noqa: E402
+from evotune.triton_tuning.timers import Call, Timer  # noqa: E402
 
 TARGET = 0.99
 FIRST_LIMIT = 40  # evaluations the first key may take to reach TARGET
@@ -309,7 +309,7 @@ def replay_seed(keys: Sequence[ReplayKey], seed: int, budget: int, confirm: int,
     runs = []
     with tempfile.TemporaryDirectory(prefix="autotune_replay_") as tmp:
         url = f"journal:{tmp}/autotune.journal" if storage == "journal" else f"sqlite:///{tmp}/autotune.db"
-        cache = KernelCache(url, kernel_id(keys, kernel))
+        cache = DecisionStore(url, kernel_id(keys, kernel))
         for key in keys:
             names = key.landscape.names
             feasible = FeasibleSet.from_codes(
@@ -319,7 +319,7 @@ def replay_seed(keys: Sequence[ReplayKey], seed: int, budget: int, confirm: int,
             programs = None if grid is None else functools.partial(grid.programs, key.fields)
             job = KeyJob(cache, key.fields, space, feasible, None, budget, replay.measure, replay.make_call,
                          RecordedTimer(), confirm, seed=seed, programs=programs, sms=sms)
-            decision = tune(job)
+            decision = tune_key(job)
             decided = key.landscape.lookup(space.from_storage(decision.config))
             decided_ms = decided.value if decided is not None else None
             store = cache.existing(key.fields, space)

@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from evotune.autotune.timers import OracleTimer  # noqa: E402
+from evotune.triton_tuning.timers import OracleTimer  # noqa: E402
 
 SHAPES = ((16, 4096, 4096), (1024, 4096, 4096), (4096, 4096, 4096), (6144, 14336, 4096))
 

@@ -42,7 +42,7 @@ def kernels():
 
 def study_of(kernel, key: dict):
     """The study of one key of an evotune autotuner (its trials are the measured points)."""
-    return kernel.kernel_cache.existing(key, kernel.candidates.space)
+    return kernel.decision_store.existing(key, kernel.candidates.space)
 
 
 def add_key(n: int) -> dict:
@@ -247,10 +247,13 @@ def test_space_with_named_constraints_and_a_budget(kernels, tmp_path: Path,
     assert len(trials) == 5 and all(t.point["BLOCK"] <= n for t in trials)
     # each trial keeps its launch's program count (the grid at its BLOCK), for the keys that learn from it
     assert all(t.attrs["programs"] == -(-n // t.point["BLOCK"]) for t in trials)
+    # measured in evotune's one tuning loop: each trial keeps its wall time, the first its start-up (off the clock)
+    assert all(t.attrs["timer"] == "do_bench" and t.attrs["wall_s"] >= 0 for t in trials)
+    assert "startup_s" in trials[0].attrs and not any("startup_s" in t.attrs for t in trials[1:])
     assert kern.best_config.kwargs["BLOCK"] <= n
     from evotune.reporting.report import collect_best
 
-    (row,) = collect_best(kern.kernel_cache.storage)  # what `python -m evotune best --storage` shows
+    (row,) = collect_best(kern.decision_store.storage)  # what `python -m evotune best --storage` shows
     assert row.confirmed and row.problem_key.startswith("n=64,")
     assert {k: v for k, v in row.config.items() if k in kern.best_config.kwargs} == kern.best_config.kwargs
 
@@ -370,7 +373,7 @@ def test_a_rank_left_alone_on_a_key_decides_it(kernels, tmp_path: Path, monkeypa
     """Rank 1 waits for rank 0's decision only while another process works on the key (rank 0 may never
     launch it: another batch size); alone for RANK_WAIT_S, it decides, and rank 0 later reads that."""
     import evotune
-    from evotune.autotune import search
+    from evotune.triton_tuning import search
 
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
@@ -389,7 +392,7 @@ def test_a_rank_left_alone_on_a_key_decides_it(kernels, tmp_path: Path, monkeypa
 
 
 def test_where_the_cache_lives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from evotune.autotune.cache import cache_url
+    from evotune.triton_tuning.cache import cache_url
 
     monkeypatch.delenv("EVOTUNE_AUTOTUNE_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
@@ -421,7 +424,7 @@ def test_compiled_kernel_over_the_device_is_pruned_with_its_reason(monkeypatch: 
     """The check after compiling, on a stand-in for Triton's compiled kernel (the interpreter compiles none)."""
     import triton
 
-    from evotune.autotune import resources
+    from evotune.triton_tuning import resources
 
     class Compiled:
         def __init__(self, shared: int, regs: int):

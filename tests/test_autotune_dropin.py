@@ -165,7 +165,7 @@ SHARED_LIMIT = 232448
 @pytest.fixture
 def gpu_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """evotune's path for a compiled kernel (no interpreter), with an H100's limits for :class:`OnDevice`."""
-    from evotune.autotune import resources
+    from evotune.triton_tuning import resources
 
     monkeypatch.delenv("TRITON_INTERPRET")
     monkeypatch.setattr(resources, "device_limits", lambda: {"max_shared_mem": SHARED_LIMIT, "max_num_regs": 65536})
@@ -227,7 +227,7 @@ def test_hooks_are_paired_and_the_post_hook_gets_the_launchs_out_of_resources(re
     assert seen["unpaired"] == 0 and seen["post"] == seen["pre"] > 0
     assert torch.equal(out, x + y) and kern.best_config in good  # the launch ran with another config
     assert kern.configs_timings[bad] == [float("inf")] * 3
-    trials = kern.kernel_cache.existing(kern.key_fields({"x": x, "y": y, "out": out, "n": 16}, {}),
+    trials = kern.decision_store.existing(kern.key_fields({"x": x, "y": y, "out": out, "n": 16}, {}),
                                         kern.candidates.space).history()
     (refused,) = [t for t in trials if kern.candidates.config(t.point) is bad]
     assert refused.status.value == "infeasible" and f"out of resource: {resource}" in refused.attrs["message"]
@@ -319,7 +319,7 @@ def test_nothing_left_after_pruning_is_tritons_error(kernels) -> None:
 
 def test_configs_equal_but_for_ir_override_or_pre_hook_stay_apart(gpu_path) -> None:
     import evotune
-    from evotune.autotune.configs import Candidates
+    from evotune.triton_tuning.configs import Candidates
 
     def hook_a(nargs):
         return None
@@ -357,10 +357,11 @@ def test_configs_equal_but_for_ir_override_or_pre_hook_stay_apart(gpu_path) -> N
 
 def test_tritons_signature_in_its_order_then_evotunes_keyword_only() -> None:
     import evotune
-    from evotune.autotune import Autotuner
-    from evotune.autotune.autotuner import autotune
+    from evotune.triton_tuning.autotuner import Autotuner
+    from evotune.triton_tuning.decorator import autotune
 
-    for theirs, ours in ((triton.autotune, evotune.autotune), (triton.autotune, autotune),
+    assert evotune.autotune is autotune and inspect.isfunction(autotune)  # a plain function, and the only one
+    for theirs, ours in ((triton.autotune, autotune),
                          (triton.runtime.Autotuner.__init__, Autotuner.__init__)):
         t, o = inspect.signature(theirs).parameters, inspect.signature(ours).parameters
         assert list(o)[: len(t)] == list(t), (list(o), list(t))
@@ -371,7 +372,7 @@ def test_tritons_signature_in_its_order_then_evotunes_keyword_only() -> None:
 
 
 def test_an_autotuner_built_directly_with_tritons_arguments(tmp_path: Path) -> None:
-    from evotune.autotune import Autotuner
+    from evotune.triton_tuning.autotuner import Autotuner
 
     launched, estimated = [], []
 
@@ -426,7 +427,7 @@ def build_changes(tmp_path: Path) -> dict[str, Callable[[pytest.MonkeyPatch], No
     """Each part of a kernel's build, changed (undone with the monkeypatch)."""
     from triton import knobs
 
-    from evotune.autotune import toolchain
+    from evotune.triton_tuning import toolchain
 
     def knob(m: pytest.MonkeyPatch) -> None:
         m.setattr(knobs, "nvidia", knobs.nvidia.copy())  # a copy of the group, set back with it
@@ -446,7 +447,7 @@ def build_changes(tmp_path: Path) -> dict[str, Callable[[pytest.MonkeyPatch], No
 
 
 def test_every_part_of_the_build_changes_its_digest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from evotune.autotune.toolchain import Toolchain
+    from evotune.triton_tuning.toolchain import Toolchain
 
     base = Toolchain.current()
     for what, change in build_changes(tmp_path).items():

@@ -31,7 +31,7 @@ b = torch.randn(512, 512, device="cuda", dtype=torch.float16)
 c = mm.matmul(a, b, kernel=kernel)
 torch.testing.assert_close(c.float(), a.float() @ b.float(), rtol=2e-2, atol=2e-1)
 fields = kernel.key_fields(dict(zip(kernel.arg_names, mm.launch_args(a, b, c))), {{}})
-trials = kernel.kernel_cache.existing(fields, kernel.candidates.space).history()
+trials = kernel.decision_store.existing(fields, kernel.candidates.space).history()
 print(json.dumps({{"trials": [[(t.point["BLOCK_M"], t.point["BLOCK_N"]), t.status.value, t.attrs.get("message", "")]
                              for t in trials],
                   "chosen": kernel.best_config.kwargs, "timer": kernel.timer.kind, "how": kernel.last_decision.how}}))

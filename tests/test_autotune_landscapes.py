@@ -17,11 +17,11 @@ from conftest import load_benchmark
 pytest.importorskip("triton")
 torch = pytest.importorskip("torch")
 
-from evotune.autotune.configs import LaunchContext  # noqa: E402
 from evotune.core.hardware import get_hardware  # noqa: E402
 from evotune.core.landscape import load_landscape  # noqa: E402
 from evotune.core.result import EvalResult, Status  # noqa: E402
 from evotune.core.space import FeasibleSet  # noqa: E402
+from evotune.triton_tuning.configs import LaunchContext  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "autotune_landscapes.py"

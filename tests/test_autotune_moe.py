@@ -29,12 +29,12 @@ def moe(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # the module, importe
 
 
 def test_space_is_vllms_grid_and_prunes_with_reasons(moe) -> None:
-    from evotune.autotune.configs import LaunchContext
+    from evotune.triton_tuning.configs import LaunchContext
 
     assert moe.SPACE.size == 1920
     a = torch.empty(0, dtype=torch.float16)
     mixtral = LaunchContext(args={"M": 64, "N": 14336 // 8, "K": 4096, "E": 8, "top_k": 2, "a": a})
-    from evotune.autotune.configs import Candidates
+    from evotune.triton_tuning.configs import Candidates
 
     fs = Candidates.from_space(moe.SPACE).feasible(mixtral)
     assert 0 < len(fs) < 1920
@@ -70,7 +70,7 @@ out = moe.fused_moe(x, gate, w, top_k, kernel=kernel)
 torch.testing.assert_close(out, moe.reference(x, gate, w, top_k), rtol=1e-4, atol=1e-4)
 args = moe.make_launch(x, w, *moe.route(x, gate, top_k), top_k)[1]
 fields = kernel.key_fields(dict(zip(kernel.arg_names, args)), {{}})
-trials = kernel.kernel_cache.existing(fields, moe.SPACE).history()
+trials = kernel.decision_store.existing(fields, moe.SPACE).history()
 print(json.dumps({{"points": [t.point for t in trials], "how": kernel.last_decision.how}}))
 """
 

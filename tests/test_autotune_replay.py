@@ -180,8 +180,8 @@ def test_sources_are_the_keys_within_one_of_the_nearest():
 
     from optuna.trial import TrialState
 
-    from evotune.autotune.neighbours import sources
     from evotune.core.space import SearchSpace
+    from evotune.triton_tuning.neighbours import sources
 
     space = SearchSpace("s", [ordinal("BLOCK_M", [16, 32])])
     trials = [SimpleNamespace(params={"BLOCK_M": 16}, value=1.0, state=TrialState.COMPLETE, user_attrs={}),

@@ -1,4 +1,4 @@
-"""Compiling a key's listed configurations ahead (evotune/autotune/compile_ahead.py): every configuration not yet
+"""Compiling a key's listed configurations ahead (evotune/triton_tuning/compile_ahead.py): every configuration not yet
 measured is handed to Triton's AsyncCompileMode once, before the timing; failures are left to the measurement."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from evotune.autotune.cache import KernelCache, KernelId
-from evotune.autotune.compile_ahead import compile_ahead, workers
-from evotune.autotune.search import KeyJob, tune
-from evotune.autotune.timers import WallClockTimer
 from evotune.core.result import EvalResult, Status
 from evotune.core.space import FeasibleSet, Point, SearchSpace, ordinal
+from evotune.triton_tuning.cache import DecisionStore, KernelId
+from evotune.triton_tuning.compile_ahead import compile_ahead, workers
+from evotune.triton_tuning.search import KeyJob, tune_key
+from evotune.triton_tuning.timers import WallClockTimer
 
 triton = pytest.importorskip("triton")
 
@@ -70,7 +70,7 @@ def test_a_list_is_built_ahead_once_without_the_points_already_measured(tmp_path
     feasible = FeasibleSet.from_codes(space, [space.encode({"BLOCK": b}) for b in (16, 32, 64, 128)])
     listed: list[Point] = [{"BLOCK": b} for b in (128, 16, 64, 32)]
     url = f"sqlite:///{tmp_path}/c.db" if storage == "sqlite" else f"journal:{tmp_path}/c.journal"
-    cache = KernelCache(url, KernelId("k", "0" * 16, "3", "cpu"))
+    cache = DecisionStore(url, KernelId("k", "0" * 16, "3", "cpu"))
     asked: list[list[int]] = []
     timed: list[int] = []
 
@@ -82,7 +82,7 @@ def test_a_list_is_built_ahead_once_without_the_points_already_measured(tmp_path
         return KeyJob(cache, {"M": 8}, space, feasible, points, budget, measure, lambda p: lambda: None,
                       WallClockTimer(), confirm=1, compile_ahead=lambda ps: asked.append([p["BLOCK"] for p in ps]))
 
-    tune(job(listed[:2], budget=8))
+    tune_key(job(listed[:2], budget=8))
     assert asked == [[128, 16]] and timed == [128, 16]
-    tune(job(listed, budget=8))  # the list grew: only the two new points are built and timed
+    tune_key(job(listed, budget=8))  # the list grew: only the two new points are built and timed
     assert asked[1:] == [[64, 32]] and timed[2:] == [64, 32]

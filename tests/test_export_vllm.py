@@ -12,7 +12,8 @@ import sys
 import pytest
 from conftest import ROOT
 
-from evotune.autotune.export import (
+from evotune.cli import main
+from evotune.triton_tuning.export import (
     ExportError,
     check_vllm_folder,
     vllm_block_fp8,
@@ -20,7 +21,6 @@ from evotune.autotune.export import (
     write_vllm_block_fp8,
     write_vllm_files,
 )
-from evotune.cli import main
 
 H100 = "NVIDIA H100 80GB HBM3"
 CONFIG = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1, "num_warps": 4,

@@ -18,9 +18,9 @@ def _under(path: Path, places: list[Path]) -> bool:
 
 
 def test_every_cache_is_the_sessions_own_here_and_in_a_child_process() -> None:
-    from evotune.autotune.cache import cache_url
     from evotune.core.tuned_cache import tuned_path
     from evotune.measurement.kernel_cache import cache_root
+    from evotune.triton_tuning.cache import cache_url
 
     caches = conftest._SESSION["caches"]
     assert isinstance(caches, list) and caches
@@ -28,7 +28,7 @@ def test_every_cache_is_the_sessions_own_here_and_in_a_child_process() -> None:
     assert url is not None and url.startswith("sqlite:///")
     here = [tuned_path(), cache_root(), Path(url.removeprefix("sqlite:///"))]
     child = subprocess.run(
-        [sys.executable, "-c", "from evotune.autotune.cache import cache_url\n"
+        [sys.executable, "-c", "from evotune.triton_tuning.cache import cache_url\n"
                                "from evotune.core.tuned_cache import tuned_path\n"
                                "from evotune.measurement.kernel_cache import cache_root\n"
                                "print(tuned_path()); print(cache_root()); print(cache_url(None)[10:])"],

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 import weakref
 
-from evotune.autotune.timers import OracleTimer
+from evotune.triton_tuning.timers import OracleTimer
 
 
 class CountingOracle:

@@ -17,7 +17,7 @@ import triton
 import triton.runtime
 import triton.runtime.autotuner
 
-from evotune.autotune.autotuner import autotune
+from evotune import autotune
 
 triton.autotune = autotune
 triton.runtime.autotune = autotune

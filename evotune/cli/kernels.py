@@ -8,7 +8,7 @@ from evotune.cli.output import UsageError, make_console
 
 
 def cmd_tune_kernel(args: argparse.Namespace) -> int:
-    from evotune.autotune.commands import CommandError, tune_kernel_command
+    from evotune.triton_tuning.commands import CommandError, tune_kernel_command
 
     try:
         return tune_kernel_command(args.kernel, args.keys, args.cache, make_console(),
@@ -18,7 +18,7 @@ def cmd_tune_kernel(args: argparse.Namespace) -> int:
 
 
 def cmd_export_configs(args: argparse.Namespace) -> int:
-    from evotune.autotune.commands import CommandError, export_command
+    from evotune.triton_tuning.commands import CommandError, export_command
 
     try:
         return export_command(args.cache, args.kernel, args.format, args.out, args.batch_key, args.experts_key,
@@ -33,7 +33,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                                             "with --space and --key) for the keys of a file")
     tk.add_argument("kernel", metavar="MODULE:KERNEL", help="a module (dotted name or .py path) and the kernel in it")
     tk.add_argument("--keys", metavar="KEYS.toml", help="the keys to tune and the module's function that builds "
-                                                         "each key's launch (see evotune/autotune/ahead.py)")
+                                                         "each key's launch (see evotune/triton_tuning/ahead.py)")
     tk.add_argument("--cache", metavar="URL_OR_DIR", help="where decisions are kept (default: the decorator's "
                                                            "cache, else $EVOTUNE_AUTOTUNE_CACHE, else "
                                                            "~/.cache/evotune/autotune)")

@@ -22,6 +22,10 @@ less than the typical evaluation of the run so far (the median of its last
 compile) is dropped (:class:`DeadlinePassed`, nothing stored), and the
 compiles started ahead are abandoned (:meth:`Evaluator.abandon`).
 
+This is evotune's one claim-measure-store loop: ``run`` and ``record`` hand it the GPU worker pool as its
+evaluator, ``evotune.autotune`` (and so ``tune-kernel``) an evaluator that launches the kernel in its own
+process, each with its budget; what a trial holds besides its result is the caller's :class:`PerTrial`.
+
 Example::
 
     result = tune_study(space, ctx, ReplayEvaluator(ls), make_strategy("ga", space, fs), store, Budget(trials=200))
@@ -33,8 +37,10 @@ from __future__ import annotations
 import datetime as _dt
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
 
 from evotune.core.budget import Budget, stop_text
 from evotune.core.problem import Problem
@@ -49,6 +55,29 @@ from evotune.storage.trial_writer import TrialWriter
 OnTrial = Callable[[int, float | None], None]  # (trials so far, best so far)
 FIT_WINDOW = 8  # the latest evaluations whose median wall time predicts the next one's (the deadline's fit rule)
 wall_clock = time.monotonic  # the measuring oracles' tuning clock, unless tune_study() is given one
+
+
+class Infeasible(Enum):
+    """What an evaluator's INFEASIBLE result stands for, and so what the loop does with it."""
+
+    #: the oracle has no answer for the point (absent from a recorded landscape): nothing is stored or counted, and
+    #: it costs nothing
+    UNANSWERED = "unanswered"
+    #: the device refused the point when it was launched: a failed trial like any other, stored and counted
+    REFUSED = "refused"
+
+
+def _no_attrs(point: Point) -> Mapping[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True)
+class PerTrial:
+    """What the loop stores of each evaluation besides its result (the result's fields and its ``extra``)."""
+
+    #: the point's attributes the caller knows of (a launch's program count, the timer that measured it)
+    attrs: Callable[[Point], Mapping[str, Any]] = _no_attrs
+    infeasible: Infeasible = Infeasible.UNANSWERED
 
 
 @dataclass
@@ -80,8 +109,9 @@ class TuneResult:
 
 
 def tune_study(space: SearchSpace, ctx: Context, evaluator: Evaluator, strategy: Strategy, store: StudyStore,
-         budget: Budget, on_trial: OnTrial | None = None, claims: Claims | None = None,
-         sync_s: float = 2.0, clock: Callable[[], float] | None = None) -> TuneResult:
+               budget: Budget, on_trial: OnTrial | None = None, claims: Claims | None = None,
+               sync_s: float = 2.0, clock: Callable[[], float] | None = None,
+               per_trial: PerTrial | None = None) -> TuneResult:
     """Run one study to its budget. Every finished evaluation is in ``store`` when this returns; its claim is
     held until it is stored.
 
@@ -92,10 +122,13 @@ def tune_study(space: SearchSpace, ctx: Context, evaluator: Evaluator, strategy:
     budget for all of them together (see :mod:`evotune.storage.claims`).
 
     ``clock`` (seconds, monotonic; default :data:`wall_clock`) is what a measuring oracle's tuning clock reads.
+    ``per_trial``: what each trial holds besides the evaluator's result, and what an INFEASIBLE one stands for
+    (default: nothing more; a point the oracle could not answer).
     """
     assert ctx.problem is not None, "tune_study() needs a problem in its context"
     claims = claims or NoClaims(store.study.study_name, 0.0)
-    return _Run(space, ctx, evaluator, strategy, store, budget, on_trial, claims, sync_s, clock or wall_clock).run()
+    return _Run(space, ctx, evaluator, strategy, store, budget, on_trial, claims, sync_s, clock or wall_clock,
+                per_trial or PerTrial()).run()
 
 
 class _Run:
@@ -104,8 +137,9 @@ class _Run:
 
     def __init__(self, space: SearchSpace, ctx: Context, evaluator: Evaluator, strategy: Strategy,
                  store: StudyStore, budget: Budget, on_trial: OnTrial | None, claims: Claims, sync_s: float,
-                 clock: Callable[[], float]):
+                 clock: Callable[[], float], per_trial: PerTrial):
         self.space, self.ctx, self.evaluator, self.strategy = space, ctx, evaluator, strategy
+        self.per_trial = per_trial
         assert ctx.problem is not None  # tune_study() checked it
         self.problem: Problem = ctx.problem
         self.store, self.budget, self.on_trial, self.claims, self.sync_s = store, budget, on_trial, claims, sync_s
@@ -295,7 +329,7 @@ class _Run:
     def record(self, point: Point, result: EvalResult, began: _dt.datetime, elapsed: float) -> None:
         """Queue the trial to be stored (its claim is marked done once it is), count it, tell the strategy."""
         key, s = self.space.key(point), self.state
-        if result.status is Status.INFEASIBLE:
+        if result.status is Status.INFEASIBLE and self.per_trial.infeasible is Infeasible.UNANSWERED:
             s.skipped += 1
             self.claims.finish(key, counted=False)
             self.strategy.tell([(point, None)])
@@ -304,8 +338,8 @@ class _Run:
         assert self.writer is not None
         self.mine.add(key)
         first = not self.simulated and not (s.new or s.skipped)  # the evaluation the clock started after
-        startup = {"startup_s": self.startup_s} if first else None
-        self.writer.put(key, self.store.trial(point, result, clock, startup, started=began, wall_s=elapsed))
+        attrs = {**self.per_trial.attrs(point), **({"startup_s": self.startup_s} if first else {})}
+        self.writer.put(key, self.store.trial(point, result, clock, attrs, started=began, wall_s=elapsed))
         self.strategy.tell([(point, result.value)])
         s.add(None, key, point, result.value, clock)
         s.new += 1

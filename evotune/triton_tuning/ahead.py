@@ -2,7 +2,7 @@
 
 ``MODULE`` is a dotted module name or a ``.py`` path, ``KERNEL`` a kernel in it decorated
 with ``evotune.autotune``, or a plain ``triton.jit`` kernel with ``--space FILE:NAME --key
-NAMES`` (its candidates and key, :mod:`evotune.autotune.plain`). The keys file lists the keys
+NAMES`` (its candidates and key, :mod:`evotune.triton_tuning.plain`). The keys file lists the keys
 to tune and names the module's function that builds one key's launch::
 
     launch = "make_args"     # optional (this is the default): MODULE.make_args(**key)
@@ -41,9 +41,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from evotune.autotune.autotuner import Autotuner
-from evotune.autotune.cache import Decision
-from evotune.autotune.plain import PlainKernelError, is_plain, load_candidates, without_config, wrap
+from evotune.triton_tuning.autotuner import Autotuner
+from evotune.triton_tuning.cache import Decision
+from evotune.triton_tuning.plain import PlainKernelError, is_plain, load_candidates, without_config, wrap
 
 
 class AheadError(ValueError):
@@ -254,5 +254,5 @@ def build_launch(keys: KeysFile, i: int, key: dict[str, Any]) -> tuple[Any, tupl
 
 def _evaluations(kernel: Autotuner, fields: dict[str, Any]) -> int:
     """The configurations measured for the key so far (its study's trials)."""
-    store = kernel.kernel_cache.existing(fields, kernel.candidates.space)
+    store = kernel.decision_store.existing(fields, kernel.candidates.space)
     return 0 if store is None else len(store.history())

@@ -4,8 +4,8 @@ A study is named by what makes a measurement valid, and not by the list of
 configurations: ``autotune/KERNEL/SOURCE_HASH/DEVICE/triton-VERSION/build-BUILD/KEY`` (the hash is of
 Triton's own ``cache_key`` of the kernel where it has one: the source, the jit functions it
 calls, the globals it reads; under the interpreter, of the kernel's source; BUILD is the digest
-of the backend, its tools and every codegen knob, :mod:`evotune.autotune.toolchain`)
-(:func:`study_name`), so a changed list keeps every point measured before, and a changed build
+of the backend, its tools and every codegen knob, :mod:`evotune.triton_tuning.toolchain`)
+(:meth:`DecisionStore.study_name`), so a changed list keeps every point measured before, and a changed build
 is tuned again. Its
 trials are the measured configurations (``python -m evotune best``, ``plot`` and
 ``dashboard --storage URL`` read them), and its user attribute ``autotune`` holds
@@ -19,9 +19,9 @@ when XDG_CACHE_HOME is unset). ``cache=False`` keeps nothing: an in-memory study
 
 Example::
 
-    kc = KernelCache.open(cache_url(None), KernelId.of(fn))
-    store = kc.study(("64", "float32"), {"M": 64, "a.dtype": "float32"}, space)
-    kc.decision(store)
+    decisions = DecisionStore(cache_url(None), KernelId.of(fn))
+    store = decisions.study({"M": 64, "a.dtype": "float32"}, space)
+    decisions.decision(store)
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ from typing import Any
 
 import optuna
 
-from evotune.autotune.toolchain import Toolchain
 from evotune.core.space import SearchSpace
 from evotune.storage.study import StudyStore, make_storage, study_summaries
 from evotune.storage.trial_writer import checkpoint
+from evotune.triton_tuning.toolchain import Toolchain
 
 ENV = "EVOTUNE_AUTOTUNE_CACHE"
 PREFIX = "autotune"
@@ -145,8 +145,9 @@ class Decision:
                    value.get("confirmation"))
 
 
-class KernelCache:
-    """One kernel's studies in one storage."""
+class DecisionStore:
+    """One kernel's decisions, one per key, each in the study of the measurements it was made from, in one
+    storage."""
 
     def __init__(self, url: str | None, kernel: KernelId):
         self.url, self.kernel = url, kernel

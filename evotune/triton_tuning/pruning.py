@@ -9,7 +9,7 @@ float <= 1: that share, at least one).
 ``early_config_prune`` is given the listed configurations (of a space: its feasible points as configurations)
 and may return any configurations: each is matched to a candidate by its values (``all_kwargs()`` and
 ``pre_hook``, as ``triton.Config`` compares them), not by identity. Of a list, one equal to none of them is
-added to the candidates (:meth:`~evotune.autotune.configs.Candidates.extended`) and timed like the others; of a
+added to the candidates (:meth:`~evotune.triton_tuning.configs.Candidates.extended`) and timed like the others; of a
 space, one that is not a feasible point of it is left out, logged. Nothing left is Triton's error,
 :func:`autotuner_error` ("Autotuner error: No valid autotuner configs after pruning. ...").
 """
@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from evotune.autotune.configs import Candidates, LaunchContext
 from evotune.core.space import FeasibleSet, Point
+from evotune.triton_tuning.configs import Candidates, LaunchContext
 
 log = logging.getLogger("evotune.autotune")
 #: the message of Triton's autotuner when ``early_config_prune`` keeps nothing

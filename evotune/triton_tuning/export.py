@@ -43,8 +43,8 @@ from typing import Any
 
 import optuna
 
-from evotune.autotune.cache import DECISION, PREFIX, Decision
 from evotune.storage.study import study_summaries
+from evotune.triton_tuning.cache import DECISION, PREFIX, Decision
 
 VLLM_FIELDS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
 VLLM_FP8 = "fp8_w8a8"  # vLLM's name for fp8 (e4m3) weights and activations

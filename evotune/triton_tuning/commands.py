@@ -8,9 +8,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from evotune.autotune.ahead import AheadError, KeyProgress, Stage, tune_kernel
-from evotune.autotune.cache import cache_url
-from evotune.autotune.export import (
+from evotune.storage.study import open_existing
+from evotune.storage.url import StorageError, shown, sqlite_file, with_driver
+from evotune.triton_tuning.ahead import AheadError, KeyProgress, Stage, tune_kernel
+from evotune.triton_tuning.cache import cache_url
+from evotune.triton_tuning.export import (
     ExportError,
     check_vllm_folder,
     entries,
@@ -18,8 +20,6 @@ from evotune.autotune.export import (
     write_vllm_block_fp8,
     write_vllm_moe,
 )
-from evotune.storage.study import open_existing
-from evotune.storage.url import StorageError, shown, sqlite_file, with_driver
 
 # where export-configs writes without --out: under runs/, beside the other commands' outputs, never among the files
 # of the folder it is run in

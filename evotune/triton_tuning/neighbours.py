@@ -19,11 +19,11 @@ from typing import Any
 
 from optuna.trial import TrialState
 
-from evotune.autotune.cache import Decision, KernelCache
 from evotune.core.space import SearchSpace
 from evotune.search import launch
 from evotune.search.prior import MAX_DISTANCE, TAU, Source
 from evotune.search.transfer import MISMATCH
+from evotune.triton_tuning.cache import Decision, DecisionStore
 
 #: sources further than the nearest by more than this are left out: they weigh less than exp(-2) of its weight
 #: in the prior (TAU), yet each would still hand ``default`` its fastest point as a transferred winner, at the same
@@ -46,7 +46,7 @@ def key_distance(a: dict[str, Any], b: dict[str, Any]) -> float | None:
     return total
 
 
-def nearest_tuned(cache: KernelCache, key: dict[str, Any]) -> tuple[dict[str, Any], Decision] | None:
+def nearest_tuned(cache: DecisionStore, key: dict[str, Any]) -> tuple[dict[str, Any], Decision] | None:
     """The tuned key nearest to ``key`` (ties: the first in key order) and its decision."""
     best: tuple[float, str, dict[str, Any], Decision] | None = None
     for other, _, decision in cache.tuned():
@@ -59,7 +59,7 @@ def nearest_tuned(cache: KernelCache, key: dict[str, Any]) -> tuple[dict[str, An
     return None if best is None else (best[2], best[3])
 
 
-def sources(cache: KernelCache, key: dict[str, Any], space: SearchSpace, sms: int | None = None) -> list[Source]:
+def sources(cache: DecisionStore, key: dict[str, Any], space: SearchSpace, sms: int | None = None) -> list[Source]:
     """The measured trials of the other tuned keys within MAX_DISTANCE and within NEAR of the nearest such key,
     one source each, nearest first; with their launch features (on a GPU of ``sms`` multiprocessors) when every
     trial kept its program count."""

@@ -1,4 +1,5 @@
-"""``evotune.autotune``: a drop-in for ``triton.autotune`` that searches, confirms and remembers.
+"""The kernel ``evotune.autotune`` returns: a drop-in for ``triton.autotune``'s that searches, confirms and
+remembers (the decorator: :mod:`evotune.triton_tuning.decorator`).
 
 The decorated kernel is launched as before (``kernel[grid](*args)``, ``grid`` a tuple
 or a function of the META dict); ``kernel.best_config`` is the ``triton.Config`` of the
@@ -8,13 +9,14 @@ the dtype of every tensor argument. On a key's first call (``mode="online"``):
 1. candidates: the ``configs`` list, or every point of ``space`` its named constraints
    keep (they may read the launch's arguments as ``ctx.args``), then
    ``prune_configs_by`` (``early_config_prune``, then ``perf_model`` with ``top_k``;
-   :mod:`evotune.autotune.pruning`); nothing left is Triton's ``AutotunerError``;
+   :mod:`evotune.triton_tuning.pruning`); nothing left is Triton's ``AutotunerError``;
 2. each configuration to time is compiled first; one whose compiled kernel exceeds the
    device's shared memory or registers is launched once, with the hooks, so that its
    ``post_hook`` gets the launch's own ``OutOfResources`` as under ``triton.autotune``
    (skipped under the interpreter); a configuration the device refuses at its first
-   launch (threads, shared or tensor memory) is recorded infeasible with Triton's message;
-3. timing and the decision: :mod:`evotune.autotune.search`;
+   launch (threads, shared or tensor memory) is recorded infeasible with Triton's message
+   (:mod:`evotune.triton_tuning.measure`);
+3. timing and the decision: :mod:`evotune.triton_tuning.search`;
 4. the decision is kept per key in memory: a cached launch is a dict lookup, then the launch.
 
 ``kernel.cache`` (key -> ``triton.Config``), ``best_config``, ``configs``,
@@ -34,19 +36,20 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from evotune.autotune.cache import KernelCache, KernelId, cache_url
-from evotune.autotune.compile_ahead import compile_ahead
-from evotune.autotune.configs import Candidates, LaunchContext
-from evotune.autotune.hooks import Hooks
-from evotune.autotune.neighbours import nearest_tuned
-from evotune.autotune.pruning import PruneBy, prune
-from evotune.autotune.resources import build, over_limits
-from evotune.autotune.search import KeyJob, tune
-from evotune.autotune.timers import make_timer
-from evotune.autotune.toolchain import Toolchain
-from evotune.core.result import EvalResult, Status
+from evotune.core.result import EvalResult
 from evotune.core.space import FeasibleSet, Point, SearchSpace
 from evotune.search import launch
+from evotune.triton_tuning.cache import DecisionStore, KernelId, cache_url
+from evotune.triton_tuning.compile_ahead import compile_ahead
+from evotune.triton_tuning.configs import Candidates, LaunchContext
+from evotune.triton_tuning.hooks import Hooks
+from evotune.triton_tuning.measure import launch_call, measure
+from evotune.triton_tuning.neighbours import nearest_tuned
+from evotune.triton_tuning.pruning import PruneBy, prune
+from evotune.triton_tuning.resources import build
+from evotune.triton_tuning.search import KeyJob, tune_key
+from evotune.triton_tuning.timers import make_timer
+from evotune.triton_tuning.toolchain import Toolchain
 
 log = logging.getLogger("evotune.autotune")
 MODES = ("online", "cache-only")
@@ -112,7 +115,7 @@ class Autotuner:
         self.bench_time = 0.0  # seconds the last key's tuning took
         self.nargs: dict[str, Any] | None = None
         self._cache_arg = cache
-        self._kernel_cache: KernelCache | None = None
+        self._decision_store: DecisionStore | None = None
         self._toolchain: Toolchain | None = None
 
     # -- launching --------------------------------------------------------------------------------
@@ -159,17 +162,17 @@ class Autotuner:
     # -- resolving a key --------------------------------------------------------------------------
     def use_cache(self, cache: Any) -> None:
         """Keep decisions in ``cache`` from now on (a storage URL or a folder); keys resolved so far stay."""
-        self._cache_arg, self._kernel_cache = cache, None
+        self._cache_arg, self._decision_store = cache, None
 
     @property
-    def kernel_cache(self) -> KernelCache:
-        """This kernel's studies for the build last read (:meth:`_refresh_build`): a changed Triton, backend,
-        tool or codegen knob (:mod:`evotune.autotune.toolchain`) opens other studies."""
-        if self._kernel_cache is None or (self._toolchain is not None
-                                          and self._toolchain != self._kernel_cache.kernel.toolchain):
+    def decision_store(self) -> DecisionStore:
+        """This kernel's decisions and their studies for the build last read (:meth:`_refresh_build`): a changed
+        Triton, backend, tool or codegen knob (:mod:`evotune.triton_tuning.toolchain`) opens other studies."""
+        if self._decision_store is None or (self._toolchain is not None
+                                            and self._toolchain != self._decision_store.kernel.toolchain):
             kernel = KernelId.of(self.base_fn, self._jit(), toolchain=self._toolchain)
-            self._kernel_cache, self._toolchain = KernelCache(cache_url(self._cache_arg), kernel), kernel.toolchain
-        return self._kernel_cache
+            self._decision_store, self._toolchain = DecisionStore(cache_url(self._cache_arg), kernel), kernel.toolchain
+        return self._decision_store
 
     def _refresh_build(self) -> None:
         """Read the build again before a key is resolved: a knob may have changed since the last key."""
@@ -210,90 +213,31 @@ class Autotuner:
         return candidates, fs
 
     def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any], config: Any) -> Callable[[], None]:
-        """One launch of ``config`` with the hooks around it, as ``triton.autotune`` benchmarks it."""
-        conflicts = kwargs.keys() & config.kwargs.keys()
-        if conflicts:
-            raise ValueError(f"Conflicting meta-parameters: {', '.join(conflicts)}. Make sure that you don't "
-                             "re-define auto-tuned symbols.")
-        current = dict(kwargs, **config.all_kwargs())
-        full_nargs = {**(self.nargs or {}), **current}
-
-        def call() -> None:
-            if config.pre_hook:
-                config.pre_hook(full_nargs)
-            self.pre_hook(full_nargs)
-            try:
-                self.fn.run(*args, **current)
-            except Exception as e:
-                try:
-                    self.post_hook(full_nargs, exception=e)
-                finally:
-                    raise
-            self.post_hook(full_nargs, exception=None)
-
-        return call
+        return launch_call(self.fn, args, kwargs, config, self.nargs or {}, self.pre_hook, self.post_hook)
 
     def _measure(self, args: tuple[Any, ...], kwargs: dict[str, Any], point: Point) -> EvalResult:
-        from triton.compiler.errors import CompilationError
-        from triton.runtime.errors import OutOfResources, PTXASError
-
         config = self.candidates.config(point)
-        call = self._call(args, kwargs, config)
-        started = time.perf_counter()
-        try:
-            reason = over_limits(self.fn, args, kwargs, config)
-        except OutOfResources as exc:
-            reason = str(exc)
-        except (CompilationError, PTXASError) as exc:
-            return EvalResult(Status.COMPILE_ERROR, message=f"{type(exc).__name__}: {exc}",
-                              compile_s=time.perf_counter() - started)
-        compile_s = time.perf_counter() - started
-        if reason is not None:
-            refused = self._refused(call)
-            if refused is not None:
-                log.info("%s: %s refused by the device: %s", self.base_fn.__name__, config, refused)
-                return EvalResult(Status.INFEASIBLE, message=refused, compile_s=compile_s)
-            log.info("%s: %s ran although %s: timed", self.base_fn.__name__, config, reason)
-        try:
-            ms, samples = self.timer.measure(call)
-        except OutOfResources as exc:  # refused at its first launch (threads, shared or tensor memory)
-            return EvalResult(Status.INFEASIBLE, message=f"{type(exc).__name__}: {exc}", compile_s=compile_s)
-        except (CompilationError, PTXASError) as exc:
-            return EvalResult(Status.COMPILE_ERROR, message=f"{type(exc).__name__}: {exc}", compile_s=compile_s)
-        except Exception as exc:  # a launch that fails fails this configuration only
-            return EvalResult(Status.RUNTIME_ERROR, message=f"{type(exc).__name__}: {exc}", compile_s=compile_s)
-        return EvalResult(Status.OK, ms, samples, compile_s=compile_s,
-                          bench_s=time.perf_counter() - started - compile_s)
-
-    @staticmethod
-    def _refused(call: Callable[[], None]) -> str | None:
-        """Launch a configuration whose compiled kernel exceeds the device once, with the hooks around it: the
-        device refuses it (Triton's ``OutOfResources``, raised when the binary is loaded, before anything runs)
-        and the ``post_hook`` gets that exception, as it does under ``triton.autotune``. Its text, or None when
-        the launch ran."""
-        try:
-            call()
-        except Exception as exc:  # the launch's own error, which the post_hook has been given
-            return f"{type(exc).__name__}: {exc}"
-        return None
+        return measure(self.fn, args, kwargs, config, self._call(args, kwargs, config), self.timer,
+                       self.base_fn.__name__)
 
     def _tune(self, fields: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         candidates, fs = self._candidates(kwargs)
         space = candidates.space
         timings_before = self.timer.calls
         counts = self._programs(fs, kwargs)
-        job = KeyJob(self.kernel_cache, fields, space, fs, candidates.listed, self.budget,
+        job = KeyJob(self.decision_store, fields, space, fs, candidates.listed, self.budget,
                      lambda p: self._measure(args, kwargs, p),
                      lambda p: self._call(args, kwargs, candidates.config(p)), self.timer, self.confirm,
                      compile_ahead=lambda points: compile_ahead(self.fn, args, kwargs,
                                                                 [candidates.config(p) for p in points]),
-                     programs=None if counts is None else (lambda p: counts[space.key(p)]), sms=_sms(args))
+                     programs=None if counts is None else (lambda p: counts[space.key(p)]), sms=_sms(args),
+                     ctx=LaunchContext(args={**(self.nargs or {}), **kwargs}))
         started = time.perf_counter()
-        decision = tune(job)
+        decision = tune_key(job)
         self.bench_time = time.perf_counter() - started
         self.decisions[tuple(fields.values())] = self.last_decision = decision
         config = candidates.stored_config(decision.config)
-        store = self.kernel_cache.existing(fields, space)
+        store = self.decision_store.existing(fields, space)
         self.configs_timings = {candidates.config(r.point): _timings(r.value, r.attrs.get("samples_ms"))
                                 for r in (store.history() if store is not None else []) if r.point in fs}
         timed = self.timer.calls > timings_before
@@ -329,10 +273,10 @@ class Autotuner:
 
     def _from_cache(self, fields: dict[str, Any], kwargs: dict[str, Any]) -> Any:
         space = self.candidates.space
-        store = self.kernel_cache.existing(fields, space)
-        decision = self.kernel_cache.decision(store) if store is not None else None
+        store = self.decision_store.existing(fields, space)
+        decision = self.decision_store.decision(store) if store is not None else None
         if decision is None:
-            near = nearest_tuned(self.kernel_cache, fields)
+            near = nearest_tuned(self.decision_store, fields)
             if near is None:
                 first = self.candidates.points[0] if self.candidates.listed else \
                     self.candidates.feasible(LaunchContext(args={**(self.nargs or {}), **kwargs})).point(0)
@@ -378,44 +322,3 @@ def _sms(args: tuple[Any, ...]) -> int | None:
 def _plain(value: Any) -> Any:
     """A key value as JSON keeps it (ints, floats, strings, bools; anything else as its text)."""
     return value if isinstance(value, (int, float, str, bool)) or value is None else str(value)
-
-
-def autotune(configs: Sequence[Any] | None = None, key: Sequence[str] = (),
-             prune_configs_by: dict[str, Any] | None = None, reset_to_zero: Sequence[str] | None = None,
-             restore_value: Sequence[str] | None = None, pre_hook: Callable[..., Any] | None = None,
-             post_hook: Callable[..., Any] | None = None, warmup: int | None = None, rep: float | None = None,
-             use_cuda_graph: bool = False, do_bench: Callable[..., Any] | None = None, cache_results: bool = False,
-             *, space: SearchSpace | None = None, budget: int = 64, mode: str = "online", cache: Any = None,
-             confirm: int = 3) -> Callable[[Any], Autotuner]:
-    """Decorator for a ``triton.jit`` kernel, with ``triton.autotune``'s arguments in its order and its behaviour.
-
-    Triton's arguments: ``configs``, ``key``, ``prune_configs_by``, ``reset_to_zero``, ``restore_value``,
-    ``pre_hook``, ``post_hook`` as in Triton; ``warmup``: launches before timing (default 3); ``rep``: at most
-    this many ms of sampling per configuration (the GPU oracle; default 100); ``use_cuda_graph``: accepted, and
-    changes nothing: the GPU oracle always times a configuration from CUDA graphs (a ``do_bench`` of yours times
-    as it does); ``do_bench``: Triton's, ``do_bench(call, quantiles=(0.5, 0.2, 0.8))``, its first figure taken
-    as the time in ms; ``cache_results``: accepted, and changes nothing: decisions always persist, where
-    ``cache`` says (``cache=False``: in memory only).
-
-    evotune's, keyword-only: ``space``: an evotune :class:`~evotune.core.space.SearchSpace` instead of
-    ``configs`` (meta-parameters plus ``num_warps``/``num_stages``; its named constraints prune with reasons,
-    reading the launch as ``ctx.args``); ``budget``: configurations timed per key (a list no longer is timed
-    whole, as Triton does; a larger set is searched by evotune's ``default`` strategy); ``confirm``: the
-    fastest few re-timed side by side before the decision (0 or 1: no confirmation); ``mode``: ``"online"``
-    (tune a key on its first call) or ``"cache-only"`` (never time; an unseen key takes the nearest tuned
-    key's configuration, logged); ``cache``: where decisions persist (a storage URL or a folder; default
-    ``$EVOTUNE_AUTOTUNE_CACHE``, else ``~/.cache/evotune/autotune/autotune.db``).
-
-    Shared memory and registers of each compiled configuration are checked against the device before it is
-    timed; under the Triton interpreter (``TRITON_INTERPRET=1``) there is no compiled kernel and that check
-    is skipped, and without ``do_bench`` the interpreter is timed by the wall clock. The decorator may also be
-    applied to a kernel imported from elsewhere, ``evotune.autotune(...)(module.kernel)``, leaving its module
-    as it is.
-    """
-
-    def decorator(fn: Any) -> Autotuner:
-        return Autotuner(fn, fn.arg_names, configs, key, reset_to_zero, restore_value, pre_hook, post_hook,
-                         prune_configs_by, warmup, rep, use_cuda_graph, do_bench, cache_results, space=space,
-                         budget=budget, mode=mode, cache=cache, confirm=confirm)
-
-    return decorator

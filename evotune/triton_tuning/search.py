@@ -1,12 +1,16 @@
 """Tuning one key: measure configurations (shared with other processes through claims), then decide once.
 
-1. **Measure** (:func:`measure_points`): a list no longer than the budget is timed
+1. **Measure** (:func:`measure_points`), in evotune's one tuning loop
+   (:func:`evotune.running.tuner.tune`) with the kernel launched in this process as
+   its evaluator (:class:`LaunchEvaluator`): a list no longer than the budget is timed
    whole, in its order, as ``triton.autotune`` does; a larger set is searched by
    evotune's ``default`` strategy for ``budget`` evaluations, with the trials of
    the nearest keys already tuned as its sources. Points the study holds (from an
    earlier run, another process, or a list since changed) are told, not timed. Each
    point is claimed before it is timed (:mod:`evotune.storage.claims`), so processes tuning
-   the same key together time each point once and the budget holds for them all.
+   the same key together time each point once and the budget holds for them all. A
+   configuration the device refuses is stored as a failed trial, with the timer and the
+   launch's program count beside each result.
 2. **Decide** (:func:`decide`): once no other process is timing a point, one process
    (rank 0 under ``torch.distributed`` or a ``RANK`` variable; otherwise whoever takes
    the key's decision claim first; a rank that waits RANK_WAIT_S seconds with nobody else
@@ -22,19 +26,24 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from evotune.autotune.cache import Decision, KernelCache, candidates_hash, now
-from evotune.autotune.neighbours import sources
-from evotune.autotune.timers import Call, Timer
+from evotune.core.budget import Budget
+from evotune.core.problem import Problem
 from evotune.core.result import EvalResult
-from evotune.core.space import FeasibleSet, Point, SearchSpace
+from evotune.core.space import Context, FeasibleSet, Point, SearchSpace
+from evotune.measurement.base import Evaluator
+from evotune.running.tuner import Infeasible, PerTrial, tune_study
 from evotune.search import launch
-from evotune.search.strategies import make_strategy
+from evotune.search.strategies import Strategy, make_strategy
+from evotune.search.strategies.exhaustive import Listed
 from evotune.storage.claims import Claims, NoClaims, make_claims
-from evotune.storage.claims.base import Claim, owner_id
+from evotune.storage.claims.base import owner_id
 from evotune.storage.study import StudyStore
+from evotune.triton_tuning.cache import Decision, DecisionStore, candidates_hash, key_text, now
+from evotune.triton_tuning.neighbours import sources
+from evotune.triton_tuning.timers import Call, Timer
 
 log = logging.getLogger("evotune.autotune")
 POLL_S = 0.1
@@ -50,7 +59,7 @@ class TuningError(RuntimeError):
 class KeyJob:
     """Everything the tuning of one key needs."""
 
-    cache: KernelCache
+    cache: DecisionStore
     key: dict[str, Any]
     space: SearchSpace
     feasible: FeasibleSet  # the candidates left after every pruning
@@ -67,6 +76,8 @@ class KeyJob:
     programs: Callable[[Point], int] | None = None
     #: the GPU's multiprocessors, for the launch features (None: not known)
     sms: int | None = None
+    #: what the space's constraints read of the launch (a :class:`~evotune.triton_tuning.configs.LaunchContext`)
+    ctx: Context = field(default_factory=Context)
 
     @property
     def points(self) -> list[Point]:
@@ -98,7 +109,7 @@ def claims_of(job: KeyJob, study: str) -> Claims:
     return make_claims(url, study) if url else NoClaims(study, 3600.0)
 
 
-def tune(job: KeyJob) -> Decision:
+def tune_key(job: KeyJob) -> Decision:
     """The decision for ``job``'s key: the stored one when it was made among the same candidates, else a new one."""
     if not len(job.feasible):
         raise TuningError(f"no configuration of {job.space.name} is left for key {job.key} after pruning")
@@ -119,84 +130,60 @@ def _measured(store: StudyStore) -> dict[str, tuple[Point, float | None]]:
     return {r.key: (r.point, r.value) for r in store.history()}
 
 
+class LaunchEvaluator(Evaluator):
+    """A key's configurations measured in this process, by launching the kernel (``measure``: build, check
+    against the device, time with the hooks around each launch)."""
+
+    kind = "launch"
+
+    def __init__(self, measure: Callable[[Point], EvalResult]):
+        self.measure = measure
+
+    def evaluate(self, point: Point, problem: Problem) -> EvalResult:
+        return self.measure(point)
+
+
 def measure_points(job: KeyJob, store: StudyStore) -> int:
-    """Time the key's points this process claims until the budget is spent; how many it timed."""
-    space = job.space
-    points = job.points
+    """Time the key's points this process claims until the budget is spent, in evotune's one tuning loop
+    (:func:`evotune.running.tuner.tune`); how many it timed. Returns once no other process is timing a point."""
+    space, points = job.space, job.points
     wanted = {space.key(p) for p in points}
-    history = _measured(store)
-    target = min(job.budget, len(points))
-    outside = sum(1 for k in history if k not in wanted)  # trials of points no longer offered: counted by claims
+    stored = {r.key for r in store.history()}
+    outside = len(stored - wanted)  # trials of points no longer offered: the study and the claims count them
+    strategy: Strategy
+    if len(points) <= job.budget:
+        strategy = Listed(space, job.feasible, rows=[r for r in map(job.feasible.row, points) if r is not None])
+        if job.compile_ahead is not None:
+            job.compile_ahead([p for p in points if space.key(p) not in stored])
+    else:
+        strategy = _search(job)
     claims = claims_of(job, store.study.study_name)
 
-    def look() -> set[str]:
-        return set(_measured(store))
+    def attrs(point: Point) -> dict[str, Any]:
+        # the launch's shape goes with the timer, for the keys that transfer from this one
+        return {"timer": job.timer.kind, **({} if job.programs is None else {"programs": job.programs(point)})}
 
-    claims.begin(set(history), look)
-    if len(points) <= job.budget:
-        queue: list[Point] = list(points)
-        if job.compile_ahead is not None:
-            job.compile_ahead([p for p in queue if space.key(p) not in history])
-        ask: Callable[[], Point | None] = lambda: queue.pop(0) if queue else None  # noqa: E731
-        tell: Callable[[Point, float | None], None] = lambda p, v: None  # noqa: E731
-    else:
-        srcs = sources(job.cache, job.key, space, job.sms)
-        counts = None if job.programs is None else [job.programs(job.feasible.point(r))
-                                                       for r in range(len(job.feasible))]
-        # the sources are this kernel's own keys tuned on this GPU: a lone nearest key keeps its prior until
-        # `distrust` of its own results bring no gain, as several do (dropping it after its first own result, as
-        # `default` does, cost the large space's replay at the default budget 32 x 4096 x 4096: 9 -> 30
-        # evaluations to 0.99, 256 x 4096 x 4096: 8 -> 31, 4096^3: 8 -> 26; docs/STRATEGY_DESIGN.md)
-        strategy = make_strategy("default", space, job.feasible, seed=job.seed, sources=srcs, lone_patience=0,
-                                 launch=None if counts is None else launch.table(counts, job.sms))
-        strategy.warm_start([v for k, v in history.items() if k in wanted])
-        if srcs:
-            log.info("tuning %s: transfer from %s", job.key, ", ".join(s.name for s in srcs))
-
-        def ask() -> Point | None:
-            got = strategy.ask(1)
-            return got[0] if got else None
-
-        def tell(p: Point, v: float | None) -> None:
-            strategy.tell([(p, v)])
-
-    done = sum(1 for k in history if k in wanted)
-    timed = 0
-    started = time.perf_counter()
-    while done < target:
-        point = ask()
-        if point is None:
-            break
-        key = space.key(point)
-        if key in history:
-            continue
-        got = claims.claim(key, budget=outside + target, finished=set(history), look=look)
-        if got is Claim.FULL:
-            break
-        if not got.mine:
-            continue  # another process is timing it, or has
-        if got is Claim.TAKEOVER:
-            history = _measured(store)
-            if key in history:
-                claims.finish(key)
-                continue
-        try:
-            result = job.measure(point)
-        except BaseException:
-            claims.release(key)
-            raise
-        extra: dict[str, Any] = {"timer": job.timer.kind}
-        if job.programs is not None:  # the launch's shape, for the keys that transfer from this one
-            extra["programs"] = job.programs(point)
-        store.record(point, result, clock_s=time.perf_counter() - started, extra=extra)
-        claims.finish(key)
-        history[key] = (point, result.value)
-        tell(point, result.value)
-        done += 1
-        timed += 1
+    ctx = replace(job.ctx, problem=Problem(kind="triton", label=key_text(job.key)))
+    result = tune_study(space, ctx, LaunchEvaluator(job.measure), strategy, store,
+                        Budget(trials=outside + min(job.budget, len(points))), claims=claims,
+                        per_trial=PerTrial(attrs, Infeasible.REFUSED))
     while claims.active():  # points other processes are timing: the decision waits for them
         time.sleep(POLL_S)
-    return timed
+    return result.new_trials
+
+
+def _search(job: KeyJob) -> Strategy:
+    """``default`` over the key's candidates, the trials of the nearest keys tuned as its sources."""
+    srcs = sources(job.cache, job.key, job.space, job.sms)
+    counts = None if job.programs is None else [job.programs(job.feasible.point(r)) for r in range(len(job.feasible))]
+    if srcs:
+        log.info("tuning %s: transfer from %s", job.key, ", ".join(s.name for s in srcs))
+    # the sources are this kernel's own keys tuned on this GPU: a lone nearest key keeps its prior until
+    # `distrust` of its own results bring no gain, as several do (dropping it after its first own result, as
+    # `default` does, cost the large space's replay at the default budget 32 x 4096 x 4096: 9 -> 30
+    # evaluations to 0.99, 256 x 4096 x 4096: 8 -> 31, 4096^3: 8 -> 26; docs/STRATEGY_DESIGN.md)
+    return make_strategy("default", job.space, job.feasible, seed=job.seed, sources=srcs, lone_patience=0,
+                         launch=None if counts is None else launch.table(counts, job.sms))
 
 
 def decide(job: KeyJob, store: StudyStore) -> Decision:

@@ -4,7 +4,7 @@ A decision was timed on one build of the kernel. Triton builds it again, differe
 backend's target or tools (ptxas, CUDA), or a codegen knob changes (``TRITON_*`` and the other variables it reads,
 set in the environment or through ``triton.knobs``); a decision stored for the old build would be read for the new
 one. :meth:`Toolchain.current` reads all of that, and its :attr:`~Toolchain.digest` is part of a decision's key
-(:class:`~evotune.autotune.cache.KernelId`), so that any change tunes again:
+(:class:`~evotune.triton_tuning.cache.KernelId`), so that any change tunes again:
 
 * ``triton``: ``triton.__version__``;
 * ``backend``: the backend's own hash of its target and tools, as Triton's kernel cache keys a build with it

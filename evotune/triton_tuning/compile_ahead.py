@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from evotune.autotune.resources import build
+from evotune.triton_tuning.resources import build
 
 log = logging.getLogger("evotune.autotune")
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from evotune.autotune.autotuner import Autotuner
-from evotune.autotune.configs import LAUNCH_OPTIONS
 from evotune.core.space import SearchSpace
+from evotune.triton_tuning.autotuner import Autotuner
+from evotune.triton_tuning.configs import LAUNCH_OPTIONS
 
 
 class PlainKernelError(ValueError):
