@@ -182,12 +182,15 @@ def pytest_configure(config: pytest.Config) -> None:
     own = Path(tempfile.mkdtemp(prefix="evotune-tests-"))
     os.environ.update({"EVOTUNE_TUNED": str(own / "tuned.json"), "EVOTUNE_KERNEL_CACHE": str(own / "kernels"),
                        "EVOTUNE_AUTOTUNE_CACHE": str(own / "autotune"), "XDG_CACHE_HOME": str(own / "xdg")})
-    try:  # hypothesis keeps its examples in .hypothesis/ of the current folder unless told otherwise
+    try:  # hypothesis keeps its examples, and what it learns of the code's constants, in .hypothesis/ of the
+        # current folder unless told otherwise
         from hypothesis import settings
+        from hypothesis.configuration import set_hypothesis_home_dir
         from hypothesis.database import DirectoryBasedExampleDatabase
     except ImportError:
         pass
     else:
+        set_hypothesis_home_dir(own / "hypothesis")
         settings.register_profile("evotune-tests", database=DirectoryBasedExampleDatabase(own / "hypothesis"))
         settings.load_profile("evotune-tests")
     _SESSION.update(own=own, caches=caches, before=hermetic.snapshot(ROOT, caches))
