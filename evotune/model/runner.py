@@ -18,6 +18,8 @@ the workers; Ctrl-C stops them, each giving back its claim (nothing is recorded 
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import os
 import shutil
@@ -89,8 +91,6 @@ def load_tuner(options: RunOptions, plan: Plan) -> KeyTuner:
     if not sep:
         raise ModelError(f"--tuner: expected MODULE:FUNCTION, got {options.tuner!r}")
     if module_name.endswith(".py"):
-        import importlib.util
-
         spec = importlib.util.spec_from_file_location(Path(module_name).stem, module_name)
         if spec is None or spec.loader is None or not Path(module_name).is_file():
             raise ModelError(f"--tuner: {module_name}: no such file")

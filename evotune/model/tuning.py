@@ -89,7 +89,7 @@ class AutotuneTuner:
                 raise ModelError(str(exc)) from None
         done = events[-1]
         chosen = {k: int(v) for k, v in config.all_kwargs().items() if isinstance(v, int)}
-        tuned_ms, untuned_ms = _against_untuned(source, family, key, fields, chosen)
+        tuned_ms, untuned_ms = _against_untuned(source, family, key, fields, chosen, self.cache)
         import triton
 
         return Outcome(key.ident, key.shape.name, key.shape.family.value, key.fields(), chosen, done.evaluations,
@@ -105,8 +105,9 @@ def _device() -> str:
 
 
 def _against_untuned(source: KernelSource, family: Family, key: Key, fields: dict[str, Any],
-                     chosen: dict[str, int]) -> tuple[float | None, float | None]:
-    """(tuned ms, untuned ms), timed side by side on the GPU; (None, None) under the interpreter."""
+                     chosen: dict[str, int], cache: str) -> tuple[float | None, float | None]:
+    """(tuned ms, untuned ms), timed side by side on the GPU (the tuned kernel reads its decision from ``cache``);
+    (None, None) under the interpreter."""
     if os.environ.get("TRITON_INTERPRET") == "1":
         return None, None
     import torch
@@ -123,6 +124,8 @@ def _against_untuned(source: KernelSource, family: Family, key: Key, fields: dic
     else:
         grid, args = module.make_args(key.m, key.shape.n, key.shape.k, fields["dtype"])
         tuned = module.matmul_space_kernel
+        tuned.use_cache(cache)
+        tuned.mode = "cache-only"  # the decision just made; nothing is tuned again
         a, b = args[0], args[1]
         runs = {"tuned": lambda: tuned[grid](*args), "untuned": lambda: torch.matmul(a, b)}
     best: dict[str, float] = {}
