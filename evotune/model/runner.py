@@ -23,6 +23,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -41,6 +42,7 @@ from evotune.storage.study import make_storage
 OUTCOME = "outcome:"  # the record's attribute prefix, then the key's ident
 DEFAULT_TUNER = "evotune.model.tuning:autotune_tuner"
 POLL_S = 0.5
+INTERRUPT_GRACE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -230,18 +232,23 @@ def run(options: RunOptions, devices: tuple[int, list[str] | None],
             outcomes = ledger.outcomes()
             now = Progress(len(outcomes), total, sum(o.evaluations for o in outcomes.values()),
                            _eta(len(outcomes) - before, total - len(outcomes), time.monotonic() - started))
-            if progress is not None and now != last:
+            # a new line when a key is decided (the ETA alone moves with the clock)
+            if progress is not None and (last is None or (now.done, now.evaluations) != (last.done, last.evaluations)):
                 progress(now)
                 last = now
             if not running:
                 break
             time.sleep(POLL_S)
     except KeyboardInterrupt:
-        for p in procs:  # each gives back the claim of the key it was tuning
-            if p.poll() is None:
-                p.send_signal(2)
+        # Ctrl-C reached the workers too (one process group): each gives back the claim of the key it was tuning
+        # and ends; a worker still running after a moment (the interrupt was sent to this process alone) is
+        # interrupted now
         for p in procs:
-            p.wait()
+            try:
+                p.wait(timeout=INTERRUPT_GRACE_S)
+            except subprocess.TimeoutExpired:
+                p.send_signal(signal.SIGINT)
+                p.wait()
         raise
     failed = [i for i, p in enumerate(procs) if p.returncode != 0]
     outcomes = ledger.outcomes()
