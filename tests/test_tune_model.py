@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from evotune.autotune.export import check_vllm_folder
 from evotune.cli.main import main
 from evotune.model import exports, report
 from evotune.model.models import load_model
@@ -115,7 +116,7 @@ def test_exports_name_files_as_vllm_and_sglang_look_them_up(tmp_path) -> None:
     written = exports.write(rows, tmp_path, "fp8", (128, 128))
     assert sorted(str(p.relative_to(tmp_path)) for p in written) == sorted([
         "vllm/E=256,N=256,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8,block_shape=[128,128].json",
-        "vllm/N=1536,K=7168,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8,block_shape=[128, 128].json",
+        "vllm/N=1536,K=7168,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8,block_shape=[128,128].json",
         "sglang/fused_moe_triton/configs/triton_3_4_0/"
         "E=256,N=256,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8,block_shape=[128, 128].json",
         "sglang/quantization/configs/N=1536,K=7168,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8,"
@@ -124,6 +125,7 @@ def test_exports_name_files_as_vllm_and_sglang_look_them_up(tmp_path) -> None:
                                           "block_shape=[128,128].json").read_text())
     assert list(moe) == ["triton_version", "1", "64"] and moe["1"] == model_standin.CONFIGS[1]
     assert len(exports.check_folder(tmp_path)) == 4
+    assert len(check_vllm_folder(tmp_path / "vllm")) == 2  # export-configs --check reads them too
 
 
 def test_vllm_names_every_h200_alike_for_the_fused_moe_and_sglang_does_not(tmp_path) -> None:
@@ -138,7 +140,7 @@ def test_vllm_names_every_h200_alike_for_the_fused_moe_and_sglang_does_not(tmp_p
     ("E=8,N=7168,device_name=X.json", {"1": {**model_standin.CONFIGS[0], "num_warps": 3}}, "1.num_warps"),
     ("E=8,N=7168,device_name=X.json", {"1": model_standin.CONFIGS[0], "one": model_standin.CONFIGS[0]},
      "one: not a batch size"),
-    ("N=1,K=7168,device_name=X,dtype=fp8_w8a8,block_shape=[128,128].json", {"1": model_standin.CONFIGS[0]},
+    ("N=1,K=7168,device_name=X,dtype=fp8_w8a8,block_shape=[128, 128].json", {"1": model_standin.CONFIGS[0]},
      "(name)"),
 ])
 def test_the_checker_names_the_file_and_the_field(tmp_path, name, doc, said) -> None:

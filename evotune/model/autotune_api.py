@@ -1,9 +1,12 @@
 """What ``tune-model`` uses of ``evotune.autotune``, imported here only: its ahead-of-time entry point and what
-it reports per key, its module loader, and the six fields of a vLLM Triton configuration."""
+it reports per key, its module loader, the six fields of a vLLM Triton configuration and the check of a vLLM
+config file."""
 
 from __future__ import annotations
 
 from evotune.autotune.ahead import AheadError, KeyProgress, load_module, tune_kernel
-from evotune.autotune.export import VLLM_FIELDS
+from evotune.autotune.export import VLLM_FIELDS, check_vllm_config
+from evotune.autotune.export import ExportError as VllmFileError
 
-__all__ = ["VLLM_FIELDS", "AheadError", "KeyProgress", "load_module", "tune_kernel"]
+__all__ = ["VLLM_FIELDS", "AheadError", "KeyProgress", "VllmFileError", "check_vllm_config", "load_module",
+           "tune_kernel"]

@@ -8,15 +8,17 @@ names and folders:
   ``vllm/model_executor/layers/fused_moe/configs/`` and ``.../quantization/utils/configs/``):
   fused MoE ``E=8,N=7168,device_name=NVIDIA_H100_80GB_HBM3[,dtype=fp8_w8a8][,block_shape=[128,128]].json``
   (``get_config_file_name``: the block shape without spaces, every H200 variant named ``NVIDIA_H200``);
-  block-fp8 linear layers ``N=..,K=..,device_name=..,dtype=fp8_w8a8,block_shape=[128, 128].json``
-  (``get_w8a8_block_fp8_configs``: the list as Python prints it, with a space).
+  block-fp8 linear layers ``N=..,K=..,device_name=..,dtype=fp8_w8a8,block_shape=[128,128].json``
+  (``get_w8a8_block_fp8_configs``).
 * SGLang (``OUT/sglang/``, laid out as its source tree): fused MoE
   ``fused_moe_triton/configs/triton_3_4_0/E=..,N=..,device_name=..[,dtype=..][,block_shape=[128, 128]].json`` (a
   folder per Triton version; the device as ``get_device_name()`` spells it, H200s unmerged; the block shape with a
-  space); block-fp8 ``quantization/configs/N=..,K=..,device_name=..,dtype=fp8_w8a8,block_shape=[128, 128].json``.
+  space, as Python prints the list); block-fp8
+  ``quantization/configs/N=..,K=..,device_name=..,dtype=fp8_w8a8,block_shape=[128, 128].json`` (with the space too).
 
 The MoE file's N is the intermediate size per shard (the gate-and-up GEMM's N halved). Every file is checked before
-it is written and read back after (:func:`check_file`, which knows the four names and the contents).
+it is written and read back after (:func:`check_file`, which knows the four names and the contents; a vLLM file
+also passes ``export-configs --check``'s check).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from evotune.model.autotune_api import VLLM_FIELDS
+from evotune.model.autotune_api import VLLM_FIELDS, VllmFileError, check_vllm_config
 from evotune.model.outcome import Outcome
 from evotune.model.plan import FP8_BLOCK, Family
 
@@ -50,7 +52,7 @@ NAMES = {
     Target.VLLM_MOE: re.compile(rf"E=\d+,N=\d+,device_name={_DEV}(,dtype=[a-z0-9_]+)?"
                                 r"(,block_shape=\[\d+,\d+\])?\.json"),
     Target.VLLM_BLOCK_FP8: re.compile(rf"N=\d+,K=\d+,device_name={_DEV},dtype=fp8_w8a8,"
-                                      r"block_shape=\[\d+, (?P<block_k>\d+)\]\.json"),
+                                      r"block_shape=\[\d+,(?P<block_k>\d+)\]\.json"),
     Target.SGLANG_MOE: re.compile(rf"E=\d+,N=\d+,device_name={_DEV}(,dtype=[a-z0-9_]+)?"
                                   r"(,block_shape=\[\d+, \d+\])?\.json"),
     Target.SGLANG_BLOCK_FP8: re.compile(rf"N=\d+,K=\d+,device_name={_DEV},dtype=fp8_w8a8,"
@@ -80,8 +82,9 @@ def moe_name(e: int, n: int, device: str, dtype: str | None, block: tuple[int, i
             f"{_block(block, target is Target.SGLANG_MOE)}.json")
 
 
-def block_fp8_name(n: int, k: int, device: str, block: tuple[int, int]) -> str:
-    return f"N={n},K={k},device_name={device.replace(' ', '_')},dtype=fp8_w8a8{_block(block, True)}.json"
+def block_fp8_name(n: int, k: int, device: str, block: tuple[int, int], target: Target) -> str:
+    spaced = target is Target.SGLANG_BLOCK_FP8
+    return f"N={n},K={k},device_name={device.replace(' ', '_')},dtype=fp8_w8a8{_block(block, spaced)}.json"
 
 
 def sglang_triton_dir(version: str) -> str:
@@ -117,10 +120,8 @@ def files(outcomes: Iterable[Outcome], dtype: str, block: tuple[int, int] | None
                 Target.SGLANG_MOE, m, o.config, {})
         else:
             fp8_block = weights_block or FP8_BLOCK
-            put(VLLM_DIR / block_fp8_name(f["N"], f["K"], o.device, fp8_block), Target.VLLM_BLOCK_FP8, m, o.config,
-                {})
-            put(SGLANG_FP8_DIR / block_fp8_name(f["N"], f["K"], o.device, fp8_block), Target.SGLANG_BLOCK_FP8, m,
-                o.config, {})
+            for folder, target in ((VLLM_DIR, Target.VLLM_BLOCK_FP8), (SGLANG_FP8_DIR, Target.SGLANG_BLOCK_FP8)):
+                put(folder / block_fp8_name(f["N"], f["K"], o.device, fp8_block, target), target, m, o.config, {})
     return {p: (t, _sorted(doc)) for p, (t, doc) in out.items()}
 
 
@@ -145,6 +146,11 @@ def check(name: str, doc: Any, target: Target, shown: str = "") -> None:
         raise ExportError(f"{file}: (name): not the name {target.value} looks up")
     if target is Target.VLLM_MOE and match["device"] != device_part(match["device"], target):
         raise ExportError(f"{file}: device_name: vLLM's fused MoE looks up every H200 as NVIDIA_H200")
+    if target in (Target.VLLM_MOE, Target.VLLM_BLOCK_FP8):  # and as export-configs --check reads vLLM's files
+        try:
+            check_vllm_config(name, doc, file)
+        except VllmFileError as exc:
+            raise ExportError(str(exc)) from None
     if not isinstance(doc, dict) or not any(k.isdigit() for k in doc):
         raise ExportError(f"{file}: (contents): expected a JSON object of batch sizes")
     for key, config in doc.items():
