@@ -226,6 +226,9 @@ def test_bad_inputs_say_one_line_exit_2_and_create_nothing(tmp_path, bad) -> Non
                                                     {"CUDA_VISIBLE_DEVICES": "0,1"})
     assert "--gpus 8: this host has no GPU (set TRITON_INTERPRET=1" in \
         bad(["Llama-3-8B", "--gpus", "8", "--out", "o"], {"CUDA_VISIBLE_DEVICES": ""})
+    assert "--storage: 'nonsense' is not a storage URL" in \
+        bad([str(TINY), "--gpus", "1", "--out", "o", "--storage", "nonsense", "--tuner", STANDIN],
+            {"TRITON_INTERPRET": "1"})
     assert "--dtype fp8: the default tuner's kernels are 16-bit" in \
         bad(["DeepSeek-V3", "--tp", "8", "--gpus", "1", "--out", "o"], {"TRITON_INTERPRET": "1"})
 

@@ -26,6 +26,7 @@ from evotune.model.plan import (
     parse_batch_sizes,
 )
 from evotune.model.runner import DEFAULT_TUNER, Progress, RunOptions, run, worker_count
+from evotune.storage.url import StorageError, with_driver
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,11 @@ def tune_model(args: TuneModelArgs, say: Callable[[str], None] = print) -> int:
     if out.exists() and not out.is_dir():
         raise ModelError(f"--out {out}: not a folder")
     storage = args.storage or f"sqlite:///{(out / 'tune_model.db').resolve()}"
+    if args.storage is not None:
+        try:
+            with_driver(args.storage)
+        except StorageError as exc:
+            raise ModelError(f"--storage: {exc}") from None
     options = RunOptions(args.model, args.tp, plan.dtype, args.batch_sizes, storage, str(out.resolve()),
                          args.tuner)
     out.mkdir(parents=True, exist_ok=True)
