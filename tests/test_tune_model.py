@@ -311,3 +311,21 @@ def test_a_killed_or_interrupted_run_resumes_with_nothing_lost_or_timed_twice(tm
     assert len(evals) == 12 * len(model_standin.CONFIGS)
     resumed = [o for k, o in after.items() if k not in before and o.new < o.evaluations]
     assert resumed  # a key cut mid-way went on from its stored evaluations
+
+
+@pytest.mark.gpu
+@pytest.mark.slow  # evotune's autotune on every key of the tiny model, on one GPU
+def test_the_default_tuner_on_a_gpu(tmp_path) -> None:
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    got = subprocess.run([sys.executable, "-m", "evotune", "tune-model", str(TINY), "--batch-sizes", "1,128",
+                          "--gpus", "1", "--out", str(out), "--no-progress"], env=env, capture_output=True, text=True)
+    assert got.returncode == 0, got.stderr
+    doc = json.loads((out / "report.json").read_text())
+    assert all(k["decided"] == k["keys"] and k["measured"] == k["keys"] for k in doc["kernels"])
+    assert [p.name for p in exports.check_folder(out)] and (out / "autotune.db").is_file()
+    # a second run times nothing
+    again = subprocess.run([sys.executable, "-m", "evotune", "tune-model", str(TINY), "--batch-sizes", "1,128",
+                            "--gpus", "1", "--out", str(out), "--no-progress"], env=env, capture_output=True,
+                           text=True)
+    assert again.returncode == 0 and json.loads((out / "report.json").read_text())["outcomes"] == doc["outcomes"]

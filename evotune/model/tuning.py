@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evotune.model.autotune_api import AheadError, KeyProgress, load_module, tune_kernel
+from evotune.model.autotune_api import VLLM_FIELDS, AheadError, KeyProgress, load_module, tune_kernel
 from evotune.model.models import ModelError
 from evotune.model.outcome import Outcome
 from evotune.model.plan import Family, Key, Plan
@@ -119,7 +119,8 @@ def _against_untuned(source: KernelSource, family: Family, key: Key, fields: dic
                                               key.shape.top_k, fields["dtype"])
         plain = module.moe_gemm_kernel
         default = module.default_config(key.m, key.shape.experts)
-        runs = {"tuned": lambda: plain[grid](*args, **kwargs, **chosen),
+        launch = {f: chosen[f] for f in VLLM_FIELDS}  # what vLLM launches with: the file's six fields
+        runs = {"tuned": lambda: plain[grid](*args, **kwargs, **launch),
                 "untuned": lambda: plain[grid](*args, **kwargs, **default)}
     else:
         grid, args = module.make_args(key.m, key.shape.n, key.shape.k, fields["dtype"])
