@@ -69,7 +69,7 @@ class StandInTuner:
             0.02 * (1 + key.m / 64)
         return Outcome(key.ident, key.shape.name, key.shape.family.value, key.fields(), json.loads(best), len(seen),
                        new, time.perf_counter() - started, seen[best], untuned, "timed", "NVIDIA H100 80GB HBM3",
-                       "3.4.0")
+                       "3.4.0", "standin")
 
 
 def make(plan: Plan, out: Path) -> StandInTuner:

@@ -17,11 +17,13 @@ import pytest
 
 from evotune.autotune.export import check_vllm_folder
 from evotune.cli.main import main
+from evotune.core.problem import Problem
 from evotune.model import exports, report
 from evotune.model.models import load_model
 from evotune.model.outcome import Outcome
 from evotune.model.plan import VLLM_BATCH_SIZES, Family, make_plan
 from evotune.model.runner import Ledger
+from evotune.reporting.lookup import lookup
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "data" / "tiny_moe_config.json"
@@ -269,6 +271,10 @@ def test_two_workers_on_one_storage_tune_no_key_twice(tmp_path) -> None:
     assert len({e["pid"] for e in evals}) == 2  # both workers tuned keys
     assert all(o.new == o.evaluations == len(model_standin.CONFIGS) for o in outcomes.values())
     assert len(exports.check_folder(out)) == 2 and (out / "report.md").is_file()
+    # the dense GEMMs, as lookup() reads them: QKV of the tiny model at M = 2 (a decode key)
+    hit = lookup(Problem.gemm(2, (8 + 2 * 2) * 32, 256, "bf16", "tn"), space="standin", path=out / "tuned.json")
+    qkv = outcomes[next(k.ident for k in plan.keys if k.shape.n == 384 and k.m == 2)]
+    assert hit.exact and hit.config == qkv.config and hit.time_ms == qkv.time_ms
     # a second run decides nothing again
     again = _run(out, "--gpus", "2")
     assert again.returncode == 0 and len(model_standin.evaluations(out)) == len(evals)

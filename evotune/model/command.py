@@ -101,13 +101,24 @@ def tune_model(args: TuneModelArgs, say: Callable[[str], None] = print) -> int:
     if progress is not None:
         sys.stderr.write("\n")
     written = exports.write(outcomes.values(), out, plan.dtype, model.fp8_block)
-    rep = report.build(plan, outcomes, [str(p.relative_to(out)) for p in written])
+    tuned = exports.write_tuned(outcomes.values(), out, plan.dtype, gemm_layout(args.tuner), plan.ident)
+    rep = report.build(plan, outcomes, [str(p.relative_to(out)) for p in [*written, *([tuned] if tuned else [])]])
     md, js = report.write(rep, out)
     missing = len(plan.keys) - len(outcomes)
-    say(f"{len(outcomes)}/{len(plan.keys)} keys decided; {len(written)} config files under {out} "
-        f"(vllm/, sglang/); report {md} and {js}" + (f"; {missing} keys left: run the same command to go on"
-                                                     if missing else ""))
+    say(f"{len(outcomes)}/{len(plan.keys)} keys decided; {len(written)} config files under {out} (vllm/, sglang/)"
+        + (", the dense GEMMs in tuned.json (lookup())" if tuned else "") + f"; report {md} and {js}"
+        + (f"; {missing} keys left: run the same command to go on" if missing else ""))
     return 0
+
+
+def gemm_layout(tuner: str) -> str:
+    """The operand layout of the dense GEMMs the tuner times: the default tuner's kernel, else ``tn`` (y = x W^T,
+    the layer's own)."""
+    if tuner == DEFAULT_TUNER:
+        from evotune.model.tuning import GEMM_LAYOUT
+
+        return GEMM_LAYOUT
+    return "tn"
 
 
 def _progress_printer() -> Callable[[Progress], None]:

@@ -27,9 +27,12 @@ import enum
 import json
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evotune.core.problem import Problem
+from evotune.core.tuned_cache import remember
 from evotune.model.autotune_api import VLLM_FIELDS, VllmFileError, check_vllm_config
 from evotune.model.outcome import Outcome
 from evotune.model.plan import FP8_BLOCK, Family
@@ -202,3 +205,36 @@ def write(outcomes: Iterable[Outcome], out: Path, dtype: str, block: tuple[int, 
         check_file(full, out)
         written.append(full)
     return written
+
+
+@dataclass(frozen=True)
+class TunedRow:
+    """A dense GEMM's outcome as the tuning-result cache keeps a best configuration (``tuned_cache.remember``)."""
+
+    space: str
+    hardware: str
+    oracle: str
+    problem_key: str
+    problem: dict[str, Any]
+    config: dict[str, Any]
+    time_ms: float
+    experiment: str
+    study: str
+
+
+def write_tuned(outcomes: Iterable[Outcome], out: Path, dtype: str, layout: str, experiment: str) -> Path | None:
+    """``OUT/tuned.json``: each dense GEMM key's configuration in the tuning-result cache's format, so that
+    ``evotune.lookup(Problem.gemm(M, N, K, dtype, layout), space=..., path=OUT/tuned.json)`` answers it (an
+    interpreter's times as oracle ``cpu``, never standing for a GPU's). None when no dense key was timed."""
+    rows = []
+    for o in outcomes:
+        if Family(o.family) not in (Family.DECODE, Family.GEMM) or o.time_ms is None or not o.space:
+            continue
+        problem = Problem.gemm(o.fields["M"], o.fields["N"], o.fields["K"], dtype, layout)
+        rows.append(TunedRow(o.space, o.device, "cpu" if o.device.startswith("cpu") else "gpu", problem.key,
+                             problem.to_dict(), o.config, o.time_ms, experiment, o.key))
+    if not rows:
+        return None
+    path = out / "tuned.json"
+    remember(rows, str(out / "autotune.db"), path)
+    return path

@@ -30,6 +30,7 @@ class Outcome:
     how: str  # how it was decided ("confirmed", "timed", ...)
     device: str  # torch.cuda.get_device_name(), or what the tuner runs on
     triton_version: str
+    space: str = ""  # the search space the tuner searched (its name), for the tuning-result cache
 
     @property
     def ratio(self) -> float | None:
@@ -43,7 +44,7 @@ class Outcome:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Outcome:
-        return cls(**{k: doc[k] for k in cls.__dataclass_fields__})
+        return cls(**{k: doc[k] for k in cls.__dataclass_fields__ if k in doc})
 
 
 class KeyTuner(Protocol):

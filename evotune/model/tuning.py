@@ -51,6 +51,11 @@ SOURCES = {
     Family.GEMM: KernelSource(f"{EXAMPLES / 'matmul_space.py'}:matmul_space_kernel", None, None),
 }
 
+#: the search spaces of the two kernels, by the names they carry (fused_moe.py's SPACE, matmul_space.py's SPACE)
+SPACES = {Family.FUSED_MOE: "vllm_fused_moe", Family.GEMM: "matmul_example"}
+#: the layout of the GEMM kernel's operands: x (M x K) times a K x N weight, both row-major
+GEMM_LAYOUT = "nn"
+
 
 def check_supported(plan: Plan) -> None:
     """:class:`ModelError` naming ``--dtype`` or the kernel when this tuner has no kernel for part of the plan."""
@@ -95,7 +100,8 @@ class AutotuneTuner:
         return Outcome(key.ident, key.shape.name, key.shape.family.value, key.fields(), chosen, done.evaluations,
                        done.new, done.seconds, tuned_ms if tuned_ms is not None else
                        (None if decision is None else decision.time_ms), untuned_ms,
-                       "single" if decision is None else decision.how, _device(), str(triton.__version__))
+                       "single" if decision is None else decision.how, _device(), str(triton.__version__),
+                       SPACES[family])
 
 
 def _device() -> str:
