@@ -41,8 +41,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                     "(decode GEMMs at M <= 64, GEMMs above; block-fp8 GEMMs for fp8), the fused-MoE GEMMs, at "
                     "vLLM's batch sizes. One worker per GPU on one storage, a claim per key (no key tuned twice, "
                     "across hosts with a PostgreSQL --storage); Ctrl-C or a kill loses nothing: run the same "
-                    "command again to go on. Writes OUT/vllm/, OUT/sglang/, OUT/autotune.db (lookup()), "
-                    "OUT/report.md and OUT/report.json.")
+                    "command again to go on. Writes OUT/vllm/, OUT/sglang/, OUT/autotune.db (the autotune cache), "
+                    "OUT/tuned.json (lookup()), OUT/report.md and OUT/report.json.")
     tm.add_argument("model", metavar="MODEL", help="a Hugging Face config.json (path) or a shipped model: "
                                                    "Llama-3-8B, Llama-3-70B, Mixtral-8x7B, DeepSeek-V3")
     tm.add_argument("--tp", type=_tp, default=1, help="tensor parallelism (default 1)")
@@ -52,8 +52,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                     help="vllm (1,2,4,...,4096, vLLM's 18) or a comma-separated list")
     tm.add_argument("--gpus", default="all", metavar="all|N", help="workers, one per GPU (default: every visible "
                                                                    "GPU; CPU workers under TRITON_INTERPRET=1)")
-    tm.add_argument("--storage", metavar="URL", help="where the run's record, claims and trials live (default "
-                                                     "sqlite under --out; postgresql://... to share across hosts)")
+    tm.add_argument("--storage", metavar="URL", help="where the run's record and its claims live (default "
+                                                     "sqlite under --out; postgresql://... to share across hosts; "
+                                                     "each host keeps its keys' trials in its OUT/autotune.db)")
     tm.add_argument("--out", metavar="DIR", help="outputs folder (default runs/tune_model/MODEL-tpN-DTYPE)")
     tm.add_argument("--dry-run", action="store_true", help="print the kernels, keys and estimated GPU time "
                                                            "beside the grid's; create nothing")
