@@ -335,3 +335,31 @@ def test_the_default_tuner_on_a_gpu(tmp_path) -> None:
                             "--gpus", "1", "--out", str(out), "--no-progress"], env=env, capture_output=True,
                            text=True)
     assert again.returncode == 0 and json.loads((out / "report.json").read_text())["outcomes"] == doc["outcomes"]
+
+
+@pytest.mark.slow  # worker processes, one killed
+def test_a_worker_killed_mid_key_leaves_its_key_to_the_other(tmp_path) -> None:
+    out = tmp_path / "out"
+    proc = _run(out, "--gpus", "2", env={"STANDIN_SLEEP": "0.15"}, wait=False)
+    try:
+        victim = None
+        while victim is None:
+            assert proc.poll() is None, proc.communicate()
+            counts: dict[tuple[str, int], int] = {}
+            for e in model_standin.evaluations(out) if (out / "standin").is_dir() else []:
+                counts[(e["key"], e["pid"])] = counts.get((e["key"], e["pid"]), 0) + 1
+            started = [pid for (_, pid), n in counts.items() if 1 <= n <= len(model_standin.CONFIGS) - 2]
+            victim = started[0] if len({pid for _, pid in counts}) == 2 and started else None
+            time.sleep(0.05)
+        os.kill(victim, signal.SIGKILL)
+        _, err = proc.communicate()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 1 and "run the same command to go on" in err
+    assert len(_ledger(out).outcomes()) == 12  # the other worker took the dead one's key over
+    evals = _no_evaluation_twice(out)
+    assert len(evals) == 12 * len(model_standin.CONFIGS)
+    assert any(e["pid"] == victim for e in evals)
+    again = _run(out, "--gpus", "1")
+    assert again.returncode == 0 and len(exports.check_folder(out)) == 2

@@ -123,6 +123,7 @@ def work(options: RunOptions, index: int, workers: int, tuner: KeyTuner | None =
     ledger.claims.begin(look(), look)
     kernels = plan.kernels[index % len(plan.kernels):] + plan.kernels[:index % len(plan.kernels)]
     decided = 0
+    idle = 0  # passes in a row that took no key while no other live worker held one
     while True:
         claimed_any = False
         for kernel in kernels:
@@ -146,11 +147,19 @@ def work(options: RunOptions, index: int, workers: int, tuner: KeyTuner | None =
                 ledger.claims.finish(key.ident)
                 decided += 1
         if claimed_any:
+            idle = 0
             continue
-        if not ledger.claims.active() or set(k.ident for k in plan.keys) <= look():
-            # nothing left this worker may take; keys of a worker that dies now are taken over by the next run
+        if {k.ident for k in plan.keys} <= look():
             return decided
-        time.sleep(POLL_S)
+        if ledger.claims.active():  # keys other live workers are tuning: one of them may die and leave its key
+            idle = 0
+            time.sleep(POLL_S)
+            continue
+        # undecided keys that no live worker holds: a worker that died held them, and the next pass takes them
+        # over; a second such pass that takes nothing ends this worker (the next run gets what is left)
+        idle += 1
+        if idle > 1:
+            return decided
 
 
 def visible_gpus() -> int:
@@ -228,7 +237,9 @@ def run(options: RunOptions, devices: tuple[int, list[str] | None],
                                            str(count)], env=env))
         last = None
         while True:
-            running = any(p.poll() is None for p in procs)
+            # every worker polled (not any(): a worker that ended must be reaped, or its pid stays a zombie that
+            # the claims take for a live owner, and its key is never taken over)
+            running = [p.poll() for p in procs].count(None) > 0
             outcomes = ledger.outcomes()
             now = Progress(len(outcomes), total, sum(o.evaluations for o in outcomes.values()),
                            _eta(len(outcomes) - before, total - len(outcomes), time.monotonic() - started))
