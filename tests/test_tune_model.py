@@ -363,3 +363,20 @@ def test_a_worker_killed_mid_key_leaves_its_key_to_the_other(tmp_path) -> None:
     assert any(e["pid"] == victim for e in evals)
     again = _run(out, "--gpus", "1")
     assert again.returncode == 0 and len(exports.check_folder(out)) == 2
+
+
+def test_int8_fused_moe_files_name_vllms_int8_dtype(tmp_path) -> None:
+    names = sorted(p.name for p in exports.write([outcome(Family.FUSED_MOE, 1, 1024, 256, e=4)], tmp_path, "int8"))
+    assert names == ["E=4,N=512,device_name=NVIDIA_H100_80GB_HBM3,dtype=int8_w8a8.json"] * 2
+
+
+def test_the_record_and_its_claims_on_a_journal_file(tmp_path) -> None:
+    url = f"journal:{tmp_path / 'run.journal'}"
+    ledger = Ledger(url, "tune-model/x/tp1/bf16")
+    done = outcome(Family.FUSED_MOE, 1, 1024, 256, e=4)
+    assert ledger.claims.claim(done.key).mine
+    ledger.record(done)
+    ledger.claims.finish(done.key)
+    again = Ledger(url, "tune-model/x/tp1/bf16")  # another process opening the same run
+    assert again.outcomes() == {done.key: done}
+    assert not again.claims.claim(done.key).mine  # decided: nobody tunes it again
