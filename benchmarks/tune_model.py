@@ -17,7 +17,7 @@ Three subcommands; each writes JSON under ``--out``:
 ::
 
     python benchmarks/tune_model.py scaling --model Mixtral-8x7B --tp 2 --gpus 1,2,4 --out runs/tune_model_scaling
-    python benchmarks/tune_model.py grid --model Mixtral-8x7B --tp 2 --out runs/tune_model_grid
+    python benchmarks/tune_model.py grid --model Mixtral-8x7B --tp 2 --out runs/tune_model_grid -- --max-seconds 540
     python benchmarks/tune_model.py decode-step --model Llama-3-8B --tp 1 --m 16 \\
         --run runs/tune_model/Llama-3-8B-tp1-bf16 --out runs/tune_model_decode
 
@@ -91,8 +91,9 @@ def grid(args: argparse.Namespace) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     keys = out / "moe_keys.toml"
     keys.write_text(moe_keys_toml(plan))
+    rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
     cmd = [sys.executable, str(ROOT / "benchmarks" / "autotune_moe.py"), "--keys", str(keys), "--out", str(out),
-           *args.rest]
+           *rest]
     subprocess.run(cmd, check=True, cwd=ROOT)
     return {"model": args.model, "tp": args.tp, "keys": str(keys), "command": " ".join(cmd[1:])}
 
@@ -162,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     sc = sub.choices["scaling"]
     sc.add_argument("--gpus", default="1,2,4", help="the GPU counts to run, comma-separated")
     sc.add_argument("--tuner", default=DEFAULT_TUNER)
-    sub.choices["grid"].add_argument("rest", nargs=argparse.REMAINDER, help="more arguments for autotune_moe.py")
+    sub.choices["grid"].add_argument("rest", nargs=argparse.REMAINDER, help="after --: more arguments for "
+                                                                              "autotune_moe.py")
     ds = sub.choices["decode-step"]
     ds.add_argument("--m", type=int, default=16, help="the batch (tokens of the decode step)")
     ds.add_argument("--run", required=True, help="the tune-model run's --out (its autotune.db)")
