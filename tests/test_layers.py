@@ -11,7 +11,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # lowest first; a module may import from its own layer and every layer before it
-LAYERS = ["core", "search|measurement|storage", "authoring", "running|triton_tuning", "reporting", "cli", "__main__"]
+LAYERS = ["core", "search|measurement|storage", "authoring", "running|triton_tuning", "reporting", "model", "cli",
+          "__main__"]
 
 
 def _layer(module: str) -> int:

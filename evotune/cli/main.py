@@ -1,5 +1,5 @@
 """Command line: ``python -m evotune run | worker | record | best | plot | dashboard | spaces | compare | convert |
-tune-kernel | export-configs | doctor`` (and ``--version``).
+tune-kernel | export-configs | tune-model | doctor`` (and ``--version``).
 
 Bad input (an experiment file, a path, a name) ends with one line on stderr
 that names the file and the field, and exit code 2. Nothing already finished
@@ -13,7 +13,7 @@ import sys
 import warnings
 from collections.abc import Callable
 
-from evotune.cli import doctor, kernels, results, tuning
+from evotune.cli import doctor, kernels, models, results, tuning
 from evotune.cli.output import EXIT_USAGE, UsageError
 from evotune.running.experiment import ExperimentError
 from evotune.running.schedule import SPLITS
@@ -146,6 +146,7 @@ def _parser() -> argparse.ArgumentParser:
     conv.set_defaults(func=results.cmd_convert)
 
     kernels.add_commands(sub)
+    models.add_commands(sub)
 
     doc = sub.add_parser("doctor", help="what this machine can run (GPU, Triton, CuTe DSL, CUTLASS C++, torch, "
                                         "the dashboard) and what to install for the rest")

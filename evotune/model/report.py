@@ -1,0 +1,86 @@
+"""The run's report, Markdown and JSON: per kernel its keys, evaluations, GPU-seconds, the grid's GPU-seconds
+estimated from its size (``plan.estimate_kernel``), and the ratio of the untuned default's time to the tuned
+configuration's where both were measured (vLLM's default configuration for its Triton kernels, cuBLAS for dense
+GEMMs; above 1: tuning made it faster)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from evotune.model.outcome import Outcome
+from evotune.model.plan import DEFAULT_BUDGET, EVAL_S, Plan, estimate_kernel
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    kernel: str
+    family: str
+    layers: list[str]
+    keys: int
+    decided: int
+    evaluations: int
+    gpu_s: float
+    grid_gpu_s: float
+    untuned: str
+    ratio_geomean: float | None  # untuned / tuned over the keys where both were timed
+    ratio_min: float | None
+    ratio_max: float | None
+    measured: int  # keys with both times
+
+
+@dataclass(frozen=True)
+class Report:
+    model: str
+    tp: int
+    dtype: str
+    device: str
+    kernels: list[KernelRow]
+    outcomes: list[dict[str, object]]
+    files: list[str]
+
+
+def build(plan: Plan, outcomes: dict[str, Outcome], files: list[str]) -> Report:
+    rows = []
+    for kernel in plan.kernels:
+        got = [outcomes[k.ident] for k in kernel.keys if k.ident in outcomes]
+        ratios = [o.ratio for o in got if o.ratio is not None]
+        rows.append(KernelRow(kernel.shape.name, kernel.shape.family.value, kernel.layers, len(kernel.keys),
+                              len(got), sum(o.evaluations for o in got), round(sum(o.gpu_s for o in got), 3),
+                              round(estimate_kernel(kernel, DEFAULT_BUDGET).grid_gpu_s, 1),
+                              kernel.shape.family.untuned,
+                              None if not ratios else math.exp(sum(math.log(r) for r in ratios) / len(ratios)),
+                              min(ratios, default=None), max(ratios, default=None), len(ratios)))
+    devices = sorted({o.device for o in outcomes.values()})
+    ordered = [outcomes[k.ident].to_json() for k in plan.keys if k.ident in outcomes]
+    return Report(plan.model.name, plan.tp, plan.dtype, ", ".join(devices) or "-", rows, ordered, files)
+
+
+def _r(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}x"
+
+
+def markdown(report: Report) -> str:
+    lines = [f"# tune-model: {report.model}, tp {report.tp}, {report.dtype}", "",
+             f"Device: {report.device}. The grid's GPU-seconds are estimated from its size: every configuration "
+             f"at every key, {EVAL_S} s an evaluation plus one build per configuration. Ratio: the untuned "
+             "default's time over the tuned configuration's, geometric mean over the keys where both were timed "
+             "(min - max).", "",
+             "| kernel | layers | keys | evaluations | GPU-s | grid GPU-s (est.) | vs | ratio | min - max |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in report.kernels:
+        lines.append(f"| {r.kernel} | {', '.join(r.layers)} | {r.decided}/{r.keys} | {r.evaluations} | "
+                     f"{r.gpu_s:.1f} | {r.grid_gpu_s:.0f} | {r.untuned} | {_r(r.ratio_geomean)} | "
+                     f"{_r(r.ratio_min)} - {_r(r.ratio_max)} |")
+    lines += ["", "## Files", ""] + [f"- `{f}`" for f in report.files] + [""]
+    return "\n".join(lines)
+
+
+def write(report: Report, out: Path) -> tuple[Path, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    md, js = out / "report.md", out / "report.json"
+    md.write_text(markdown(report))
+    js.write_text(json.dumps(asdict(report), indent=1) + "\n")
+    return md, js

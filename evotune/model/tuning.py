@@ -1,0 +1,148 @@
+"""The key tuner ``tune-model`` runs by default: evotune's autotune, one key at a time, on this process's GPU.
+
+It reaches ``evotune.autotune`` through ``autotune_api.py``: its ahead-of-time entry point (``tune_kernel``: a
+kernel reference, a keys file, the cache) and what it reports per key (``KeyProgress``).
+
+Each key is tuned as ``tune-kernel`` tunes it: a one-key keys file written beside the run's outputs, the kernel's
+launch built by its module's ``make_args``, the decision kept in the run's autotune cache (``OUT/autotune.db``,
+which ``lookup()`` and ``export-configs`` read). Keys of one shape are tuned in increasing batch size, so each key
+after the first has its nearest tuned keys as transfer sources. An interrupted key resumes from the trials its
+study holds: nothing is timed twice. After the decision the chosen configuration is timed against what an untuned
+server runs (``triton.testing.do_bench``, the two side by side): vLLM's default configuration for the fused MoE,
+cuBLAS (``torch.matmul``) for a dense GEMM.
+
+The kernels: the fused MoE of ``examples/triton_autotune/fused_moe.py`` (16-bit, vLLM's grid as its space) and the
+dense GEMM of ``examples/triton_autotune/matmul_space.py``. A key of another kind (fp8 or int8 kernels, the
+decode family and block-fp8 kernels, which are timed by ``python -m evotune run`` experiments) is refused before
+anything is tuned (:func:`check_supported`).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evotune.model.autotune_api import VLLM_FIELDS, AheadError, KeyProgress, load_module, tune_kernel
+from evotune.model.models import ModelError
+from evotune.model.outcome import Outcome
+from evotune.model.plan import Family, Key, Plan
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples" / "triton_autotune"
+TORCH_DTYPES = {"bf16": "bfloat16"}
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """A kernel ``tune-kernel`` can tune: its reference, its candidates and key (a plain jit kernel), and the name
+    of its module's launch function."""
+
+    ref: str
+    space: str | None
+    key: str | None
+
+
+SOURCES = {
+    Family.FUSED_MOE: KernelSource(f"{EXAMPLES / 'fused_moe.py'}:moe_gemm_kernel", f"{EXAMPLES / 'fused_moe.py'}:SPACE",
+                                   "M,N,K,E"),
+    Family.GEMM: KernelSource(f"{EXAMPLES / 'matmul_space.py'}:matmul_space_kernel", None, None),
+}
+
+#: the search spaces of the two kernels, by the names they carry (fused_moe.py's SPACE, matmul_space.py's SPACE)
+SPACES = {Family.FUSED_MOE: "vllm_fused_moe", Family.GEMM: "matmul_example"}
+#: the layout of the GEMM kernel's operands: x (M x K) times a K x N weight, both row-major
+GEMM_LAYOUT = "nn"
+
+
+def check_supported(plan: Plan) -> None:
+    """:class:`ModelError` naming ``--dtype`` or the kernel when this tuner has no kernel for part of the plan."""
+    if plan.dtype not in TORCH_DTYPES:
+        raise ModelError(f"--dtype {plan.dtype}: the default tuner's kernels are 16-bit (bf16); plan it with "
+                         "--dry-run, or name a tuner for it with --tuner")
+    for kernel in plan.kernels:
+        if kernel.shape.family not in SOURCES and kernel.shape.family is not Family.DECODE:
+            raise ModelError(f"{kernel.shape.name}: the default tuner has no kernel of {kernel.shape.family.value}")
+
+
+class AutotuneTuner:
+    """Tunes keys with ``evotune.autotune`` into ``cache`` (decode keys with the GEMM kernel, at their M), each
+    within its kernel's budget (autotune's default, 64 evaluations a key; 40 for the GEMM example's)."""
+
+    def __init__(self, plan: Plan, out: Path):
+        check_supported(plan)
+        self.plan, self.out = plan, out
+        self.cache = f"sqlite:///{(out / 'autotune.db').resolve()}"
+
+    def tune(self, key: Key) -> Outcome:
+        family = Family.GEMM if key.shape.family is Family.DECODE else key.shape.family
+        source = SOURCES[family]
+        fields: dict[str, Any] = {"M": key.m, "N": key.shape.n, "K": key.shape.k,
+                                  "dtype": TORCH_DTYPES[self.plan.dtype]}
+        if family is Family.FUSED_MOE:
+            fields.update(E=key.shape.experts, top_k=key.shape.top_k)
+        events: list[KeyProgress] = []
+        with tempfile.TemporaryDirectory(dir=self.out) as tmp:
+            keys = Path(tmp) / "key.toml"
+            keys.write_text("[[key]]\n" + "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in fields.items()))
+            try:
+                ((_, config, decision),) = tune_kernel(source.ref, keys, self.cache, source.space, source.key,
+                                                       events.append)
+            except AheadError as exc:
+                raise ModelError(str(exc)) from None
+        done = events[-1]
+        chosen = {k: int(v) for k, v in config.all_kwargs().items() if isinstance(v, int)}
+        tuned_ms, untuned_ms = _against_untuned(source, family, key, fields, chosen, self.cache)
+        import triton
+
+        return Outcome(key.ident, key.shape.name, key.shape.family.value, key.fields(), chosen, done.evaluations,
+                       done.new, done.seconds, tuned_ms if tuned_ms is not None else
+                       (None if decision is None else decision.time_ms), untuned_ms,
+                       "single" if decision is None else decision.how, _device(), str(triton.__version__),
+                       SPACES[family])
+
+
+def _device() -> str:
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu-interpreter"
+
+
+def _against_untuned(source: KernelSource, family: Family, key: Key, fields: dict[str, Any],
+                     chosen: dict[str, int], cache: str) -> tuple[float | None, float | None]:
+    """(tuned ms, untuned ms), timed side by side on the GPU (the tuned kernel reads its decision from ``cache``);
+    (None, None) under the interpreter."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return None, None
+    import torch
+    from triton.testing import do_bench
+
+    module = load_module(source.ref.rpartition(":")[0])
+    if family is Family.FUSED_MOE:
+        grid, args, kwargs = module.make_args(key.m, key.shape.n, key.shape.k, key.shape.experts,
+                                              key.shape.top_k, fields["dtype"])
+        plain = module.moe_gemm_kernel
+        default = module.default_config(key.m, key.shape.experts)
+        launch = {f: chosen[f] for f in VLLM_FIELDS}  # what vLLM launches with: the file's six fields
+        runs = {"tuned": lambda: plain[grid](*args, **kwargs, **launch),
+                "untuned": lambda: plain[grid](*args, **kwargs, **default)}
+    else:
+        grid, args = module.make_args(key.m, key.shape.n, key.shape.k, fields["dtype"])
+        tuned = module.matmul_space_kernel
+        tuned.use_cache(cache)
+        tuned.mode = "cache-only"  # the decision just made; nothing is tuned again
+        a, b = args[0], args[1]
+        runs = {"tuned": lambda: tuned[grid](*args), "untuned": lambda: torch.matmul(a, b)}
+    best: dict[str, float] = {}
+    for _ in range(3):  # alternated rounds: a clock or thermal drift reaches both
+        for name, run in runs.items():
+            ms = float(do_bench(run, warmup=25, rep=100))
+            best[name] = min(ms, best.get(name, ms))
+    return best["tuned"], best["untuned"]
+
+
+def autotune_tuner(plan: Plan, out: Path) -> AutotuneTuner:
+    """The default ``--tuner``."""
+    return AutotuneTuner(plan, out)

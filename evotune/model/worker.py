@@ -1,0 +1,26 @@
+"""One worker of ``tune-model``: ``python -m evotune.model.worker OPTIONS_JSON INDEX WORKERS`` (started by the run,
+one per GPU). Exit code 2 with one line for a bad input, 130 when interrupted (its claim given back)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from evotune.model.models import ModelError
+from evotune.model.runner import RunOptions, work
+
+
+def main(argv: list[str]) -> int:
+    options = RunOptions(**json.loads(argv[0]))
+    try:
+        work(options, int(argv[1]), int(argv[2]))
+    except ModelError as exc:
+        print(f"evotune: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
