@@ -3,36 +3,35 @@
 The weighting follows RGPE, ranking-weighted Gaussian process ensembles (Feurer, Letham and Bakshy, "Scalable
 Meta-Learning for Bayesian Optimization", 2018): each source's model (a column of :class:`Prior`: its standardised
 log-times on the target's rows) and the target's own GP are scored by the pairs of the target's told results they
-mis-rank, on bootstrap resamples of those results, the target's GP by leave-one-out; a model's weight is the share of
-resamples on which it mis-ranks fewest (ties shared). A source that mis-ranks more than the target GP on most
-resamples drops out (weighs nothing).
+mis-rank, on bootstrap resamples of those results, the target's GP by leave-one-out; a model's weight is the share
+of resamples on which it mis-ranks fewest (ties shared). A source that mis-ranks more than the target GP on most
+resamples drops out: it weighs nothing.
 
 How the weights enter proposals (:meth:`Transfer.turn`):
 
-* **The opening.** Remembered winners (a tuning cache's entries for other problems) first. Several sources, each a
-  model of its own, have half of ``transfer_first`` winners (the fastest of each source in turn, heaviest first)
-  measured first; a lone source, which nothing corroborates, none. Then plain ``default``'s own first points, up
-  to five evaluations in all: an inner plain ``default``, told only the results of its own proposals, makes them,
-  so a source found out on them costs nothing.
-* **After it**, while at least one source weighs: the rest of the winners, then the GP around the weighted
-  sources (:class:`~evotune.search.surrogate.Surrogate` with the prior mean, scaled by least squares). A share of
-  the proposals equal to the target GP's weight is plain ``default``'s (after the start-up): as the target's own
-  results outrank the sources, the search becomes plain ``default``'s. While no source weighs, every proposal
-  is plain ``default``'s; a source may weigh again later.
+* **The opening.** Remembered winners (a tuning cache's entries for other problems) first. Several sources have
+  half of ``first`` winners (the fastest of each source in turn, heaviest first) measured first; a lone source,
+  which nothing corroborates, none. Then plain ``default``'s own first points, OPENING evaluations in all: an
+  inner plain ``default``, told only the results of its own proposals, makes them, so that a source found out
+  on them costs nothing.
+* **After it**, while a source weighs, the turn is the sources' (the rest of the winners, then the GP around the
+  weighted prior), except for a share equal to the target GP's weight after the start-up, which is plain
+  ``default``'s: as the target's own results outrank the sources, the search becomes plain ``default``'s. While
+  no source weighs every turn is plain ``default``'s; a source may weigh again later.
 * **A lone source is dropped for good after ``lone`` of its own results** (0: never). A source whose best point
-  is a local optimum of the target ranks every point the search sees as the target does, so no ranking can find
-  it out; only a better time elsewhere could, and plain ``default`` has passed that optimum on its own at about
-  the evaluation where it reaches 0.99. With several sources, each ranks the target's results with its own errors.
+  is a local optimum of the target ranks every point the search sees as the target does, so no ranking finds it
+  out; only a better time elsewhere would, and plain ``default`` passes such an optimum at about the evaluation
+  where it reaches 0.99 on its own. Each evaluation the source is given delays plain ``default`` by one.
 
 Departures from the paper: a source drops out when it loses to the target GP on most resamples, not when its
-median loss is above the 95th percentile of the target GP's (with five results, resamples of two or three distinct
-points let a reversed source through that rule, and ties share the weight); the sources enter as the prior mean of one GP on the target's results (the GP models
-the residual), not as a weighted sum of their posterior means, and the target GP's weight is a share of
-proposals rather than of a mean; the ensemble's expected improvement is the GP's.
+median loss is above the 95th percentile of the target GP's (at five results, resamples of two or three distinct
+points let a reversed source through that rule); the weighted sources enter as the prior mean of one GP on the
+target's results (the GP models the residual), not as a weighted sum of posterior means; and the target GP's
+weight is a share of the turns rather than of a mean.
 
 Example::
 
-    t = Transfer(strategy, Prior(strategy, sources), plain=lambda: make_strategy("default", space, fs), first=4)
+    t = Transfer(strategy, Prior(strategy, sources), plain=make_plain, first=4, lone=1, startup=10)
     row = t.turn()   # a row to measure, MODEL (the GP around the prior proposes) or None
     t.observe(row, 0.42)
 """
@@ -45,10 +44,9 @@ from typing import Protocol
 import numpy as np
 
 from evotune.core.space import Point
-
 from evotune.search.prior import Prior
 from evotune.search.state import StrategyState
-from evotune.search.surrogate import encode, log_likelihood, one_blas_thread
+from evotune.search.surrogate import LENGTHSCALES, encode, log_likelihood, one_blas_thread
 
 #: :meth:`Transfer.turn`'s answer when the GP around the weighted sources is to propose
 MODEL = -1
@@ -60,8 +58,6 @@ RESAMPLES = 100
 RANKED_ROWS = 100
 #: results told before the sources are weighed by their rankings (fewer: by distance only)
 MIN_RANKED = 5
-#: the target GP's leave-one-out predictions use this length-scale range (the shared one, by likelihood)
-LENGTHSCALES = (0.1, 0.2, 0.4, 0.8, 1.6)
 
 
 def misranked(pred: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -191,6 +187,9 @@ class Transfer:
             if picks:
                 self.winners += 1
                 return picks[0]
+        if not self.strategy.values:  # a batch asked before any result (a compile pool ahead): the prior ranks
+            best = self.prior.best_rows(1)
+            return int(best[0]) if len(best) else None
         return MODEL
 
     def plain_row(self) -> int | None:

@@ -233,8 +233,13 @@ class Prior:
         return (w @ self.z[:, rows]) / total
 
     def picks(self, n: int) -> list[int]:
-        """Up to ``n`` fresh rows: the fastest of each source in turn, nearest (heaviest) source first."""
-        order = np.argsort(-self.weights(), kind="stable")
+        """Up to ``n`` fresh rows: the fastest of each source that weighs in turn, nearest source first. By
+        nearness, not weight: weights set on a handful of results move with each of them (ordered by them, the
+        launch model's second-best, the optimum of the autotune replay's 256 x 4096 x 4096, came after two
+        farther sources' bests)."""
+        near = np.argsort(self.distance, kind="stable")
+        w = self.weights()
+        order = [i for i in near if w[i] > 0] or list(near)
         taken = self.strategy.taken
         out: list[int] = []
         depth = 0

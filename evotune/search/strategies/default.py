@@ -2,48 +2,35 @@
 
 The algorithm:
 
-1. **Start**: ``startup`` points, the first population of :meth:`Strategy.seed_rows`
-   (half ranked by the hardware model with ``seeding = "hardware"``, the rest a
-   greedy max-min spread over the space).
-2. **Model**: a Gaussian process on standardised log-time (:class:`gp.Surrogate`):
-   Matérn-5/2 on the encoded point, which carries *alignment* features (power of
-   two, 2-adic valuation) beside each integer parameter's position, because
-   divisibility, not magnitude, is what separates fast GPU configurations from
-   slow neighbours. With ``relevance`` each feature gets its own length-scale by
-   marginal likelihood, so parameters that do not matter stop diluting distances.
-   Failed points count as twice the slowest time seen. Given launch features
-   (``launch=``: each point's program count against the SMs, :mod:`evotune.search.launch`),
-   the GP sees those too, and so does the transfer prior (6.).
-3. **Two models in turn**: per-feature length-scales fitted on a few dozen points
-   can over-fit. Until ``shared`` results are in, and again once the search has
-   stalled (``stall_shared``), every other proposal is ranked by the same GP with
-   one length-scale for all features instead.
-4. **Proposal**: the highest expected improvement among ``pool`` fresh random
-   feasible points (global search), every fresh point one parameter away from
-   the ``top`` best measured points (local search) and ``cross`` uniform-crossover
-   children of two of the ``2 x top`` best (recombination, as a GA would breed them).
-5. **Stalled local step**: once ``patience`` results have brought no better time,
-   a share ``local`` of the proposals instead takes the highest expected
-   improvement among the fresh one-parameter neighbours of the best point only
-   (two-parameter ones once those are all measured), so that a search cannot stop
-   one or two parameters short of the optimum because the model is sure of it.
-
-6. **Transfer** (``sources`` given and ``transfer`` on): related results of the same space (other shapes,
-   other GPUs; :mod:`evotune.search.prior`) make a prior over the feasible points, each source weighted by how
-   well it ranks the told results (RGPE, :mod:`evotune.search.ensemble`, which also says whose turn each
+1. **Start**: ``startup`` points, the first population of :meth:`Strategy.seed_rows` (half ranked by the
+   hardware model with ``seeding = "hardware"``, the rest a greedy max-min spread over the space).
+2. **Model**: a Gaussian process on standardised log-time (:class:`gp.Surrogate`): Matérn-5/2 on the encoded
+   point, which carries *alignment* features (power of two, 2-adic valuation) beside each integer parameter's
+   position, because divisibility, not magnitude, separates fast GPU configurations from slow neighbours. With
+   ``relevance`` each feature gets its own length-scale by marginal likelihood. Failed points count as twice
+   the slowest time seen. Given launch features (``launch=``: each point's program count against the SMs,
+   :mod:`evotune.search.launch`), the GP and the transfer prior see those too.
+3. **Two models in turn**: per-feature length-scales fitted on a few dozen points can over-fit. Until
+   ``shared`` results are in, and again once stalled (``stall_shared``), every other proposal is ranked by the
+   same GP with one length-scale for all features instead.
+4. **Proposal**: the highest expected improvement among ``pool`` fresh random feasible points, every fresh point
+   one parameter away from the ``top`` best measured points and ``cross`` uniform-crossover children of two of
+   the ``2 x top`` best.
+5. **Stalled local step**: once ``patience`` results have brought no better time, a share ``local`` of the
+   proposals takes the highest expected improvement among the fresh one-parameter neighbours of the best point
+   only (two-parameter ones once those are all measured).
+6. **Transfer** (``sources`` given and ``transfer`` on): related results of the same space (other shapes, other
+   GPUs; :mod:`evotune.search.prior`) make a prior over the feasible points, each source weighted by how well
+   it ranks the told results (RGPE, :class:`evotune.search.ensemble.Transfer`, which also says whose turn each
    proposal is). The sources' turns measure their ``transfer_first`` winners, then the GP models what the
    weighted prior (scaled by least squares) leaves unexplained, the prior's best-ranked fresh points join the
    candidates, and the stalled local step comes after TRUSTED_PATIENCE results without a better time and takes
-   every such proposal: the winners are close to the optimum and the last percent is usually one or two
+   every such turn: the winners are close to the optimum, and the last percent is usually one or two
    parameters away. The other turns are plain ``default``'s own, made by an inner plain ``default`` told only
-   their results; a lone source is dropped after ``lone_patience`` of its own results (0: never). Without
-   sources nothing changes.
-7. **Compile cost**: in a space whose launch arguments are free once a kernel is
-   built (``SearchSpace.compiled_params``: a CUTLASS kernel's raster, swizzle and
-   stream-K decomposition), the expected improvement of a point whose kernel is
-   neither built nor handed out is divided by ``1 + compile_cost``: improvement per
-   evaluation's worth of time (:mod:`evotune.search.compile_cost`). Kernels built by
-   an earlier problem or run (the space's ``built``) count as built.
+   their results; a lone source is dropped after ``lone_patience`` own results (0: never).
+7. **Compile cost**: in a space whose launch arguments are free once a kernel is built
+   (``SearchSpace.compiled_params``), the expected improvement of a point whose kernel is neither built nor
+   handed out is divided by ``1 + compile_cost`` (:mod:`evotune.search.compile_cost`).
 
 Options (defaults): ``startup`` 10, ``pool`` 1000, ``top`` 5, ``cross`` 50,
 ``local`` 0.5, ``patience`` 30, ``relevance`` true, ``shared`` 40,
@@ -110,10 +97,8 @@ class Default(GaussianProcess):
         self._improved_at = 0  # results told when the best time last improved
         self._proposals = 0
         self._differ: dict[int, np.ndarray] = {}  # row -> parameters each feasible row differs in (_differing)
-        self.prior: Prior | None = None
+        self.prior = (Prior(self, self.sources) or None) if self.sources and bool(o["transfer"]) else None
         self.transfer: Transfer | None = None
-        if self.sources and bool(o["transfer"]):
-            self.prior = Prior(self, self.sources) or None
         if self.prior is not None:
             self.transfer = Transfer(self, self.prior, self._plain, int(o["transfer_first"]),
                                      int(o["lone_patience"]), int(o["startup"]))
@@ -139,13 +124,8 @@ class Default(GaussianProcess):
         uniform = len(self.values) < int(o["shared"]) or (bool(o["stall_shared"]) and self._stalled())
         use_shared = uniform and self._proposals % 2 == 0 and bool(o["relevance"])
         self.model = self._shared if use_shared else self._relevant
-        if self.transfer is not None:  # the sources stand in for the start-up sample
-            if not self.values:  # a batch asked before any result (a compile pool ahead): the prior alone ranks
-                assert self.prior is not None
-                best = self.prior.best_rows(1)
-                return int(best[0]) if len(best) else self.random_fresh()
-            return self.model_row()
-        return super()._propose()
+        # the sources stand in for the start-up sample
+        return self.model_row() if self.transfer is not None else super()._propose()
 
     def _in_use(self) -> bool:
         return self.transfer is not None and self.transfer.in_use
@@ -179,6 +159,7 @@ class Default(GaussianProcess):
             self._best, self._improved_at = value, len(self.values)
         if self.transfer is not None:
             self.transfer.observe(row, value)
+
     def neighbours(self, top: int, distance: int = 1) -> np.ndarray:
         """Fresh rows that differ in 1 to ``distance`` parameters from one of the ``top`` fastest measured rows."""
         found = []
