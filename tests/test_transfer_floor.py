@@ -161,7 +161,7 @@ def holds(target: Case, sources, budgets=(50, 100, 200), seeds=range(10)) -> tup
 
     fr = [(med(tx, b, "fraction"), med(plain, b, "fraction")) for b in budgets]
     e = (med(tx, top, "evals_to_99"), med(plain, top, "evals_to_99"))
-    ok = all(a >= b - bench.FLOOR_SLACK for a, b in fr) and e[0] <= bench.FLOOR_EVALS * e[1]
+    ok = all(a >= b - bench.FLOOR_SLACK for a, b in fr) and bench.evals_within_floor(*e)
     return ok, f"{target.name}: fractions {fr}, evaluations to 0.99 {e}"
 
 
