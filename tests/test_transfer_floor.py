@@ -85,6 +85,16 @@ def test_a_rank_reversed_source_weighs_nothing_after_the_checks_and_costs_no_eva
     assert rows == plain  # the checks are plain default's own first points: found out on them, it costs nothing
 
 
+@pytest.mark.parametrize("seed", [2, 7])
+def test_a_lone_source_that_barely_outranks_the_target_gp_gets_no_winner(seed):
+    """Another vendor's times (the good region elsewhere) outrank the target GP on five results on just over half
+    of the resamples at these seeds: a lone source needs two in three, as its winner would delay plain default
+    by an evaluation (at budget 50 that cost gemm_RTX_3060_laptop 0.014 of the median fraction)."""
+    target = Case.load(str(LANDSCAPES / "gemm_RTX_3060_laptop.json.gz"), 100)
+    rows, _ = proposals(target, seed, 12, [bench.other_vendor_source(target)])
+    assert rows == proposals(target, seed, 12)[0]
+
+
 def test_with_trustworthy_sources_the_floor_share_is_plain_defaults(gemm):
     other = Case.load(str(LANDSCAPES / "gemm_RTX_3060_laptop.json.gz"), 100)
     source = bench.sources_for(gemm, [other])

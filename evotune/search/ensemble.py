@@ -5,7 +5,7 @@ Meta-Learning for Bayesian Optimization", 2018): each source's model (a column o
 log-times on the target's rows) and the target's own GP are scored by the pairs of the target's told results they
 mis-rank, on bootstrap resamples of those results, the target's GP by leave-one-out; a model's weight is the share
 of resamples on which it mis-ranks fewest (ties shared). A source that mis-ranks more than the target GP on most
-resamples drops out: it weighs nothing.
+resamples (a lone source: on more than one in three) drops out: it weighs nothing.
 
 How the weights enter proposals (:meth:`Transfer.turn`):
 
@@ -48,6 +48,8 @@ from evotune.search.prior import Prior
 from evotune.search.state import StrategyState
 from evotune.search.surrogate import LENGTHSCALES, encode, log_likelihood, one_blas_thread
 
+#: the share of resamples on which a lone source must mis-rank fewer pairs than the target GP to weigh
+LONE_EVIDENCE = 2.0 / 3.0
 #: :meth:`Transfer.turn`'s answer when the GP around the weighted sources is to propose
 MODEL = -1
 #: evaluations of the opening: winners first (several sources) and plain default's own first points
@@ -145,7 +147,9 @@ class Transfer:
         winners = loss == loss.min(0)
         share = (winners / winners.sum(0)).mean(1)
         beats = (loss[:-1] < loss[-1]).mean(1) + 0.5 * (loss[:-1] == loss[-1]).mean(1)
-        keep = beats >= 0.5  # a source that mis-ranks more than the target GP on most resamples drops out
+        # a source that mis-ranks more than the target GP on most resamples drops out; a lone one, which nothing
+        # corroborates and whose winner delays plain default by an evaluation, needs two resamples in three
+        keep = beats >= (LONE_EVIDENCE if self.lone_source() else 0.5)
         w = np.zeros(len(p))
         w[models] = share[:-1] * keep
         return w, float(share[-1])
