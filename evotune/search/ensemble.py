@@ -5,12 +5,12 @@ Meta-Learning for Bayesian Optimization", 2018): each source's model (a column o
 log-times on the target's rows) and the target's own GP are scored by the pairs of the target's told results they
 mis-rank, on bootstrap resamples of those results, the target's GP by leave-one-out; a model's weight is the share
 of resamples on which it mis-ranks fewest (ties shared). A source that mis-ranks more than the target GP on most
-resamples (a lone source: on more than one in three) drops out: it weighs nothing.
+resamples (a lone source, unless ``lone`` is 0: on more than one in three) drops out: it weighs nothing.
 
 How the weights enter proposals (:meth:`Transfer.turn`):
 
 * **The opening.** Remembered winners (a tuning cache's entries for other problems) first. Several sources have
-  half of ``first`` winners (the fastest of each source in turn, heaviest first) measured first; a lone source,
+  half of ``first`` winners (the fastest of each source in turn, nearest first) measured first; a lone source,
   which nothing corroborates, none. Then plain ``default``'s own first points, OPENING evaluations in all: an
   inner plain ``default``, told only the results of its own proposals, makes them, so that a source found out
   on them costs nothing.
@@ -18,7 +18,8 @@ How the weights enter proposals (:meth:`Transfer.turn`):
   weighted prior), except for a share equal to the target GP's weight after the start-up, which is plain
   ``default``'s: as the target's own results outrank the sources, the search becomes plain ``default``'s. While
   no source weighs every turn is plain ``default``'s; a source may weigh again later.
-* **A lone source is dropped for good after ``lone`` of its own results** (0: never). A source whose best point
+* **A lone source is dropped for good after ``lone`` of its own results** (0: never, and it is held to the same
+  evidence as several). A source whose best point
   is a local optimum of the target ranks every point the search sees as the target does, so no ranking finds it
   out; only a better time elsewhere would, and plain ``default`` passes such an optimum at about the evaluation
   where it reaches 0.99 on its own. Each evaluation the source is given delays plain ``default`` by one.
@@ -149,7 +150,7 @@ class Transfer:
         beats = (loss[:-1] < loss[-1]).mean(1) + 0.5 * (loss[:-1] == loss[-1]).mean(1)
         # a source that mis-ranks more than the target GP on most resamples drops out; a lone one, which nothing
         # corroborates and whose winner delays plain default by an evaluation, needs two resamples in three
-        keep = beats >= (LONE_EVIDENCE if self.lone_source() else 0.5)
+        keep = beats >= (LONE_EVIDENCE if self.lone and self.lone_source() else 0.5)
         w = np.zeros(len(p))
         w[models] = share[:-1] * keep
         return w, float(share[-1])
