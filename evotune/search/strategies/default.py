@@ -82,7 +82,7 @@ class Default(GaussianProcess):
         "refit": Option(10, int, 1),  # results between length-scale fits
         "transfer": Option(True, bool),  # learn from related results (sources) when there are any
         "transfer_first": Option(4, int, 0),  # the sources' winners measured
-        "lone_patience": Option(1, int, 0),  # a lone source's own results before it is dropped (0: never; held as several)
+        "lone_patience": Option(1, int, 0),  # a lone source's own results before it is dropped (0: never)
         # a new kernel's cost in evaluations, for spaces with launch arguments (0: every point costs the same)
         "compile_cost": Option(COMPILE_COST, float, 0.0),
     }
