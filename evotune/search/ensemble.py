@@ -109,7 +109,7 @@ class Transfer:
         self.asked = 0
         self.opening: list[int] = []
         self.winners = 0
-        self.own = 0  # the sources' own results: their winners and the proposals of the GP around them
+        self.own = 0  # the sources' own results after the opening: winners, the proposals of the GP around them
         self.given_up = False
         self.in_use = False  # whether the last turn was the sources' (winner or GP around them)
         self._rng = np.random.default_rng(strategy.seed)
@@ -177,7 +177,7 @@ class Transfer:
             if not self.strategy.taken[row]:
                 self.in_use = True
                 return row
-        if self.asked <= max(OPENING, len(self.opening)) and self.asked > len(self.opening):
+        if len(self.opening) < self.asked <= OPENING:  # plain default's own first points
             return self.plain_row()
         w, target = self.weights()
         if self.lone and self.lone_source() and self.own >= self.lone:
@@ -199,7 +199,7 @@ class Transfer:
 
     def plain_row(self) -> int | None:
         """Plain default's next proposal, as it would make it on its own: a point it proposes that was measured
-        already (a check, a winner) is told to it at once and costs no evaluation."""
+        already (a winner, another turn's point) is told to it at once and costs no evaluation."""
         if self._plain is None:
             self._plain = self._make_plain()
         plain, s = self._plain, self.strategy
