@@ -60,8 +60,14 @@ BUDGETS = {"h100": (10, 25, 50), "kerneltuner": (25, 50, 100, 200), "h100_cutlas
            "h100_conv": (10, 25, 50, 100), "adversarial": (25, 50, 100, 200)}
 EVOTUNE = ("default+transfer", "default", "random", "tpe")
 #: the transfer property: at every budget from FLOOR_BUDGET on, default with sources reaches at least plain
-#: default's median fraction less FLOOR_SLACK, and at most FLOOR_EVALS times its median evaluations to 0.99
+#: default's median fraction less FLOOR_SLACK, and at most FLOOR_EVALS times its median evaluations to 0.99 (or
+#: one evaluation more, where a tenth is less than one)
 FLOOR_BUDGET, FLOOR_SLACK, FLOOR_EVALS = 50, 0.01, 1.10
+
+
+def evals_within_floor(with_sources: float, plain: float) -> bool:
+    """Whether median evaluations to 0.99 with sources are within the property's bound of plain default's."""
+    return with_sources <= max(FLOOR_EVALS * plain, plain + 1)
 
 
 def groups(family: str) -> dict[str, list[Path]]:
@@ -257,7 +263,8 @@ def floor_check(by: dict[tuple[str, str, int], list[dict[str, Any]]], names: lis
     top = max(budgets)
     floor = [b for b in budgets if b >= FLOOR_BUDGET]
     lines = [f"The transfer property (median over seeds): at B >= {FLOOR_BUDGET}, the fraction with sources at "
-             f"least plain default's - {FLOOR_SLACK}; evaluations to 0.99 at most {FLOOR_EVALS:g}x plain default's:",
+             f"least plain default's - {FLOOR_SLACK}; evaluations to 0.99 at most {FLOOR_EVALS:g}x plain default's "
+             "(or one more):",
              "", "| landscape | strategy | " + " | ".join(f"B={b}: with / without" for b in floor)
              + " | to 0.99: with / without | holds |", "|---" * (4 + len(floor)) + "|"]
     fails = []
@@ -267,7 +274,7 @@ def floor_check(by: dict[tuple[str, str, int], list[dict[str, Any]]], names: lis
                 continue
             fr = [(med(by[(n, s, b)], "fraction"), med(by[(n, "default", b)], "fraction")) for b in floor]
             e = (med(by[(n, s, top)], "evals_to_99"), med(by[(n, "default", top)], "evals_to_99"))
-            ok = all(a >= b - FLOOR_SLACK for a, b in fr) and e[0] <= FLOOR_EVALS * e[1]
+            ok = all(a >= b - FLOOR_SLACK for a, b in fr) and evals_within_floor(*e)
             fails += [] if ok else [f"{n} {s}"]
             lines.append(f"| {n} | {s} | " + " | ".join(f"{a:.3f} / {b:.3f}" for a, b in fr)
                          + f" | {e[0]:g} / {e[1]:g} | {'yes' if ok else 'NO'} |")

@@ -92,7 +92,7 @@ def test_the_nearest_sources_winners_come_first():
     assert sources[1].distance < sources[0].distance
     space, fs, times = target.replay()
     s = make_strategy("default", space, fs, seed=0, ctx=Context(problem=problem), sources=sources)
-    assert s.prior.corroborated(0.6)  # two sources that rank the rows alike: their winners come before the checks
+    assert not s.transfer.lone_source()  # two sources: their winners come before plain default's first points
     first, second = s.ask(1)[0], s.ask(1)[0]
     assert near.landscape.lookup(first).time_ms == near.landscape.optimum_ms  # the nearest source's winner
     # then the next source's fastest that this shape can run (its own winner, unless that was the first)
@@ -146,7 +146,7 @@ def _misleading(job: tuple[str, str, int]) -> tuple[float, float, bool]:
     for _ in range(15):
         (p,) = s.ask(1)
         s.tell([(p, float(times[fs.row(p)]))])
-    return without, with_bad, not s._trusted
+    return without, with_bad, not s.transfer.in_use
 
 
 def test_a_misleading_source_costs_at_most_ten_percent_more_evaluations():

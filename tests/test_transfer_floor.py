@@ -14,6 +14,7 @@ import multiprocessing
 import os
 import statistics
 
+import numpy as np
 import pytest
 from conftest import LANDSCAPES, ROOT
 
@@ -56,13 +57,13 @@ def test_a_prior_that_leads_to_a_local_optimum_is_given_up_and_plain_default_goe
     rows, s = proposals(gemm, 0, n, [source])
     times = gemm.replay()[2]
     assert gemm.optimum / times[rows[5]] < 0.9  # the source's winner, after the checks: the local optimum
-    assert s._given_up
+    assert s.transfer.given_up
     plain, _ = proposals(gemm, 0, n)
     # every row plain default proposed in this run was measured, and its proposals after the prior was dropped
     # are exactly plain default's (those it proposed that were measured before cost no evaluation)
-    own = [r for r in rows if r in s._plain_rows]
+    own = [r for r in rows if r in s.transfer.plain_rows]
     assert own == [r for r in plain if r in set(own)]
-    assert all(r in s._plain_rows for r in rows[-20:])  # dropped well before the end
+    assert all(r in s.transfer.plain_rows for r in rows[-20:])  # dropped well before the end
 
 
 def test_a_lone_source_is_dropped_after_its_first_own_result(gemm):
@@ -72,15 +73,26 @@ def test_a_lone_source_is_dropped_after_its_first_own_result(gemm):
     rows, s = proposals(gemm, 0, 8, [bench.local_optimum_source(gemm)])
     times = gemm.replay()[2]
     assert gemm.optimum / times[rows[5]] < 0.9  # the winner: the local optimum
-    assert s._given_up and all(r in s._plain_rows for r in rows[6:])
-    assert [r for r in rows if r not in s._plain_rows and r not in s._checks] == rows[5:6]  # it cost one
+    assert s.transfer.given_up and all(r in s.transfer.plain_rows for r in rows[6:])
+    assert [r for r in rows if r not in s.transfer.plain_rows] == rows[5:6]  # it cost one
 
 
-def test_a_rank_reversed_source_is_dropped_at_the_checks_for_no_evaluation(gemm):
+def test_a_rank_reversed_source_weighs_nothing_after_the_checks_and_costs_no_evaluation(gemm):
     rows, s = proposals(gemm, 1, 12, [bench.reversed_source(gemm)])
-    assert s._given_up and not s._trusted
+    weights, target = s.transfer.weights()
+    assert not weights.any() and target == 1.0 and not s.transfer.in_use
     plain, _ = proposals(gemm, 1, 12)
     assert rows == plain  # the checks are plain default's own first points: found out on them, it costs nothing
+
+
+@pytest.mark.parametrize("seed", [2, 7])
+def test_a_lone_source_that_barely_outranks_the_target_gp_gets_no_winner(seed):
+    """Another vendor's times (the good region elsewhere) outrank the target GP on five results on just over half
+    of the resamples at these seeds: a lone source needs two in three, as its winner would delay plain default
+    by an evaluation (at budget 50 that cost gemm_RTX_3060_laptop 0.014 of the median fraction)."""
+    target = Case.load(str(LANDSCAPES / "gemm_RTX_3060_laptop.json.gz"), 100)
+    rows, _ = proposals(target, seed, 12, [bench.other_vendor_source(target)])
+    assert rows == proposals(target, seed, 12)[0]
 
 
 def test_with_trustworthy_sources_the_floor_share_is_plain_defaults(gemm):
@@ -89,37 +101,29 @@ def test_with_trustworthy_sources_the_floor_share_is_plain_defaults(gemm):
     rows, s = proposals(gemm, 0, 20, source)
     assert rows[:5] == proposals(gemm, 0, 5)[0]  # the checks: plain default's own first points
     assert gemm.optimum / min(float(gemm.replay()[2][r]) for r in rows[5:7]) >= 0.99  # then the winners transfer
-    assert s._plain_rows  # and a share of the proposals, after the start-up, is plain default's own
+    assert s.transfer.plain_rows - set(rows[:5])  # and a share of the later proposals is plain default's own
 
 
-def test_a_ranking_that_dips_below_trust_after_the_checks_suspends_the_prior_until_it_recovers(gemm):
-    """A source of another GPU can rank the told results at about the trust threshold (pnpoly's did, at
-    0.61-0.69), so after the checks one result can take the correlation just below it. The prior is then left
-    out (plain default's own proposal) and used again once the correlation recovers, not dropped for good, so
-    that its local work goes on. The correlation is scripted here: 0.8, then one dip to 0.5, then 0.8. (The source
-    is a lone one, whose prior is dropped once its second winner brings no better time: ``lone_patience`` is off
-    here, as it would be with several sources.)"""
-    other = Case.load(str(LANDSCAPES / "gemm_RTX_3060_laptop.json.gz"), 100)
+def test_sources_are_weighted_by_the_pairs_of_told_results_they_misrank(gemm):
+    """RGPE: a source that ranks the told results as the target does outweighs one that ranks them at random, and
+    a source that reverses them weighs nothing (its median loss is above the target GP's 95th percentile)."""
     space, fs, times = gemm.replay()
+    ok = np.flatnonzero(~np.isnan(times))
+    exact = bench._source(gemm, ok, times[ok], "exact", None)
+    noisy = bench._source(gemm, ok, times[ok] * np.random.default_rng(0).lognormal(0, 1.5, len(ok)), "noisy", None)
     s = make_strategy("default", space, fs, seed=0, ctx=Context(problem=gemm.landscape.problem),
-                      sources=bench.sources_for(gemm, [other]), lone_patience=0)
-    told = iter([0.8] * 3 + [0.5] + [0.8] * 20)
-    s.prior.agreement = lambda: next(told) if len(s.values) >= 5 else None
-    states = []
-    for _ in range(12):
-        (p,) = s.ask(1)
-        s.tell([(p, float(times[fs.row(p)]))])
-        states.append("given up" if s._given_up else "trusted" if s._trusted else "left out")
-    first = states.index("trusted")
-    suspended = states.index("left out", first)
-    assert "given up" not in states[:suspended + 1]
-    assert "trusted" in states[suspended:]
+                      sources=[exact, noisy, bench.reversed_source(gemm)], lone_patience=0)
+    for r in np.random.default_rng(1).choice(ok, size=30, replace=False):
+        s.tell([(fs.point(int(r)), float(times[r]))])
+    weights, target = s.transfer.weights()
+    assert weights[0] > weights[1] and weights[2] == 0
+    assert weights[0] > target
 
 
 #: A lone source is checked against plain default's own first points before its winners are measured, so a
 #: reversed or other-vendor one costs nothing. One whose best is a local optimum ranks those points as the target
-#: does and is trusted: it costs its first winner (``lone_patience`` 1), not ``distrust``
-#: results; benchmarks/transfer.py --family adversarial measures every case (RESULTS.md).
+#: does and weighs: it costs its first winner (``lone_patience`` 1); benchmarks/transfer.py --family adversarial
+#: measures every case (RESULTS.md).
 CASES = [(LANDSCAPES / "convolution_A4000.json.gz", "reversed"),
          (LANDSCAPES / "convolution_A4000.json.gz", "other-vendor"),
          (LANDSCAPES / "convolution_A4000.json.gz", "local-optimum"),
@@ -167,7 +171,7 @@ def holds(target: Case, sources, budgets=(50, 100, 200), seeds=range(10)) -> tup
 
     fr = [(med(tx, b, "fraction"), med(plain, b, "fraction")) for b in budgets]
     e = (med(tx, top, "evals_to_99"), med(plain, top, "evals_to_99"))
-    ok = all(a >= b - bench.FLOOR_SLACK for a, b in fr) and e[0] <= bench.FLOOR_EVALS * e[1]
+    ok = all(a >= b - bench.FLOOR_SLACK for a, b in fr) and bench.evals_within_floor(*e)
     return ok, f"{target.name}: fractions {fr}, evaluations to 0.99 {e}"
 
 

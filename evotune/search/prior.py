@@ -9,10 +9,9 @@ and GPU are from the target's (:mod:`evotune.search.transfer` computes that; 0 i
 
 * each source's log-times are standardised (failed points count as twice its slowest
   time); rows it did not measure are predicted by a GP fitted on the rows it did;
-* the prior at a row is the weighted mean over sources, a source's weight being
-  ``exp(-distance / TAU)`` (none beyond MAX_DISTANCE) times, once enough results are told, how well it ranks
-  them (its Spearman correlation with the told times; none for a source that ranks
-  them no better than chance), so that a misleading source stops counting;
+* the prior at a row is the weighted mean over sources (none beyond MAX_DISTANCE), a source's weight being
+  ``exp(-distance / TAU)`` until :mod:`evotune.search.ensemble` sets it by how well the source ranks the
+  told results (:meth:`Prior.weigh`), so that a misleading source stops counting;
 * with launch features (:mod:`evotune.search.launch`: the target's rows and the sources' results carry
   them), one more column, first: a GP fitted on every such source's results at once, on the encoded point
   plus its launch at the source's problem, predicts each target row from the point and its launch at the
@@ -20,9 +19,7 @@ and GPU are from the target's (:mod:`evotune.search.transfer` computes that; 0 i
   same parameter values (which, where the problem grows, launch other grids);
 * :meth:`Prior.picks` are the transferred winners: the fastest rows of each source
   in turn, nearest source first; :meth:`Prior.remembered` the winners of sources that hold a single
-  time (a tuning cache's entries), which ``default`` measures before anything else;
-* :meth:`Prior.agreement` is the Spearman correlation between the prior and the told
-  times: the strategy trusts the prior only while it is high enough.
+  time (a tuning cache's entries), which ``default`` measures before anything else.
 
 Example::
 
@@ -50,12 +47,8 @@ from evotune.search.surrogate import (
     with_launch,
 )
 
-#: results told before the sources are weighted by how well they rank them (fewer: by distance only)
-MIN_RANKED = 5
 #: a source's measured rows used to predict the rows it lacks (a random subset beyond this)
 PREDICT_ROWS = 300
-#: rows on which the sources' rankings are compared with each other (a random subset beyond this)
-CORROBORATE_ROWS = 2000
 #: sources further than this from the target (a factor of 16 in one size, or another dtype and more than a
 #: factor of two) are not used: the two H100 Triton landscapes (bf16 4096^3, int8 64 x 4096 x 11008, distance
 #: 10) misled each other (42 evaluations to 0.99 against 18 without)
@@ -140,7 +133,7 @@ class Prior:
         self.distance = np.array(dist)
         self.ranked = np.array(ranked, dtype=bool)
         self._fastest = fastest
-        self._weights: tuple[int, np.ndarray] | None = None  # (results told, weights) of the last call
+        self._weights: np.ndarray | None = None  # set by weigh(); by nearness until then
 
     def _launch_model(self, sources: Sequence[Source]) -> tuple[np.ndarray, float, int] | None:
         """(the prediction at every target row, the nearest distance, how many sources) of one GP fitted on
@@ -219,20 +212,17 @@ class Prior:
         pen = s.penalty()
         return rows, np.log(np.array([s.values[int(r)] if s.values[int(r)] is not None else pen for r in rows]))
 
-    def weights(self) -> np.ndarray:
-        """Each source's weight: nearness, times its rank agreement with the told results once there are enough."""
-        told = len(self.strategy.values)
-        if self._weights is None or self._weights[0] != told:
-            self._weights = (told, self._compute_weights())
-        return self._weights[1]
+    def distance_weights(self) -> np.ndarray:
+        """Each source's weight by nearness alone: ``exp(-(distance - nearest) / TAU)``."""
+        return np.exp(-(self.distance - (self.distance.min() if len(self) else 0.0)) / TAU)
 
-    def _compute_weights(self) -> np.ndarray:
-        w = np.exp(-(self.distance - (self.distance.min() if len(self) else 0.0)) / TAU)
-        rows, y = self.told()
-        if len(rows) >= MIN_RANKED and np.ptp(y) > 0:
-            agree = np.array([spearman(self.z[i, rows], y) for i in range(len(self))])
-            w = w * np.clip(agree, 0.0, None) ** 2
-        return w
+    def weigh(self, w: np.ndarray) -> None:
+        """Set the sources' weights (by how they rank the told results: :mod:`evotune.search.ensemble`)."""
+        self._weights = w
+
+    def weights(self) -> np.ndarray:
+        """Each source's weight: as last set by :meth:`weigh`, else by nearness."""
+        return self._weights if self._weights is not None else self.distance_weights()
 
     def mean(self, rows: np.ndarray) -> np.ndarray:
         """The prior at ``rows``: the weighted mean of the sources' standardised log-times (0 with no weight)."""
@@ -242,16 +232,14 @@ class Prior:
             return np.zeros(len(rows))
         return (w @ self.z[:, rows]) / total
 
-    def agreement(self) -> float | None:
-        """Spearman correlation between the prior and the told results; None while fewer than MIN_RANKED."""
-        rows, y = self.told()
-        if len(rows) < MIN_RANKED or np.ptp(y) == 0:
-            return None
-        return spearman(self.mean(rows), y)
-
     def picks(self, n: int) -> list[int]:
-        """Up to ``n`` fresh rows: the fastest of each source in turn, nearest (heaviest) source first."""
-        order = np.argsort(-self.weights(), kind="stable")
+        """Up to ``n`` fresh rows: the fastest of each source that weighs in turn, nearest source first. By
+        nearness, not weight: weights set on a handful of results move with each of them (ordered by them, the
+        launch model's second-best, the optimum of the autotune replay's 256 x 4096 x 4096, came after two
+        farther sources' bests)."""
+        near = np.argsort(self.distance, kind="stable")
+        w = self.weights()
+        order = [i for i in near if w[i] > 0] or list(near)
         taken = self.strategy.taken
         out: list[int] = []
         depth = 0
@@ -265,18 +253,6 @@ class Prior:
                             break
             depth += 1
         return out
-
-    def corroborated(self, trust: float) -> bool:
-        """Whether at least two sources with a ranking rank the target's rows alike (their mean pairwise Spearman
-        correlation at least ``trust``): then their winners are worth measuring before any check."""
-        cols = [i for i in range(int(self.joint), len(self)) if self.ranked[i]]  # the sources, not the joint model
-        if len(cols) < 2:
-            return False
-        rng = np.random.default_rng(self.strategy.seed)
-        n = self.z.shape[1]
-        rows = rng.choice(n, size=min(n, CORROBORATE_ROWS), replace=False)
-        pairs = [spearman(self.z[a, rows], self.z[b, rows]) for j, a in enumerate(cols) for b in cols[j + 1:]]
-        return float(np.mean(pairs)) >= trust
 
     def remembered(self, n: int) -> list[int]:
         """Up to ``n`` fresh rows: the winners of the sources that hold a single time (a tuning cache's entry for
