@@ -178,10 +178,10 @@ def _search(job: KeyJob) -> Strategy:
     counts = None if job.programs is None else [job.programs(job.feasible.point(r)) for r in range(len(job.feasible))]
     if srcs:
         log.info("tuning %s: transfer from %s", job.key, ", ".join(s.name for s in srcs))
-    # the sources are this kernel's own keys tuned on this GPU: a lone nearest key keeps its prior until
-    # `distrust` of its own results bring no gain, as several do (dropping it after its first own result, as
-    # `default` does, cost the large space's replay at the default budget 32 x 4096 x 4096: 9 -> 30
-    # evaluations to 0.99, 256 x 4096 x 4096: 8 -> 31, 4096^3: 8 -> 26; docs/STRATEGY_DESIGN.md)
+    # the sources are this kernel's own keys tuned on this GPU: a lone nearest key is kept while its ranking
+    # weighs, as several are (dropping it after its first own result, as `default` does, cost the large space's
+    # replay at the default budget 32 x 4096 x 4096: 9 -> 30 evaluations to 0.99, 256 x 4096 x 4096: 8 -> 31,
+    # 4096^3: 8 -> 26; docs/STRATEGY_DESIGN.md)
     return make_strategy("default", job.space, job.feasible, seed=job.seed, sources=srcs, lone_patience=0,
                          launch=None if counts is None else launch.table(counts, job.sms))
 
