@@ -26,6 +26,8 @@ from evotune.reporting.lookup import lookup
 from evotune.triton_tuning.export import check_vllm_folder
 
 ROOT = Path(__file__).resolve().parents[1]
+# the checkout first, then whatever the suite itself runs with (a GPU machine's packages may come that way)
+PYTHONPATH = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 TINY = ROOT / "tests" / "data" / "tiny_moe_config.json"
 STANDIN = f"{ROOT / 'tests' / 'model_standin.py'}:make"
 sys.path.insert(0, str(ROOT / "tests"))
@@ -236,7 +238,7 @@ def test_bad_inputs_say_one_line_exit_2_and_create_nothing(tmp_path, bad) -> Non
 
 
 def _run(out: Path, *extra: str, env: dict[str, str] | None = None, wait: bool = True):
-    full_env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT), **(env or {})}
+    full_env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": PYTHONPATH, **(env or {})}
     full_env.pop("CUDA_VISIBLE_DEVICES", None)
     argv = [sys.executable, "-m", "evotune", "tune-model", str(TINY), "--batch-sizes", "1,2,64,128", "--tuner",
             STANDIN, "--out", str(out), "--no-progress", *extra]
@@ -323,7 +325,7 @@ def test_a_killed_or_interrupted_run_resumes_with_nothing_lost_or_timed_twice(tm
 @pytest.mark.slow  # evotune's autotune on every key of the tiny model, on one GPU
 def test_the_default_tuner_on_a_gpu(tmp_path) -> None:
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH}
     got = subprocess.run([sys.executable, "-m", "evotune", "tune-model", str(TINY), "--batch-sizes", "1,128",
                           "--gpus", "1", "--out", str(out), "--no-progress"], env=env, capture_output=True, text=True)
     assert got.returncode == 0, got.stderr

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# the checkout first, then whatever the suite itself runs with (a GPU machine's packages may come that way)
+PYTHONPATH = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import tune_model as bench  # noqa: E402
 
@@ -37,7 +39,7 @@ def test_a_decoder_layer_of_llama_3_8b_at_m16() -> None:
 
 @pytest.mark.slow  # two tune-model runs of worker processes
 def test_scaling_runs_each_gpu_count_in_its_own_folder(tmp_path) -> None:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": PYTHONPATH}
     env.pop("CUDA_VISIBLE_DEVICES", None)
     got = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tune_model.py"), "scaling", "--model",
                           str(TINY), "--gpus", "1,2", "--batch-sizes", "1,128", "--out", str(tmp_path),
@@ -55,7 +57,7 @@ def test_scaling_runs_each_gpu_count_in_its_own_folder(tmp_path) -> None:
 @pytest.mark.gpu
 @pytest.mark.slow  # a tune-model run of the tiny model at M = 16, then the step's graphs
 def test_decode_step_tuned_against_cublas(tmp_path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH}
     run = tmp_path / "run"
     subprocess.run([sys.executable, "-m", "evotune", "tune-model", str(TINY), "--gpus", "1", "--batch-sizes", "16",
                     "--out", str(run), "--no-progress"], env=env, check=True, cwd=ROOT)
