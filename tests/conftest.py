@@ -222,3 +222,17 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     own = _SESSION.pop("own", None)
     if isinstance(own, Path):
         shutil.rmtree(own, ignore_errors=True)
+
+
+@pytest.fixture
+def kernels() -> ModuleType:
+    """The small Triton kernels of the evotune.autotune tests (``tests/autotune_kernels.py``), their benchmark
+    counter at 0."""
+    tests = str(Path(__file__).resolve().parent)
+    sys.path.insert(0, tests)
+    try:
+        module = importlib.import_module("autotune_kernels")
+    finally:
+        sys.path.remove(tests)
+    module.counting_bench.calls = 0
+    return module

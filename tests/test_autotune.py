@@ -6,7 +6,6 @@ configurations were timed and how often, never how long they took.
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import os
@@ -27,17 +26,6 @@ TESTS = Path(__file__).resolve().parent
 def interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.delenv("RANK", raising=False)
-
-
-@pytest.fixture
-def kernels():
-    sys.path.insert(0, str(TESTS))
-    try:
-        module = importlib.import_module("autotune_kernels")
-    finally:
-        sys.path.remove(str(TESTS))
-    module.counting_bench.calls = 0
-    return module
 
 
 def study_of(kernel, key: dict):

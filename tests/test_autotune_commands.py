@@ -23,17 +23,6 @@ def interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RANK", raising=False)
 
 
-@pytest.fixture
-def kernels():
-    sys.path.insert(0, str(TESTS))
-    try:
-        module = importlib.import_module("autotune_kernels")
-    finally:
-        sys.path.remove(str(TESTS))
-    module.counting_bench.calls = 0
-    return module
-
-
 def test_the_db_file_alone_holds_the_decision_while_the_tuning_process_goes_on(kernels, tmp_path: Path) -> None:
     import evotune
 

@@ -36,17 +36,6 @@ def interpreter(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("RANK", raising=False)
 
 
-@pytest.fixture
-def kernels():
-    sys.path.insert(0, str(TESTS))
-    try:
-        module = importlib.import_module("autotune_kernels")
-    finally:
-        sys.path.remove(str(TESTS))
-    module.counting_bench.calls = 0
-    return module
-
-
 def bench_recording(timed: list[Any]) -> Callable[..., list[float]]:
     """A do_bench that launches once and answers a made-up time by the launch's order (first fastest)."""
 
