@@ -164,35 +164,23 @@ def test_a_study_that_stops_before_a_fifth_of_its_trials_says_after_how_many(tmp
     assert result.stop_text == "stopped on seconds after 2 of 24 trials"
 
 
+
+def _two_problems(tmp_path, name, trials, seconds, outputs=""):
+    """An experiment of the fault space on the CPU oracle: a 64^3 and a 32^3 fp32 problem, searched exhaustively
+    within the budget."""
+    path = tmp_path / f"{name}.toml"
+    problems = "".join(f"[[problem]]\nm = {s}\nn = {s}\nk = {s}\ndtype = \"fp32\"\n" for s in (64, 32))
+    path.write_text(f'name = "{name}"\nspace = "{FAULTS}"\n[oracle]\nkind = "cpu"\n{problems}'
+                    f'[strategy]\nname = "exhaustive"\n[budget]\ntrials = {trials}\nseconds = {seconds}\n'
+                    f'[storage]\nurl = "sqlite:///{tmp_path / (name + ".db")}"\n{outputs}')
+    return path
+
 def test_run_and_best_say_when_a_problem_stopped_after_few_of_its_trials(tmp_path, monkeypatch, capsys):
     from evotune.cli import main
 
-    exp_path = tmp_path / "few.toml"
-    exp_path.write_text(f'''
-name = "few"
-space = "{FAULTS}"
-[oracle]
-kind = "cpu"
-[[problem]]
-m = 64
-n = 64
-k = 64
-dtype = "fp32"
-[[problem]]
-m = 32
-n = 32
-k = 32
-dtype = "fp32"
-[strategy]
-name = "exhaustive"
-[budget]
-trials = 24
-seconds = 10
-[storage]
-url = "sqlite:///{tmp_path / 'few.db'}"
-[outputs]
-best = "{tmp_path / 'best.json'}"
-''')
+    exp_path = _two_problems(tmp_path, "few", trials=24, seconds=10,
+                             outputs=f'[outputs]\nbest = "{tmp_path / "best.json"}"\n')
+
     class Sizes(StartingUp):
         """The first problem's points take 4 s to time, the second's 0.3 s."""
 
@@ -232,30 +220,7 @@ class Confirming(Slow):
 
 
 def test_each_problems_confirmation_gets_its_share_and_the_problem_ends_within_its_seconds(tmp_path, monkeypatch):
-    exp_path = tmp_path / "d.toml"
-    exp_path.write_text(f'''
-name = "d"
-space = "{FAULTS}"
-[oracle]
-kind = "cpu"
-[[problem]]
-m = 64
-n = 64
-k = 64
-dtype = "fp32"
-[[problem]]
-m = 32
-n = 32
-k = 32
-dtype = "fp32"
-[strategy]
-name = "exhaustive"
-[budget]
-trials = 50
-seconds = 100
-[storage]
-url = "sqlite:///{tmp_path / 'd.db'}"
-''')
+    exp_path = _two_problems(tmp_path, "d", trials=50, seconds=100)
     clock = FakeClock()
     monkeypatch.setattr(tuner, "wall_clock", clock)
     monkeypatch.setattr(session, "make_evaluator", lambda exp, target, worker=None: Confirming(clock, cost=10.0))
