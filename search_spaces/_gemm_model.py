@@ -65,7 +65,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from evotune.authoring import Constraint, Context, Hardware, Point, Problem, constraint, get_hardware, hardware_limit
 
@@ -90,6 +90,41 @@ DEFAULT_HARDWARE = "H100"
 
 
 # -- context helpers ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TritonTile:
+    """Where a Triton GEMM space's point keeps its tile sizes (``m``, ``n``, ``k``: the names of its block
+    parameters), and what that tile takes before anything is compiled: each program's shared memory, its
+    ``num_stages`` buffers of the A and B tiles, and its registers per thread, the fp32 (int32 for int8)
+    accumulator spread over the program's threads plus a fixed overhead for pointers, offsets, masks and loop
+    state. Triton's spaces share it so that their constraints estimate alike."""
+
+    m: str
+    n: str
+    k: str
+
+    ACC_BYTES: ClassVar[int] = 4
+    REG_OVERHEAD: ClassVar[int] = 32
+    WARP: ClassVar[int] = 32
+
+    def threads(self, point: Point) -> int:
+        return int(point["num_warps"]) * self.WARP
+
+    def smem_bytes(self, point: Point, problem: Problem) -> int:
+        return int(point["num_stages"] * (point[self.m] + point[self.n]) * point[self.k] * problem.in_bytes)
+
+    def acc_registers(self, point: Point) -> int:
+        """32-bit registers per thread for the accumulator tile, spread over every thread of the program."""
+        return -(-point[self.m] * point[self.n] * self.ACC_BYTES // (self.threads(point) * 4))
+
+    def registers(self, point: Point) -> int:
+        return self.acc_registers(point) + self.REG_OVERHEAD
+
+    def block_registers(self, point: Point) -> int:
+        """Registers of the whole program, allocated in units of 8 per thread."""
+        return -(-self.registers(point) // 8) * 8 * self.threads(point)
+
+
 def gemm_problem(ctx: Context) -> Problem | None:
     """The context's problem if it is a GEMM, else None (rules that need the shape are skipped)."""
     p = ctx.problem

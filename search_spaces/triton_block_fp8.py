@@ -40,9 +40,7 @@ from evotune.authoring import (
 from search_spaces import _gemm_model as gm
 
 DEFAULT_PROBLEM = Problem.gemm(64, 4096, 7168, "fp8", "tn", "block")
-ACC_BYTES = 4  # the fp32 accumulator
-REG_OVERHEAD = 32  # registers per thread besides the accumulator: pointers, offsets, the step's scales
-WARP = 32
+TILE = gm.TritonTile("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K")  # its shared memory and registers
 # what vLLM launches for a shape without a tuned config file (w8a8_triton_block_scaled_mm)
 VLLM_DEFAULT = {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 32, "num_warps": 4,
                 "num_stages": 2}
@@ -51,30 +49,6 @@ VLLM_DEFAULT_NAME = "vLLM default"
 
 def _problem(ctx: Context) -> Problem:
     return gm.problem_or(ctx, DEFAULT_PROBLEM)
-
-
-def threads(point: Point) -> int:
-    return point["num_warps"] * WARP
-
-
-def smem_bytes(point: Point, problem: Problem) -> int:
-    """``num_stages`` buffers of the A (BLOCK_SIZE_M x BLOCK_SIZE_K) and weight (BLOCK_SIZE_N x BLOCK_SIZE_K)
-    tiles, one byte an element (the step's scales are a few hundred bytes more)."""
-    return point["num_stages"] * (point["BLOCK_SIZE_M"] + point["BLOCK_SIZE_N"]) * point["BLOCK_SIZE_K"] * \
-        problem.in_bytes
-
-
-def acc_registers(point: Point) -> int:
-    """32-bit registers per thread for the accumulator tile, spread over every thread of the program."""
-    return -(-point["BLOCK_SIZE_M"] * point["BLOCK_SIZE_N"] * ACC_BYTES // (threads(point) * 4))
-
-
-def registers(point: Point) -> int:
-    return acc_registers(point) + REG_OVERHEAD
-
-
-def _block_regs(p: Point) -> int:
-    return -(-registers(p) // 8) * 8 * threads(p)  # allocated in units of 8 per thread
 
 
 def _fp8_supported(p: Point, ctx: Context) -> bool:
@@ -92,11 +66,11 @@ def _m_rows_ok(p: Point, ctx: Context) -> bool:
 
 
 def _regs_per_thread_ok(p: Point, ctx: Context) -> bool:
-    return ctx.hardware is None or registers(p) <= ctx.hardware.regs_per_thread
+    return ctx.hardware is None or TILE.registers(p) <= ctx.hardware.regs_per_thread
 
 
 def _regs_per_block_ok(p: Point, ctx: Context) -> bool:
-    return ctx.hardware is None or _block_regs(p) <= ctx.hardware.regs_per_sm
+    return ctx.hardware is None or TILE.block_registers(p) <= ctx.hardware.regs_per_sm
 
 
 def estimate(point: Point, ctx: Context) -> float:
@@ -105,8 +79,8 @@ def estimate(point: Point, ctx: Context) -> float:
     async_mma = hw.has("wgmma") or hw.has("tcgen05")
     tiling = gm.Tiling(
         tile_m=point["BLOCK_SIZE_M"], tile_n=point["BLOCK_SIZE_N"], tile_k=point["BLOCK_SIZE_K"],
-        stages=point["num_stages"], smem_bytes=smem_bytes(point, problem), persistent=False,
-        threads=threads(point), regs_per_thread=registers(point),
+        stages=point["num_stages"], smem_bytes=TILE.smem_bytes(point, problem), persistent=False,
+        threads=TILE.threads(point), regs_per_thread=TILE.registers(point),
         # blocks under 64 rows cannot use a warpgroup MMA and fall back to mma.sync
         mma_rate=gm.LEGACY_MMA_RATE if async_mma and point["BLOCK_SIZE_M"] < 64 else 1.0,
         band=point["GROUP_SIZE_M"], band_along_m=True, wave_overhead_us=1.0,
@@ -139,18 +113,18 @@ SPACE = SearchSpace(
                    "would span two groups"),
         constraint("block-m", _m_rows_ok, "BLOCK_SIZE_M={BLOCK_SIZE_M} is wider than M={ctx.problem.m} needs (the "
                                           "rows past M are wrapped copies)"),
-        gm.smem_limit("smem", lambda p, ctx: smem_bytes(p, _problem(ctx)),
+        gm.smem_limit("smem", lambda p, ctx: TILE.smem_bytes(p, _problem(ctx)),
                       "{num_stages} stages of ({BLOCK_SIZE_M}+{BLOCK_SIZE_N})x{BLOCK_SIZE_K} fp8"),
         hardware_limit("regs-per-thread", _regs_per_thread_ok,
                        gm.Message("needs about {regs} registers per thread ({acc} for the "
                                   "{BLOCK_SIZE_M}x{BLOCK_SIZE_N} accumulator over {num_warps} warps + {overhead}), "
                                   "{ctx.hardware.name} allows {ctx.hardware.regs_per_thread}",
-                                  lambda p, ctx: {"regs": registers(p), "acc": acc_registers(p),
-                                                  "overhead": REG_OVERHEAD})),
+                                  lambda p, ctx: {"regs": TILE.registers(p), "acc": TILE.acc_registers(p),
+                                                  "overhead": TILE.REG_OVERHEAD})),
         hardware_limit("regs-per-block", _regs_per_block_ok,
                        gm.Message("needs {block_regs} registers per block, {ctx.hardware.name} has "
                                   "{ctx.hardware.regs_per_sm} per SM",
-                                  lambda p, ctx: {"block_regs": _block_regs(p)})),
+                                  lambda p, ctx: {"block_regs": TILE.block_registers(p)})),
     ],
     description="Triton block-scaled fp8 GEMM (1x128 activation groups, 128x128 weight blocks), vLLM's "
                 "w8a8_block_fp8_matmul tuning grid",

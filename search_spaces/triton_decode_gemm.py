@@ -48,39 +48,15 @@ from evotune.authoring import (
 from search_spaces import _gemm_model as gm
 
 DEFAULT_PROBLEM = Problem.gemm(16, 4096, 4096, "bf16")
+TILE = gm.TritonTile("BLOCK_M", "BLOCK_N", "BLOCK_K")  # its shared memory and registers
 DTYPES = ("bf16", "fp16", "int8", "fp8")
 SCALINGS = ("", "tensor", "row")  # fp8: unscaled, or a scaled epilogue (see _triton_decode.py)
-ACC_BYTES = 4  # fp32 accumulator, int32 for int8
-REG_OVERHEAD = 32  # registers per thread besides the accumulator: pointers, offsets, masks, loop state
-WARP = 32
 VECTOR_BYTES = 16  # the widest load a thread issues
 MIN_SM_SHARE = 2  # at least one program per this many SMs (see _enough_programs)
 
 
 def _problem(ctx: Context) -> Problem:
     return gm.problem_or(ctx, DEFAULT_PROBLEM)
-
-
-def threads(point: Point) -> int:
-    return point["num_warps"] * WARP
-
-
-def smem_bytes(point: Point, problem: Problem) -> int:
-    """``num_stages`` buffers of the x (BLOCK_M x BLOCK_K) and weight (BLOCK_N x BLOCK_K) tiles."""
-    return point["num_stages"] * (point["BLOCK_M"] + point["BLOCK_N"]) * point["BLOCK_K"] * problem.in_bytes
-
-
-def acc_registers(point: Point) -> int:
-    """32-bit registers per thread for the accumulator tile, spread over every thread of the program."""
-    return -(-point["BLOCK_M"] * point["BLOCK_N"] * ACC_BYTES // (threads(point) * 4))
-
-
-def registers(point: Point) -> int:
-    return acc_registers(point) + REG_OVERHEAD
-
-
-def _block_regs(p: Point) -> int:
-    return -(-registers(p) // 8) * 8 * threads(p)  # allocated in units of 8 per thread
 
 
 def k_blocks(point: Point, problem: Problem) -> int:
@@ -125,7 +101,7 @@ def _enough_programs(p: Point, ctx: Context) -> bool:
 
 def _vector_loads_ok(p: Point, ctx: Context) -> bool:
     """Every thread loads at least one full vector of the weight tile per K step."""
-    return p["BLOCK_N"] * p["BLOCK_K"] * _problem(ctx).in_bytes >= threads(p) * VECTOR_BYTES
+    return p["BLOCK_N"] * p["BLOCK_K"] * _problem(ctx).in_bytes >= TILE.threads(p) * VECTOR_BYTES
 
 
 def _fp8_supported(p: Point, ctx: Context) -> bool:
@@ -134,11 +110,11 @@ def _fp8_supported(p: Point, ctx: Context) -> bool:
 
 
 def _regs_per_thread_ok(p: Point, ctx: Context) -> bool:
-    return ctx.hardware is None or registers(p) <= ctx.hardware.regs_per_thread
+    return ctx.hardware is None or TILE.registers(p) <= ctx.hardware.regs_per_thread
 
 
 def _regs_per_block_ok(p: Point, ctx: Context) -> bool:
-    return ctx.hardware is None or _block_regs(p) <= ctx.hardware.regs_per_sm
+    return ctx.hardware is None or TILE.block_registers(p) <= ctx.hardware.regs_per_sm
 
 
 def estimate(point: Point, ctx: Context) -> float:
@@ -147,8 +123,8 @@ def estimate(point: Point, ctx: Context) -> float:
     async_mma = hw.has("wgmma") or hw.has("tcgen05")
     tiling = gm.Tiling(
         tile_m=point["BLOCK_M"], tile_n=point["BLOCK_N"], tile_k=point["BLOCK_K"], stages=point["num_stages"],
-        smem_bytes=smem_bytes(point, problem), split_k=point["SPLIT_K"], threads=threads(point),
-        regs_per_thread=registers(point),
+        smem_bytes=TILE.smem_bytes(point, problem), split_k=point["SPLIT_K"], threads=TILE.threads(point),
+        regs_per_thread=TILE.registers(point),
         # tiles under 64 rows cannot use a warpgroup MMA and fall back to mma.sync
         mma_rate=gm.LEGACY_MMA_RATE if async_mma and point["BLOCK_M"] < 64 else 1.0, wave_overhead_us=1.0,
     )
@@ -193,18 +169,18 @@ SPACE = SearchSpace(
                        gm.Message("{programs} programs leave more than half of the {ctx.hardware.sm_count} SMs, and "
                                   "their share of the memory bandwidth, idle",
                                   lambda p, ctx: {"programs": programs(p, _problem(ctx))})),
-        gm.smem_limit("smem", lambda p, ctx: smem_bytes(p, _problem(ctx)),
+        gm.smem_limit("smem", lambda p, ctx: TILE.smem_bytes(p, _problem(ctx)),
                       "{num_stages} stages of ({BLOCK_M}+{BLOCK_N})x{BLOCK_K}"),
         hardware_limit("regs-per-thread", _regs_per_thread_ok,
                        gm.Message("needs about {regs} registers per thread ({acc} for the {BLOCK_M}x{BLOCK_N} "
                                   "accumulator over {num_warps} warps + {overhead}), {ctx.hardware.name} "
                                   "allows {ctx.hardware.regs_per_thread}",
-                                  lambda p, ctx: {"regs": registers(p), "acc": acc_registers(p),
-                                                  "overhead": REG_OVERHEAD})),
+                                  lambda p, ctx: {"regs": TILE.registers(p), "acc": TILE.acc_registers(p),
+                                                  "overhead": TILE.REG_OVERHEAD})),
         hardware_limit("regs-per-block", _regs_per_block_ok,
                        gm.Message("needs {block_regs} registers per block, {ctx.hardware.name} has "
                                   "{ctx.hardware.regs_per_sm} per SM",
-                                  lambda p, ctx: {"block_regs": _block_regs(p)})),
+                                  lambda p, ctx: {"block_regs": TILE.block_registers(p)})),
     ],
     description="Triton split-K GEMM for decode (M up to 64): a pipelined weight stream, reduced by a "
                 "second kernel, atomics or the last split of each tile",

@@ -41,32 +41,11 @@ from evotune.authoring import (
 from search_spaces import _gemm_model as gm
 
 DEFAULT_PROBLEM = Problem.gemm(4096, 4096, 4096, "bf16")
-ACC_BYTES = 4  # fp32 accumulator, int32 for int8
-REG_OVERHEAD = 32  # registers per thread besides the accumulator: pointers, offsets, masks, loop state
-WARP = 32
+TILE = gm.TritonTile("BLOCK_M", "BLOCK_N", "BLOCK_K")  # its shared memory and registers
 
 
 def _problem(ctx: Context) -> Problem:
     return gm.problem_or(ctx, DEFAULT_PROBLEM)
-
-
-def smem_bytes(point: Point, problem: Problem) -> int:
-    """``num_stages`` buffers of the A (BLOCK_M x BLOCK_K) and B (BLOCK_K x BLOCK_N) tiles."""
-    return point["num_stages"] * (point["BLOCK_M"] + point["BLOCK_N"]) * point["BLOCK_K"] * problem.in_bytes
-
-
-def threads(point: Point) -> int:
-    return point["num_warps"] * WARP
-
-
-def acc_registers(point: Point) -> int:
-    """32-bit registers per thread for the accumulator tile, spread over every thread of the block."""
-    return -(-point["BLOCK_M"] * point["BLOCK_N"] * ACC_BYTES // (threads(point) * 4))
-
-
-def registers(point: Point) -> int:
-    """Estimated registers per thread: accumulator plus a fixed overhead."""
-    return acc_registers(point) + REG_OVERHEAD
 
 
 def _fp8_supported(p: Point, ctx: Context) -> bool:
@@ -80,15 +59,11 @@ def _clusters_ok(p: Point, ctx: Context) -> bool:
 
 
 def _regs_per_thread_ok(p: Point, ctx: Context) -> bool:
-    return ctx.hardware is None or registers(p) <= ctx.hardware.regs_per_thread
-
-
-def _block_regs(p: Point) -> int:
-    return -(-registers(p) // 8) * 8 * threads(p)  # allocated in units of 8 per thread
+    return ctx.hardware is None or TILE.registers(p) <= ctx.hardware.regs_per_thread
 
 
 def _regs_per_block_ok(p: Point, ctx: Context) -> bool:
-    return ctx.hardware is None or _block_regs(p) <= ctx.hardware.regs_per_sm
+    return ctx.hardware is None or TILE.block_registers(p) <= ctx.hardware.regs_per_sm
 
 
 def _split_k_ok(p: Point, ctx: Context) -> bool:
@@ -109,8 +84,8 @@ def estimate(point: Point, ctx: Context) -> float:
     async_mma = hw.has("wgmma") or hw.has("tcgen05")
     tiling = gm.Tiling(
         tile_m=max(point["BLOCK_M"] // ctas, 1), tile_n=point["BLOCK_N"], tile_k=point["BLOCK_K"],
-        stages=point["num_stages"], smem_bytes=smem_bytes(point, problem), cluster=(ctas, 1),
-        split_k=point["SPLIT_K"], persistent=False, threads=threads(point), regs_per_thread=registers(point),
+        stages=point["num_stages"], smem_bytes=TILE.smem_bytes(point, problem), cluster=(ctas, 1),
+        split_k=point["SPLIT_K"], persistent=False, threads=TILE.threads(point), regs_per_thread=TILE.registers(point),
         # blocks under 64 rows cannot use a warpgroup MMA and fall back to mma.sync
         mma_rate=gm.LEGACY_MMA_RATE if async_mma and point["BLOCK_M"] < 64 else 1.0,
         band=point["GROUP_M"], band_along_m=True, wave_overhead_us=1.0,
@@ -142,18 +117,18 @@ SPACE = SearchSpace(
         hardware_limit("clusters", _clusters_ok,
                        "num_ctas={num_ctas} needs thread-block clusters (sm_90+); {ctx.hardware.name} "
                        "allows {ctx.hardware.max_cluster_portable} CTA per cluster"),
-        gm.smem_limit("smem", lambda p, ctx: smem_bytes(p, _problem(ctx)),
+        gm.smem_limit("smem", lambda p, ctx: TILE.smem_bytes(p, _problem(ctx)),
                       "{num_stages} stages of ({BLOCK_M}+{BLOCK_N})x{BLOCK_K}"),
         hardware_limit("regs-per-thread", _regs_per_thread_ok,
                        gm.Message("needs about {regs} registers per thread ({acc} for the {BLOCK_M}x{BLOCK_N} "
                                   "accumulator over {num_warps} warps + {overhead}), {ctx.hardware.name} "
                                   "allows {ctx.hardware.regs_per_thread}",
-                                  lambda p, ctx: {"regs": registers(p), "acc": acc_registers(p),
-                                                  "overhead": REG_OVERHEAD})),
+                                  lambda p, ctx: {"regs": TILE.registers(p), "acc": TILE.acc_registers(p),
+                                                  "overhead": TILE.REG_OVERHEAD})),
         hardware_limit("regs-per-block", _regs_per_block_ok,
                        gm.Message("needs {block_regs} registers per block, {ctx.hardware.name} has "
                                   "{ctx.hardware.regs_per_sm} per SM",
-                                  lambda p, ctx: {"block_regs": _block_regs(p)})),
+                                  lambda p, ctx: {"block_regs": TILE.block_registers(p)})),
         constraint("split-k", _split_k_ok,
                    "K={ctx.problem.k} does not split into {SPLIT_K} chunks that are multiples of BLOCK_K={BLOCK_K}"),
     ],

@@ -147,7 +147,7 @@ def test_int8_uses_one_byte_elements():
 
     assert max_stages(BF16) == 2
     assert max_stages(int8) == 4
-    assert triton_matmul.smem_bytes(tile, int8) * 2 == triton_matmul.smem_bytes(tile, BF16)
+    assert triton_matmul.TILE.smem_bytes(tile, int8) * 2 == triton_matmul.TILE.smem_bytes(tile, BF16)
 
 
 def test_int8_is_feasible_on_hopper_and_triton():
