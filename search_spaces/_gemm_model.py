@@ -124,6 +124,23 @@ class TritonTile:
         """Registers of the whole program, allocated in units of 8 per thread."""
         return -(-self.registers(point) // 8) * 8 * self.threads(point)
 
+    def register_limits(self) -> list[Constraint]:
+        """The program's registers against the GPU's: per thread, and per block (one SM's register file)."""
+        return [
+            hardware_limit("regs-per-thread",
+                           lambda p, ctx: ctx.hardware is None or self.registers(p) <= ctx.hardware.regs_per_thread,
+                           Message(f"needs about {{regs}} registers per thread ({{acc}} for the {{{self.m}}}x"
+                                   f"{{{self.n}}} accumulator over {{num_warps}} warps + {{overhead}}), "
+                                   "{ctx.hardware.name} allows {ctx.hardware.regs_per_thread}",
+                                   lambda p, ctx: {"regs": self.registers(p), "acc": self.acc_registers(p),
+                                                   "overhead": self.REG_OVERHEAD})),
+            hardware_limit("regs-per-block",
+                           lambda p, ctx: ctx.hardware is None or self.block_registers(p) <= ctx.hardware.regs_per_sm,
+                           Message("needs {block_regs} registers per block, {ctx.hardware.name} has "
+                                   "{ctx.hardware.regs_per_sm} per SM",
+                                   lambda p, ctx: {"block_regs": self.block_registers(p)})),
+        ]
+
 
 def gemm_problem(ctx: Context) -> Problem | None:
     """The context's problem if it is a GEMM, else None (rules that need the shape are skipped)."""

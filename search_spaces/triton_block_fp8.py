@@ -65,14 +65,6 @@ def _m_rows_ok(p: Point, ctx: Context) -> bool:
     return problem is None or p["BLOCK_SIZE_M"] <= max(16, 1 << (problem.m - 1).bit_length())
 
 
-def _regs_per_thread_ok(p: Point, ctx: Context) -> bool:
-    return ctx.hardware is None or TILE.registers(p) <= ctx.hardware.regs_per_thread
-
-
-def _regs_per_block_ok(p: Point, ctx: Context) -> bool:
-    return ctx.hardware is None or TILE.block_registers(p) <= ctx.hardware.regs_per_sm
-
-
 def estimate(point: Point, ctx: Context) -> float:
     """Predicted time in ms from the shared roofline/wave model (default problem and H100 when unknown)."""
     problem, hw = _problem(ctx), gm.hardware_or_default(ctx)
@@ -115,16 +107,7 @@ SPACE = SearchSpace(
                                           "rows past M are wrapped copies)"),
         gm.smem_limit("smem", lambda p, ctx: TILE.smem_bytes(p, _problem(ctx)),
                       "{num_stages} stages of ({BLOCK_SIZE_M}+{BLOCK_SIZE_N})x{BLOCK_SIZE_K} fp8"),
-        hardware_limit("regs-per-thread", _regs_per_thread_ok,
-                       gm.Message("needs about {regs} registers per thread ({acc} for the "
-                                  "{BLOCK_SIZE_M}x{BLOCK_SIZE_N} accumulator over {num_warps} warps + {overhead}), "
-                                  "{ctx.hardware.name} allows {ctx.hardware.regs_per_thread}",
-                                  lambda p, ctx: {"regs": TILE.registers(p), "acc": TILE.acc_registers(p),
-                                                  "overhead": TILE.REG_OVERHEAD})),
-        hardware_limit("regs-per-block", _regs_per_block_ok,
-                       gm.Message("needs {block_regs} registers per block, {ctx.hardware.name} has "
-                                  "{ctx.hardware.regs_per_sm} per SM",
-                                  lambda p, ctx: {"block_regs": TILE.block_registers(p)})),
+        *TILE.register_limits(),
     ],
     description="Triton block-scaled fp8 GEMM (1x128 activation groups, 128x128 weight blocks), vLLM's "
                 "w8a8_block_fp8_matmul tuning grid",

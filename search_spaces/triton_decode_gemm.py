@@ -109,14 +109,6 @@ def _fp8_supported(p: Point, ctx: Context) -> bool:
     return ctx.hardware is None or problem is None or problem.dtype != "fp8" or ctx.hardware.has("fp8")
 
 
-def _regs_per_thread_ok(p: Point, ctx: Context) -> bool:
-    return ctx.hardware is None or TILE.registers(p) <= ctx.hardware.regs_per_thread
-
-
-def _regs_per_block_ok(p: Point, ctx: Context) -> bool:
-    return ctx.hardware is None or TILE.block_registers(p) <= ctx.hardware.regs_per_sm
-
-
 def estimate(point: Point, ctx: Context) -> float:
     """Predicted time in ms from the shared roofline/wave model (default problem and H100 when unknown)."""
     problem, hw = _problem(ctx), gm.hardware_or_default(ctx)
@@ -171,16 +163,7 @@ SPACE = SearchSpace(
                                   lambda p, ctx: {"programs": programs(p, _problem(ctx))})),
         gm.smem_limit("smem", lambda p, ctx: TILE.smem_bytes(p, _problem(ctx)),
                       "{num_stages} stages of ({BLOCK_M}+{BLOCK_N})x{BLOCK_K}"),
-        hardware_limit("regs-per-thread", _regs_per_thread_ok,
-                       gm.Message("needs about {regs} registers per thread ({acc} for the {BLOCK_M}x{BLOCK_N} "
-                                  "accumulator over {num_warps} warps + {overhead}), {ctx.hardware.name} "
-                                  "allows {ctx.hardware.regs_per_thread}",
-                                  lambda p, ctx: {"regs": TILE.registers(p), "acc": TILE.acc_registers(p),
-                                                  "overhead": TILE.REG_OVERHEAD})),
-        hardware_limit("regs-per-block", _regs_per_block_ok,
-                       gm.Message("needs {block_regs} registers per block, {ctx.hardware.name} has "
-                                  "{ctx.hardware.regs_per_sm} per SM",
-                                  lambda p, ctx: {"block_regs": TILE.block_registers(p)})),
+        *TILE.register_limits(),
     ],
     description="Triton split-K GEMM for decode (M up to 64): a pipelined weight stream, reduced by a "
                 "second kernel, atomics or the last split of each tile",

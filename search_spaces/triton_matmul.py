@@ -58,14 +58,6 @@ def _clusters_ok(p: Point, ctx: Context) -> bool:
     return hw is None or p["num_ctas"] == 1 or (hw.has("clusters") and p["num_ctas"] <= hw.max_cluster_portable)
 
 
-def _regs_per_thread_ok(p: Point, ctx: Context) -> bool:
-    return ctx.hardware is None or TILE.registers(p) <= ctx.hardware.regs_per_thread
-
-
-def _regs_per_block_ok(p: Point, ctx: Context) -> bool:
-    return ctx.hardware is None or TILE.block_registers(p) <= ctx.hardware.regs_per_sm
-
-
 def _split_k_ok(p: Point, ctx: Context) -> bool:
     problem = gm.gemm_problem(ctx)
     if problem is None or p["SPLIT_K"] == 1:
@@ -119,16 +111,7 @@ SPACE = SearchSpace(
                        "allows {ctx.hardware.max_cluster_portable} CTA per cluster"),
         gm.smem_limit("smem", lambda p, ctx: TILE.smem_bytes(p, _problem(ctx)),
                       "{num_stages} stages of ({BLOCK_M}+{BLOCK_N})x{BLOCK_K}"),
-        hardware_limit("regs-per-thread", _regs_per_thread_ok,
-                       gm.Message("needs about {regs} registers per thread ({acc} for the {BLOCK_M}x{BLOCK_N} "
-                                  "accumulator over {num_warps} warps + {overhead}), {ctx.hardware.name} "
-                                  "allows {ctx.hardware.regs_per_thread}",
-                                  lambda p, ctx: {"regs": TILE.registers(p), "acc": TILE.acc_registers(p),
-                                                  "overhead": TILE.REG_OVERHEAD})),
-        hardware_limit("regs-per-block", _regs_per_block_ok,
-                       gm.Message("needs {block_regs} registers per block, {ctx.hardware.name} has "
-                                  "{ctx.hardware.regs_per_sm} per SM",
-                                  lambda p, ctx: {"block_regs": TILE.block_registers(p)})),
+        *TILE.register_limits(),
         constraint("split-k", _split_k_ok,
                    "K={ctx.problem.k} does not split into {SPLIT_K} chunks that are multiples of BLOCK_K={BLOCK_K}"),
     ],
