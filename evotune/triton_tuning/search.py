@@ -1,7 +1,7 @@
 """Tuning one key: measure configurations (shared with other processes through claims), then decide once.
 
 1. **Measure** (:func:`measure_points`), in evotune's one tuning loop
-   (:func:`evotune.running.tuner.tune`) with the kernel launched in this process as
+   (:func:`evotune.running.tuner.tune_study`) with the kernel launched in this process as
    its evaluator (:class:`LaunchEvaluator`): a list no longer than the budget is timed
    whole, in its order, as ``triton.autotune`` does; a larger set is searched by
    evotune's ``default`` strategy for ``budget`` evaluations, with the trials of
@@ -145,7 +145,7 @@ class LaunchEvaluator(Evaluator):
 
 def measure_points(job: KeyJob, store: StudyStore) -> int:
     """Time the key's points this process claims until the budget is spent, in evotune's one tuning loop
-    (:func:`evotune.running.tuner.tune`); how many it timed. Returns once no other process is timing a point."""
+    (:func:`evotune.running.tuner.tune_study`); how many it timed. Returns once no other process is timing a point."""
     space, points = job.space, job.points
     wanted = {space.key(p) for p in points}
     stored = {r.key for r in store.history()}
