@@ -4,9 +4,10 @@ The algorithm:
 
 1. **Start**: ``startup`` points, the first population of :meth:`Strategy.seed_rows` (half ranked by the
    hardware model with ``seeding = "hardware"``, the rest a greedy max-min spread over the space).
-2. **Model**: a Gaussian process on standardised log-time (:class:`gp.Surrogate`): Matérn-5/2 on the encoded
-   point, which carries *alignment* features (power of two, 2-adic valuation) beside each integer parameter's
-   position, because divisibility, not magnitude, separates fast GPU configurations from slow neighbours. With
+2. **Model**: a Gaussian process on standardised log-time (:class:`~evotune.search.surrogate.Surrogate`):
+   Matérn-5/2 on the encoded point, which carries *alignment* features (power of two, 2-adic valuation) beside
+   each integer parameter's position, because divisibility, not magnitude, separates fast GPU configurations from
+   slow neighbours. With
    ``relevance`` each feature gets its own length-scale by marginal likelihood. Failed points count as twice
    the slowest time seen. Given launch features (``launch=``: each point's program count against the SMs,
    :mod:`evotune.search.launch`), the GP and the transfer prior see those too.
