@@ -124,6 +124,18 @@ class TritonTile:
         """Registers of the whole program, allocated in units of 8 per thread."""
         return -(-self.registers(point) // 8) * 8 * self.threads(point)
 
+    def tiling(self, point: Point, problem: Problem, hw: Hardware, **fields: Any) -> Tiling:
+        """The estimate's view of one program of this tile (:class:`Tiling`); ``fields`` add or override what
+        the kernel does beyond it (a raster band, split-K, a cluster)."""
+        # tiles under 64 rows cannot use a warpgroup MMA and fall back to mma.sync
+        async_mma = hw.has("wgmma") or hw.has("tcgen05")
+        base: dict[str, Any] = dict(
+            tile_m=point[self.m], tile_n=point[self.n], tile_k=point[self.k], stages=point["num_stages"],
+            smem_bytes=self.smem_bytes(point, problem), threads=self.threads(point),
+            regs_per_thread=self.registers(point),
+            mma_rate=LEGACY_MMA_RATE if async_mma and point[self.m] < 64 else 1.0, wave_overhead_us=1.0)
+        return Tiling(**{**base, **fields})
+
     def register_limits(self) -> list[Constraint]:
         """The program's registers against the GPU's: per thread, and per block (one SM's register file)."""
         return [

@@ -68,15 +68,7 @@ def _m_rows_ok(p: Point, ctx: Context) -> bool:
 def estimate(point: Point, ctx: Context) -> float:
     """Predicted time in ms from the shared roofline/wave model (default problem and H100 when unknown)."""
     problem, hw = _problem(ctx), gm.hardware_or_default(ctx)
-    async_mma = hw.has("wgmma") or hw.has("tcgen05")
-    tiling = gm.Tiling(
-        tile_m=point["BLOCK_SIZE_M"], tile_n=point["BLOCK_SIZE_N"], tile_k=point["BLOCK_SIZE_K"],
-        stages=point["num_stages"], smem_bytes=TILE.smem_bytes(point, problem), persistent=False,
-        threads=TILE.threads(point), regs_per_thread=TILE.registers(point),
-        # blocks under 64 rows cannot use a warpgroup MMA and fall back to mma.sync
-        mma_rate=gm.LEGACY_MMA_RATE if async_mma and point["BLOCK_SIZE_M"] < 64 else 1.0,
-        band=point["GROUP_SIZE_M"], band_along_m=True, wave_overhead_us=1.0,
-    )
+    tiling = TILE.tiling(point, problem, hw, persistent=False, band=point["GROUP_SIZE_M"], band_along_m=True)
     return gm.estimate_ms(tiling, problem, hw)
 
 

@@ -112,15 +112,7 @@ def _fp8_supported(p: Point, ctx: Context) -> bool:
 def estimate(point: Point, ctx: Context) -> float:
     """Predicted time in ms from the shared roofline/wave model (default problem and H100 when unknown)."""
     problem, hw = _problem(ctx), gm.hardware_or_default(ctx)
-    async_mma = hw.has("wgmma") or hw.has("tcgen05")
-    tiling = gm.Tiling(
-        tile_m=point["BLOCK_M"], tile_n=point["BLOCK_N"], tile_k=point["BLOCK_K"], stages=point["num_stages"],
-        smem_bytes=TILE.smem_bytes(point, problem), split_k=point["SPLIT_K"], threads=TILE.threads(point),
-        regs_per_thread=TILE.registers(point),
-        # tiles under 64 rows cannot use a warpgroup MMA and fall back to mma.sync
-        mma_rate=gm.LEGACY_MMA_RATE if async_mma and point["BLOCK_M"] < 64 else 1.0, wave_overhead_us=1.0,
-    )
-    return gm.estimate_ms(tiling, problem, hw)
+    return gm.estimate_ms(TILE.tiling(point, problem, hw, split_k=point["SPLIT_K"]), problem, hw)
 
 
 SPACE = SearchSpace(

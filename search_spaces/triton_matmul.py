@@ -73,15 +73,8 @@ def estimate(point: Point, ctx: Context) -> float:
     """
     problem, hw = _problem(ctx), gm.hardware_or_default(ctx)
     ctas = point["num_ctas"]
-    async_mma = hw.has("wgmma") or hw.has("tcgen05")
-    tiling = gm.Tiling(
-        tile_m=max(point["BLOCK_M"] // ctas, 1), tile_n=point["BLOCK_N"], tile_k=point["BLOCK_K"],
-        stages=point["num_stages"], smem_bytes=TILE.smem_bytes(point, problem), cluster=(ctas, 1),
-        split_k=point["SPLIT_K"], persistent=False, threads=TILE.threads(point), regs_per_thread=TILE.registers(point),
-        # blocks under 64 rows cannot use a warpgroup MMA and fall back to mma.sync
-        mma_rate=gm.LEGACY_MMA_RATE if async_mma and point["BLOCK_M"] < 64 else 1.0,
-        band=point["GROUP_M"], band_along_m=True, wave_overhead_us=1.0,
-    )
+    tiling = TILE.tiling(point, problem, hw, tile_m=max(point["BLOCK_M"] // ctas, 1), cluster=(ctas, 1),
+                         split_k=point["SPLIT_K"], persistent=False, band=point["GROUP_M"], band_along_m=True)
     return gm.estimate_ms(tiling, problem, hw)
 
 
