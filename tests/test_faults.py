@@ -140,6 +140,7 @@ def test_a_space_without_build_is_refused():
         CpuEvaluator(SearchSpace("x", [ordinal("a", (1, 2))]))
 
 
+@pytest.mark.slow  # several seconds: the fast lane stays under 3 minutes
 def test_the_fault_experiment_runs_to_its_end_with_its_oracle_options(space, tmp_path):
     """The experiment names the space by a path relative to itself; its timeout_s reaches the CPU worker."""
     from evotune.running.experiment import load_experiment

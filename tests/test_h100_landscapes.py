@@ -56,6 +56,7 @@ def test_evotune_run_replays_every_h100_landscape(space, tmp_path, capsys):
     assert len(json.loads(best.read_text())) == len(files)
 
 
+@pytest.mark.slow  # several seconds: the fast lane stays under 3 minutes
 def test_kernel_quality_report_covers_every_recorded_shape(tmp_path, monkeypatch):
     import importlib.util
 

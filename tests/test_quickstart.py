@@ -100,6 +100,7 @@ def test_the_quickstart_landscape_is_labelled_fp32():
     assert Problem.from_dict(ls.problem.to_dict()) == ls.problem and ls.problem.key == "Xgemm_4096x4096"
 
 
+@pytest.mark.slow  # several seconds: the fast lane stays under 3 minutes
 def test_quickstart_ga_beats_random_at_the_median():
     """The quickstart's point: on this landscape the GA finds better kernels than random search."""
     from statistics import median

@@ -149,6 +149,7 @@ def _misleading(job: tuple[str, str, int]) -> tuple[float, float, bool]:
     return without, with_bad, not s.transfer.in_use
 
 
+@pytest.mark.slow  # several seconds: the fast lane stays under 3 minutes
 def test_a_misleading_source_costs_at_most_ten_percent_more_evaluations():
     """Times shuffled, at distance 0 (the most trusted a source can be): the checks drop it. The seeds run side by
     side (processes forked from this one, as tests/test_transfer_floor.py runs them)."""
@@ -199,6 +200,7 @@ plots = "{tmp_path / 'plots'}"
     return json.loads((tmp_path / f"{name}_best.json").read_text())
 
 
+@pytest.mark.slow  # several seconds: the fast lane stays under 3 minutes
 def test_run_transfers_from_the_experiments_own_studies_and_says_so(tmp_path, capsys):
     best = {b["problem_key"]: b for b in run_h100(tmp_path, "tx", top="sources = []")}
     # the first problem had nothing to learn from; the second learnt from the first one's study
@@ -221,6 +223,7 @@ def test_an_experiment_names_landscapes_as_sources(tmp_path):
     assert got["fraction_of_optimum"] >= 0.98  # its winner, measured first
 
 
+@pytest.mark.slow  # several seconds: the fast lane stays under 3 minutes
 def test_without_a_sources_key_the_shipped_landscapes_of_the_space_are_the_sources_but_never_the_target(tmp_path):
     from evotune.search.transfer import shipped_landscapes
 
