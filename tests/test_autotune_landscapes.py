@@ -145,6 +145,7 @@ def test_a_failing_or_wrong_configuration_is_recorded_failed_and_not_timed(bench
     assert good.status is Status.OK and good.compile_s == 0.5 and timer.calls == 1
 
 
+@pytest.mark.slow  # several seconds: the fast lane stays under 3 minutes
 def test_bad_shapes_are_refused_with_exit_code_2(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(SCRIPT), "--shapes", "32x32", "--out", str(tmp_path)],
                           capture_output=True, text=True,
@@ -183,6 +184,7 @@ def test_confirm_only_retimes_the_near_optimal_points_and_leaves_the_others(benc
             assert new.entries[key].time_ms == pytest.approx(statistics.median(new.entries[key].samples_ms), rel=1e-4)
 
 
+@pytest.mark.slow  # several seconds: the fast lane stays under 3 minutes
 def test_confirm_only_without_the_recorded_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(SCRIPT), "--confirm-only", "--shapes", "32x32x32", "--out",
                            str(tmp_path)], capture_output=True, text=True,
