@@ -39,10 +39,24 @@ import triton.language as tl
 
 from evotune.authoring import Point, Problem
 
-REDUCE_BLOCK = 1024  # outputs per program of the reduction kernel
+# outputs per program of the reduction kernel: up to 1024, fewer where M x N is small, so that at M = 1 its
+# SPLIT_K x N partials are read by enough programs (4 programs of 1024 would each stream 128 KiB at one SM's
+# bandwidth, as long as the GEMM of a small layer itself)
+REDUCE_BLOCK = 1024
+REDUCE_MIN_BLOCK = 128
+REDUCE_PROGRAMS = 128  # the programs it aims for before it widens its blocks
 # the epilogue's scaling of a problem's fp8 inputs (SCALE in the kernel): none, one scalar each, per row of A
 # and per column of C
 SCALE_MODES = {"": 0, "tensor": 1, "row": 2}
+
+
+def reduce_block(mn: int) -> int:
+    """Outputs per program of the reduction kernel for ``mn`` outputs: a power of two from REDUCE_MIN_BLOCK to
+    REDUCE_BLOCK, the largest that still gives REDUCE_PROGRAMS programs."""
+    block = REDUCE_MIN_BLOCK
+    while block < REDUCE_BLOCK and mn // (2 * block) >= REDUCE_PROGRAMS:
+        block *= 2
+    return block
 
 
 @triton.jit
@@ -144,8 +158,9 @@ def launcher(point: Point, problem: Problem) -> tuple[Any, Any]:
                 EVEN_K=k % point["BLOCK_K"] == 0, INT_ACC=int_acc, ATOMIC=atomic, LAST=last,
                 SCALE=SCALE_MODES[problem.scaling], num_warps=point["num_warps"], num_stages=point["num_stages"])
     acc_dtype = torch.int32 if int_acc else torch.float32
-    reduce_grid = (triton.cdiv(m * n, REDUCE_BLOCK),)
-    reduce_meta = dict(SPLIT_K=split, BLOCK=REDUCE_BLOCK, num_warps=4)
+    block = reduce_block(m * n)
+    reduce_grid = (triton.cdiv(m * n, block),)
+    reduce_meta = dict(SPLIT_K=split, BLOCK=block, num_warps=max(1, min(4, block // 256)))
 
     def target(c: torch.Tensor) -> torch.Tensor:
         """Where the partial kernel writes: ``c`` itself, or a workspace."""
@@ -188,7 +203,8 @@ def launcher(point: Point, problem: Problem) -> tuple[Any, Any]:
 def specialization(problem: Problem) -> tuple:
     """What of the shape a binary depends on: Triton compiles M, N, K, M x N (the workspace's split stride)
     and the row strides (K; N for the workspace and ``c``) as runtime integers, specialised only on
-    divisibility by 16 and on being 1; the kernel also on whether K is a multiple of BLOCK_K (EVEN_K)."""
+    divisibility by 16 and on being 1; the kernel also on whether K is a multiple of BLOCK_K (EVEN_K), and the
+    reduction kernel on its block (:func:`reduce_block` of M x N); the cache key adds both."""
     m, n, k = problem.m, problem.n, problem.k
     return problem.dtype, problem.layout, problem.scaling, tuple((x % 16 == 0, x == 1) for x in (m, n, k, m * n))
 
@@ -198,7 +214,8 @@ def _key(point: Point, problem: Problem) -> str:
 
     even_k = problem.k % point["BLOCK_K"] == 0
     return KernelCache.key("triton-decode", triton.__version__, torch.cuda.get_device_name(0),
-                           *specialization(problem), even_k, sorted(point.items()))
+                           *specialization(problem), even_k, reduce_block(problem.m * problem.n),
+                           sorted(point.items()))
 
 
 def precompile(point: Point, problem: Problem) -> bool:

@@ -1,7 +1,10 @@
 """The Triton kernel behind ``triton_matmul``: grouped program order, split-K, int8 with int32 output.
 
 ``build(point, problem)`` compiles the kernel for one configuration and returns
-a launcher ``fn(a, b, c)`` that writes ``c = a @ b``. With ``SPLIT_K > 1`` the
+a launcher ``fn(a, b, c)`` that writes ``c = a @ b``; for fp8 scaled per tensor
+``fn(a, b, scale_a, scale_b, c)``, the fp32 accumulator multiplied by the two
+scalars in the epilogue (before any split-K add: the scale is constant along K)
+and written as bf16. With ``SPLIT_K > 1`` the
 partial products are added with atomics: straight into ``c`` for int32, into an
 fp32 workspace (then cast into ``c``) for float outputs, whose own atomics
 would round at every add. Both steps are plain launches, so the oracle can
@@ -22,9 +25,9 @@ from evotune.authoring import Point, Problem
 
 
 @triton.jit
-def _matmul(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn,
+def _matmul(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn, sa_ptr, sb_ptr,
             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-            SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr, INT_ACC: tl.constexpr):
+            SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr, INT_ACC: tl.constexpr, SCALE: tl.constexpr):
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     num_m = tl.cdiv(M, BLOCK_M)
@@ -56,6 +59,8 @@ def _matmul(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn,
         acc = tl.dot(a, b, acc, out_dtype=tl.int32 if INT_ACC else tl.float32)
         a_ptrs += step * s_ak
         b_ptrs += step * s_bk
+    if SCALE:
+        acc = acc * (tl.load(sa_ptr) * tl.load(sb_ptr))
     mask = (rm < M)[:, None] & (rn < N)[None, :]
     c_ptrs = c_ptr + rm[:, None] * s_cm + rn[None, :] * s_cn
     if SPLIT_K == 1:
@@ -76,33 +81,39 @@ def _workspace(c: torch.Tensor) -> torch.Tensor:
     return _WORKSPACES[key]
 
 
-def _launcher(point: Point, problem: Problem) -> tuple[Any, Any]:
-    """``(launch, warmup)``: ``launch(a, b, c)`` runs; ``warmup(a, b, c)`` only compiles."""
+def launcher(point: Point, problem: Problem) -> tuple[Any, Any]:
+    """``(launch, warmup)``: ``launch(a, b, c)`` runs (``launch(a, b, scale_a, scale_b, c)`` for fp8 scaled per
+    tensor); ``warmup`` with the same arguments only compiles."""
     split = point["SPLIT_K"]
     int_acc = problem.dtype == "int8"
     even_k = problem.k % (point["BLOCK_K"] * split) == 0
     grid = (triton.cdiv(problem.m, point["BLOCK_M"]) * triton.cdiv(problem.n, point["BLOCK_N"]), split)
     meta = dict(BLOCK_M=point["BLOCK_M"], BLOCK_N=point["BLOCK_N"], BLOCK_K=point["BLOCK_K"],
                 GROUP_M=point["GROUP_M"], SPLIT_K=split, EVEN_K=even_k, INT_ACC=int_acc,
+                SCALE=problem.scaling == "tensor",
                 num_warps=point["num_warps"], num_stages=point["num_stages"], num_ctas=point["num_ctas"])
 
     def target_of(c: torch.Tensor) -> torch.Tensor:
         return _workspace(c) if split > 1 and c.dtype.is_floating_point else c
 
-    def args(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor) -> tuple:
+    def args(tensors: tuple[torch.Tensor, ...], t: torch.Tensor) -> tuple:
+        # unscaled, the kernel reads no scales and takes t in their places
+        a, b, *scales, _ = tensors
+        scale_a, scale_b = scales or (t, t)
         return (a, b, t, problem.m, problem.n, problem.k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                t.stride(0), t.stride(1))
+                t.stride(0), t.stride(1), scale_a, scale_b)
 
-    def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
+    def launch(*tensors: torch.Tensor) -> None:
+        c = tensors[-1]
         target = target_of(c)
         if split > 1:
             target.zero_()
-        _matmul[grid](*args(a, b, target), **meta)
+        _matmul[grid](*args(tensors, target), **meta)
         if target is not c:
             c.copy_(target)
 
-    def warmup(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
-        _matmul.warmup(*args(a, b, target_of(c)), grid=grid, **meta)
+    def warmup(*tensors: torch.Tensor) -> None:
+        _matmul.warmup(*args(tensors, target_of(tensors[-1])), grid=grid, **meta)
 
     return launch, warmup
 
@@ -111,7 +122,8 @@ def _key(point: Point, problem: Problem) -> str:
     from evotune.authoring import KernelCache
 
     return KernelCache.key("triton", triton.__version__, torch.cuda.get_device_name(0), problem.dtype,
-                           problem.layout, problem.m, problem.n, problem.k, sorted(point.items()))
+                           problem.layout, *((problem.scaling,) if problem.scaling else ()), problem.m, problem.n,
+                           problem.k, sorted(point.items()))
 
 
 def fill_cache(key: str, label: str, launch: Callable[[], object]) -> bool:
@@ -134,14 +146,15 @@ def precompile(point: Point, problem: Problem) -> bool:
     from evotune.authoring import gemm_inputs
 
     return fill_cache(_key(point, problem), f"triton {problem.key} {point}",
-                      lambda: _launcher(point, problem)[1](*gemm_inputs(problem, seed=0, fill=False)))
+                      lambda: launcher(point, problem)[1](*gemm_inputs(problem, seed=0, fill=False)))
 
 
 def build(point: Point, problem: Problem) -> Any:
-    """Compile ``point`` for ``problem`` (launching once on scratch data) and return ``fn(a, b, c)``."""
+    """Compile ``point`` for ``problem`` (launching once on scratch data) and return ``fn(a, b, c)``
+    (``fn(a, b, scale_a, scale_b, c)`` for fp8 scaled per tensor)."""
     # Triton keeps binaries in its own cache (TRITON_CACHE_DIR, set by the GPU worker inside
     # evotune's kernel cache); the index only records what was built, to count hits.
-    return launched(_launcher(point, problem)[0], problem, _key(point, problem), f"triton {problem.key} {point}")
+    return launched(launcher(point, problem)[0], problem, _key(point, problem), f"triton {problem.key} {point}")
 
 
 def launched(launch: Any, problem: Problem, key: str, label: str) -> Any:

@@ -60,9 +60,18 @@ def _block_k_ok(p: Point, ctx: Context) -> bool:
     return SCALE_BLOCK % p["BLOCK_SIZE_K"] == 0
 
 
-def _m_rows_ok(p: Point, ctx: Context) -> bool:
+def _rows(ctx: Context) -> int | None:
+    """M: the problem's, or under ``evotune.autotune`` the launch's argument ``M``."""
     problem = gm.gemm_problem(ctx)
-    return problem is None or p["BLOCK_SIZE_M"] <= max(16, 1 << (problem.m - 1).bit_length())
+    if problem is not None:
+        return problem.m
+    m = getattr(ctx, "args", {}).get("M")
+    return m if isinstance(m, int) and not isinstance(m, bool) and m > 0 else None
+
+
+def _m_rows_ok(p: Point, ctx: Context) -> bool:
+    m = _rows(ctx)
+    return m is None or p["BLOCK_SIZE_M"] <= max(16, 1 << (m - 1).bit_length())
 
 
 def estimate(point: Point, ctx: Context) -> float:
@@ -95,8 +104,9 @@ SPACE = SearchSpace(
         constraint("block-k", _block_k_ok,
                    f"BLOCK_SIZE_K={{BLOCK_SIZE_K}} does not divide the {SCALE_BLOCK}-element scale group: a step "
                    "would span two groups"),
-        constraint("block-m", _m_rows_ok, "BLOCK_SIZE_M={BLOCK_SIZE_M} is wider than M={ctx.problem.m} needs (the "
-                                          "rows past M are wrapped copies)"),
+        constraint("block-m", _m_rows_ok,
+                   gm.Message("BLOCK_SIZE_M={BLOCK_SIZE_M} is wider than M={m} needs (the rows past M are wrapped "
+                              "copies)", lambda p, ctx: {"m": _rows(ctx)})),
         gm.smem_limit("smem", lambda p, ctx: TILE.smem_bytes(p, _problem(ctx)),
                       "{num_stages} stages of ({BLOCK_SIZE_M}+{BLOCK_SIZE_N})x{BLOCK_SIZE_K} fp8"),
         *TILE.register_limits(),

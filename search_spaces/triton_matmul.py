@@ -6,6 +6,11 @@ programs are ordered in bands of ``GROUP_M`` tile rows for L2 reuse.  With
 ``SPLIT_K > 1`` the partial tiles are added into C with atomics (fp32 or int32 for
 int8).  ``num_ctas > 1`` asks Triton for a thread-block cluster (sm_90+).
 
+fp8 (e4m3) inputs give a bf16 output, unscaled or scaled per tensor (``scaling = "tensor"``: the accumulator
+multiplied by ``scale_a * scale_b`` in the epilogue, the kernel called as ``fn(a, b, scale_a, scale_b, c)``, as
+``torch._scaled_mm`` is); for fp8 on Hopper, BLOCK_K 128 (one 128-byte swizzle row), 3 to 5 stages and 8 warps
+are in the space. ``triton_tma_matmul`` is the same GEMM with TMA loads and a persistent grid.
+
 ``build`` (in ``_triton_kernel.py``, imported only when a GPU run needs it)
 compiles a configuration; verification and timing are the GEMM defaults of
 ``evotune.measurement.workloads.gemm``. The kernel masks the K tail, so ``SPLIT_K = 1``
@@ -42,6 +47,7 @@ from search_spaces import _gemm_model as gm
 
 DEFAULT_PROBLEM = Problem.gemm(4096, 4096, 4096, "bf16")
 TILE = gm.TritonTile("BLOCK_M", "BLOCK_N", "BLOCK_K")  # its shared memory and registers
+SCALINGS = ("", "tensor")  # fp8: unscaled, or scaled per tensor in the epilogue
 
 
 def _problem(ctx: Context) -> Problem:
@@ -95,8 +101,9 @@ SPACE = SearchSpace(
         ordinal("num_ctas", [1, 2], doc="CTAs per program as a thread-block cluster (sm_90+)"),
     ],
     constraints=[
-        # every dtype, fp8 unscaled: a scaled fp8 problem's kernel takes its scales (triton_block_fp8 does)
-        gm.dtype_rule(("bf16", "fp16", "fp8", "int8", "fp32"), "triton_matmul"),
+        # every dtype, fp8 unscaled or scaled per tensor (block scales: triton_block_fp8; per row: the decode
+        # family)
+        gm.dtype_rule(("bf16", "fp16", "fp8", "int8", "fp32"), "triton_matmul", SCALINGS),
         # Triton lowers e4m3 dots only on sm_89 and newer
         hardware_limit("fp8", _fp8_supported, "fp8 inputs need fp8 tensor cores; {ctx.hardware.name} has none"),
         hardware_limit("clusters", _clusters_ok,

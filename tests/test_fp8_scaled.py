@@ -48,6 +48,68 @@ def test_a_bad_scaled_problem_names_its_field(table, field, says):
     assert exc.value.field == field and says in exc.value.message
 
 
+# the three bad fp8 inputs, as an experiment file gives them: every command that reads one refuses it in one line
+# naming the file and the field, exit code 2, and creates nothing (`run` is among tests/test_experiment_errors.py's)
+BAD_FP8 = {
+    "block-scaling-k-not-128": ('hardware = "H100"', 'dtype = "fp8", scaling = "block", k = 4000', "problem[0].k",
+                                "must be a multiple of 128"),
+    "block-scaling-n-not-128": ('hardware = "H100"', 'dtype = "fp8", scaling = "block", n = 4000', "problem[0].n",
+                                "must be a multiple of 128"),
+    "scaling-on-bf16": ('hardware = "H100"', 'dtype = "bf16", scaling = "tensor"', "problem[0].scaling",
+                        "only fp8 inputs are scaled, not bf16"),
+    "fp8-on-an-a100": ('hardware = "A100"', 'dtype = "fp8", scaling = "row"', "problem[0].dtype",
+                       "fp8 needs FP8 tensor cores (sm_89 and newer); A100 (sm_80) has none"),
+}
+
+
+def _bad_fp8_experiment(folder, hardware_line: str, problem: str):
+    table = ", ".join(f"{f} = {v}" for f, v in {"m": 16, "n": 4096, "k": 7168}.items() if f"{f} =" not in problem)
+    path = folder / "fp8.toml"
+    path.write_text(f"""name = "fp8"
+space = "triton_decode_gemm"
+{hardware_line}
+problem = [{{ {table}, {problem} }}]
+[oracle]
+kind = "gpu"
+[strategy]
+name = "default"
+[budget]
+trials = 4
+""")
+    return path
+
+
+@pytest.mark.parametrize("command", [["record"], ["record", "--compile-only"], ["worker"], ["best"]])
+@pytest.mark.parametrize("case", sorted(BAD_FP8))
+def test_a_bad_fp8_experiment_is_one_line_exit_2_and_nothing_created(tmp_path, monkeypatch, capsys, command, case):
+    from evotune.cli import main
+
+    hardware_line, problem, field, says = BAD_FP8[case]
+    path = _bad_fp8_experiment(tmp_path, hardware_line, problem)
+    monkeypatch.chdir(tmp_path)  # default outputs (runs/) would land here
+    before = sorted(tmp_path.rglob("*"))
+    assert main([*command, str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"evotune: error: {path}: {field}: ") and says in err, err
+    assert len(err.strip().splitlines()) == 1
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--problem", "16x4096x4000", "--scaling", "block"], "k: must be a multiple of 128"),
+    (["--problem", "16x4000x7168", "--scaling", "block"], "n: must be a multiple of 128"),
+    (["--dtype", "bf16", "--scaling", "row"], "scaling: only fp8 inputs are scaled, not bf16"),
+    (["--hardware", "A100", "--scaling", "tensor"], "--hardware/--dtype: fp8 needs FP8 tensor cores (sm_89 and "
+                                                    "newer); A100 (sm_80) has none"),
+])
+def test_spaces_refuses_the_same_fp8_problems_in_one_line(capsys, args, says):
+    from evotune.cli import main
+
+    assert main(["spaces", "--dtype", "fp8", *args]) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1 and err.startswith("evotune: error: ")
+
+
 def test_parse_reads_the_scaling():
     assert GEMM.parse({"m": 16, "n": 256, "k": 384, "dtype": "fp8", "scaling": "block"}) == scaled(16, 256, 384,
                                                                                                    "block")

@@ -72,6 +72,18 @@ def test_each_pruned_point_says_why():
     assert rule.reason({**POINT, "BLOCK_SIZE_K": 256}, Context(H100, problem)).startswith("block-k: BLOCK_SIZE_K=256")
 
 
+def test_under_autotune_the_rows_rule_reads_the_launchs_m():
+    from evotune.triton_tuning.configs import Candidates, LaunchContext
+
+    point = {**block.VLLM_DEFAULT, "BLOCK_SIZE_M": 64}
+    assert "wider than M=4 needs" in block.SPACE.check(point, LaunchContext(args={"M": 4}))
+    assert block.SPACE.check(point, LaunchContext(args={"M": 400})) is None
+    candidates = Candidates.from_space(block.SPACE)  # what evotune.autotune offers at a launch: 16 rows at M = 1
+    one_row = candidates.feasible(LaunchContext(args={"M": 1}))
+    assert {one_row.point(r)["BLOCK_SIZE_M"] for r in range(len(one_row))} == {16} and len(one_row) == 256
+    assert len(candidates.feasible(LaunchContext(args={"M": 4096}))) == 1280
+
+
 def test_evotune_spaces_lists_it_for_a_block_scaled_problem(capsys):
     assert main(["spaces", "--problem", "16x4096x7168", "--dtype", "fp8", "--scaling", "block"]) == 0
     out = capsys.readouterr().out

@@ -77,6 +77,9 @@ CASES += [{"dtype": "fp8", "scaling": scaling, "m": 3, "n": 40, "k": k,
            "point": {**POINT, "BLOCK_N": 32, "BLOCK_K": 64, "SPLIT_K": split, "REDUCE": reduce}}
           for scaling, ks in (("", (256,)), ("tensor", (256,)), ("row", (256, 200)))
           for split, reduce in REDUCTIONS for k in ks]
+# one row (M = 1): its reduction kernel over several programs of the smallest block
+CASES += [{"dtype": "fp8", "scaling": "row", "m": 1, "n": 300, "k": 256,
+           "point": {**POINT, "BLOCK_N": 32, "BLOCK_K": 64, "SPLIT_K": 3, "REDUCE": "sum"}}]
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +117,20 @@ def test_the_cache_key_leaves_out_what_the_binary_does_not_depend_on():
     assert same == module.specialization(Problem.gemm(32, 12288, 11008, "bf16"))
     assert same != module.specialization(Problem.gemm(1, 4096, 4096, "bf16"))  # M = 1 is specialised
     assert same != module.specialization(Problem.gemm(16, 4096, 4096, "int8"))
+
+
+def test_the_reduction_spreads_a_single_row_over_many_programs():
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    from search_spaces import _triton_decode as module
+
+    def programs(mn: int) -> int:
+        return -(-mn // module.reduce_block(mn))
+
+    # M = 1: N outputs over N / 128 programs, not N / 1024 (2560 x 8192 took 3 programs of 1024)
+    assert [programs(n) for n in (2560, 4096, 8192)] == [20, 32, 64]
+    assert module.reduce_block(16 * 4096) == 512 and module.reduce_block(64 * 28672) == module.REDUCE_BLOCK
+    assert all(programs(mn) >= module.REDUCE_PROGRAMS for mn in (16384, 65536, 10**6))
 
 
 # -- on a GPU
@@ -195,3 +212,34 @@ def test_the_decode_experiment_covers_the_decode_shapes_with_a_confirmation_stag
                       for n, k in DECODE_NK}
     assert exp.spaces == ["triton_decode_gemm"] and exp.oracle == "gpu"
     assert exp.oracle_options.confirm.top_k > 0 and exp.budget.seconds is not None
+
+
+LLAMA3_NK = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336),  # 8B
+             (2560, 8192), (8192, 2048), (14336, 8192), (8192, 7168)]  # 70B at tensor parallelism 4
+
+
+@pytest.mark.parametrize("scaling", ["tensor", "row"])
+def test_the_fp8_decode_experiments_cover_llama3_at_1_16_and_64_tokens_within_their_budget(scaling):
+    from evotune.running.experiment import load_experiment
+
+    exp = load_experiment(ROOT / "experiments" / f"fp8_decode_{scaling}.toml")
+    assert sorted((p.m, p.n, p.k) for p in exp.problems) == sorted((m, n, k) for m in (1, 16, 64)
+                                                                   for n, k in LLAMA3_NK)
+    assert {(p.dtype, p.scaling, p.layout) for p in exp.problems} == {("fp8", scaling, "tn")}
+    assert exp.spaces == ["triton_decode_gemm"] and exp.oracle == "gpu" and exp.oracle_options.confirm.top_k > 0
+    # both files' 48 problems in under 8 minutes: each problem's clock (the confirmation stage within it)
+    assert exp.budget.seconds is not None and 2 * len(exp.problems) * exp.budget.seconds <= 8 * 60 * 0.85
+
+
+@pytest.mark.slow  # 48 feasible sets
+@pytest.mark.parametrize("gpu", ["H100", "H200"])
+def test_every_llama3_fp8_decode_problem_has_points_with_every_reduction(gpu):
+    for m in (1, 16, 64):
+        for n, k in LLAMA3_NK:
+            for scaling in ("tensor", "row"):
+                problem = Problem.gemm(m, n, k, "fp8", "tn", scaling)
+                fs = SPACE.feasible(Context(get_hardware(gpu), problem))
+                points = [fs.point(r) for r in range(len(fs))]
+                assert len(fs) > 1000, problem.key
+                assert {p["REDUCE"] for p in points if p["SPLIT_K"] > 1} == {"sum", "atomic", "last"}
+                assert {p["BLOCK_M"] for p in points} == ({16, 32, 64} if m == 64 else {16})

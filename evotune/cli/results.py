@@ -123,6 +123,9 @@ def cmd_spaces(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(f"--dtype/--layout/--scaling: {exc} (expected e.g. bf16, tn; fp8 with tensor, row or "
                          "block)") from None
+    if problem.dtype == "fp8" and not hardware.has("fp8"):  # as an experiment's problems are refused
+        raise UsageError(f"--hardware/--dtype: fp8 needs FP8 tensor cores (sm_89 and newer); {hardware.name} "
+                         f"({hardware.arch}) has none")
     rows = []
     for name in [*builtin_names(), *entry_point_names()]:
         space = load_space(name)
