@@ -30,6 +30,7 @@ from evotune.core.budget import Budget
 from evotune.core.problem import Problem
 from evotune.measurement.base import Evaluator
 from evotune.measurement.options import ConfirmOptions
+from evotune.running.experiment import OracleKind
 from evotune.running.schedule import Schedule
 from evotune.running.targets import Target
 from evotune.running.tuner import finished
@@ -43,7 +44,7 @@ def reserves(budget: Budget, opts: ConfirmOptions, evaluator: Evaluator) -> bool
     """Whether runs with ``budget`` on ``evaluator`` hold time back for a confirmation stage: it confirms, the stage
     is on (``opts``), the budget has seconds and the clock is the wall clock (not replay's recorded costs)."""
     return (evaluator.confirms and opts.top_k > 0 and budget.seconds is not None
-            and evaluator.kind != "replay")
+            and evaluator.kind != OracleKind.REPLAY)
 
 
 def search_budget(budget: Budget, opts: ConfirmOptions, evaluator: Evaluator) -> Budget:

@@ -70,7 +70,7 @@ from evotune.core.landscape import (
 )
 from evotune.core.result import EvalResult
 from evotune.core.space import FeasibleSet
-from evotune.running.experiment import Experiment, ExperimentError
+from evotune.running.experiment import Experiment, ExperimentError, OracleKind
 from evotune.running.session import Session, StudyPlan, open_storage
 from evotune.running.targets import Target, group_name, study_attrs, study_name, target_study_names
 from evotune.search.strategies.base import Strategy
@@ -132,7 +132,7 @@ def check_landscape_flushes(exp: Experiment, resolved: list[Target], out_dir: Pa
     """Refuse to add points to a landscape file measured after another L2 flush (one that names none had the
     dirty one): its times and the new ones would not compare. ExperimentError on ``oracle.flush``, before
     anything is measured or written."""
-    if exp.oracle != "gpu":
+    if exp.oracle is not OracleKind.GPU:
         return
     new = exp.oracle_options.timing.flush
     for target in resolved:
@@ -161,7 +161,7 @@ def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, con
     check_landscape_flushes(exp, session.targets, out_dir)
     written: list[Path] = []
     with session:
-        console.print(f"[bold]evotune record[/] {exp.name}: space {', '.join(exp.spaces)}, oracle {exp.oracle}, "
+        console.print(f"[bold]evotune record[/] {exp.name}: space {', '.join(exp.spaces)}, oracle {exp.oracle.value}, "
                       f"{len(session.targets)} problem{'s' if len(session.targets) != 1 else ''}"
                       f"{'' if sampling is None else f', a sample of {sampling.size} points each'}, "
                       f"storage {exp.record_storage}, landscapes to {out_dir}"

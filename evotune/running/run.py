@@ -23,7 +23,7 @@ from typing import Any
 from rich.console import Console
 
 from evotune.running.cost_model import WorkerCosts
-from evotune.running.experiment import Experiment
+from evotune.running.experiment import Experiment, OracleKind
 from evotune.running.resume import budget_attr, check_resume, plain
 from evotune.running.session import Session, StudyPlan
 from evotune.running.targets import Baselines, Target, study_attrs, study_name
@@ -51,7 +51,7 @@ def run_experiment(exp: Experiment, console: Console | None = None, progress: bo
     with session:
         mark("storage opened")
         check_resume(exp, session.targets, session.storage, session.console)  # refused before anything is said
-        session.console.print(f"[bold]evotune[/] {exp.name}: space {', '.join(exp.spaces)}, oracle {exp.oracle}, "
+        session.console.print(f"[bold]evotune[/] {exp.name}: space {', '.join(exp.spaces)}, oracle {exp.oracle.value}, "
                               f"strategies {', '.join(s.name for s in exp.strategies)}, storage {exp.storage}")
         return _run(session, draw_seed, split, costs, resume_finished)
 
@@ -85,7 +85,8 @@ def _run(session: Session, draw_seed: int, split: str, costs: WorkerCosts | None
         began, done = time.perf_counter(), len(results)
         before = dict(session.evaluator(target).cache_stats)
         mark("first problem taken up")
-        if session.exp.oracle == "gpu":  # read once and kept: the measuring process is up and has seen its device
+        if session.exp.oracle is OracleKind.GPU:
+            # read once and kept: the measuring process is up and has seen its device
             session.evaluators.device_info(session.evaluator(target))
             mark("device read")
         baselines = session.baselines(target, groups[g][1][0])

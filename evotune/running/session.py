@@ -41,7 +41,7 @@ from evotune.measurement.replay import ReplayEvaluator
 from evotune.measurement.space_worker import SpaceWorker
 from evotune.running import shared_baselines
 from evotune.running.confirmation import confirm_best, confirmation_seconds, confirmation_turn, search_budget
-from evotune.running.experiment import Experiment, ExperimentError
+from evotune.running.experiment import Experiment, ExperimentError, OracleKind
 from evotune.running.schedule import Schedule, Turn
 from evotune.running.targets import (
     Baselines,
@@ -139,13 +139,11 @@ class Session:
     def search_budget(self, target: Target) -> Budget:
         """The budget each study of ``target`` searches with: the experiment's, less the confirmation's share of
         its seconds (a replay evaluator never holds time back)."""
-        if self.exp.oracle == "replay":  # and asking for the evaluator of another problem would close this one's
-            return self.exp.budget
         return search_budget(self.exp.budget, self.exp.oracle_options.confirm, self.evaluator(target))
 
     def claims(self, name: str) -> Claims:
         """The claims of study ``name``: a claim outlives any honest evaluation, a killed worker's lapse at once."""
-        lease = 3.0 * self.exp.oracle_options.timeout_s if self.exp.oracle in ("gpu", "cpu") else 120.0
+        lease = 3.0 * self.exp.oracle_options.timeout_s if self.exp.oracle.measures else 120.0
         return make_claims(self.url, name, lease)
 
     # -- baselines and sources ------------------------------------------------------------------------------------
@@ -153,7 +151,7 @@ class Session:
         """On a GPU: the device and the baselines of ``target``'s problem, timed by the same oracle in the same
         worker before the search, or taken from study ``home`` where another worker timed them on a device of
         the same model and versions; read once per problem. None on other oracles."""
-        if self.exp.oracle != "gpu":
+        if self.exp.oracle is not OracleKind.GPU:
             return None
         key = target.problem.key
         if key not in self._baselines:
@@ -207,7 +205,7 @@ class Session:
         evaluator = self.evaluator(target)
         opts = self.exp.oracle_options.confirm
         seconds = None if runs is None else confirmation_seconds(self.exp.budget, opts, evaluator, runs)
-        flush = self.exp.oracle_options.timing.flush if self.exp.oracle == "gpu" else None
+        flush = self.exp.oracle_options.timing.flush if self.exp.oracle is OracleKind.GPU else None
         return confirm_best(target.problem, evaluator, measured, config_form, self.console, opts, seconds, flush)
 
     def cache_summary(self, target: Target, before: dict[str, int] | None = None) -> str:
@@ -228,7 +226,7 @@ def start_measuring(exp: Experiment, spaces: Iterable[SearchSpace] | None = None
     experiment's spaces are loaded here, and only a host with an NVIDIA GPU starts it: on a host without one
     resolving refuses the experiment, and nothing should have started. Without torch nothing starts either:
     resolving says what is missing."""
-    if exp.oracle != "gpu" or importlib.util.find_spec("torch") is None:
+    if exp.oracle is not OracleKind.GPU or importlib.util.find_spec("torch") is None:
         return False
     from evotune.measurement.gpu import start_processes
     from evotune.measurement.host import host_gpus, place_measuring
@@ -247,10 +245,10 @@ def start_measuring(exp: Experiment, spaces: Iterable[SearchSpace] | None = None
 
 def make_evaluator(exp: Experiment, target: Target, worker: SpaceWorker | None = None) -> Evaluator:
     """The evaluator of ``target``'s space; ``worker``: a measuring process another space's evaluator started."""
-    if exp.oracle == "replay":
+    if exp.oracle is OracleKind.REPLAY:
         assert target.landscape is not None
         return ReplayEvaluator(target.landscape)
-    if exp.oracle == "cpu":
+    if exp.oracle is OracleKind.CPU:
         from evotune.measurement.cpu import CpuEvaluator
 
         return CpuEvaluator(target.space, exp.oracle_options, worker=worker)
@@ -261,8 +259,8 @@ class Evaluators:
     """The evaluators of one run, made on first use. One measuring process (a GPU or CPU worker: its start-up,
     its CUDA context) serves every problem and every space of the run, each space's evaluator through a view of
     it (:mod:`evotune.measurement.space_worker`), and its device is read once; so those costs are paid once per
-    worker, not once per problem or space. A replay evaluator answers for its one landscape and is closed when
-    the next is asked for."""
+    worker, not once per problem or space. A replay evaluator answers for its one landscape: one per problem
+    (they hold nothing but the landscape its target holds)."""
 
     def __init__(self, exp: Experiment):
         self.exp = exp
@@ -270,10 +268,8 @@ class Evaluators:
         self._device: dict | None = None
 
     def get(self, target: Target) -> Evaluator:
-        key = target.problem.key if self.exp.oracle == "replay" else target.space.name
+        key = target.problem.key if self.exp.oracle is OracleKind.REPLAY else target.space.name
         if key not in self._open:
-            if self.exp.oracle == "replay":
-                self.close()
             shared = next((ev.shared_worker for ev in self._open.values()), None)
             self._open[key] = make_evaluator(self.exp, target, shared)
         return self._open[key]
