@@ -248,7 +248,7 @@ def _record_one(session: Session, target: Target, group: int, out_dir: Path, sec
             measured = [(r.value, r.point) for r in store.history() if r.value is not None]
             record = session.confirm(target, measured, lambda p: json_values(p, target.space.names))
             if record is not None:
-                store.study.set_user_attr("confirmation", record)
+                store.study.set_user_attr("confirmation", record.to_attr())
     return write_recorded(store, target, exp, feasible, path, previous, coverage), used
 
 

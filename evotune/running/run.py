@@ -22,6 +22,7 @@ from typing import Any
 
 from rich.console import Console
 
+from evotune.core.space import Point
 from evotune.running.cost_model import WorkerCosts
 from evotune.running.experiment import Experiment, OracleKind
 from evotune.running.resume import budget_attr, check_resume, plain
@@ -138,11 +139,13 @@ def _confirm(session: Session, target: Target, stores: list[StudyStore]) -> None
     """The confirmation stage for one problem and space: its best configurations over ``stores`` (every study of
     the experiment for it), re-timed beside the baselines within the runs' share of their seconds; the record is
     kept in each of those studies."""
-    best: dict[str, tuple[float, dict]] = {}
+    best: dict[str, tuple[float, Point]] = {}
     for store in stores:
         for r in store.history():
             if r.value is not None and (r.key not in best or r.value < best[r.key][0]):
                 best[r.key] = (r.value, r.point)
     record = session.confirm(target, list(best.values()), target.space.to_storage, runs=len(stores))
-    for store in stores if record is not None else []:
-        store.study.set_user_attr("confirmation", record)
+    if record is None:
+        return
+    for store in stores:
+        store.study.set_user_attr("confirmation", record.to_attr())

@@ -33,14 +33,20 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from evotune.core.budget import Budget
 from evotune.core.landscape import LandscapeError
 from evotune.core.plugins import load_space
-from evotune.core.space import SearchSpace
+from evotune.core.space import Point, SearchSpace
 from evotune.core.tuned_cache import load_tuned
 from evotune.measurement.base import Evaluator
 from evotune.measurement.host import unplace
 from evotune.measurement.replay import ReplayEvaluator
 from evotune.measurement.space_worker import SpaceWorker
 from evotune.running import shared_baselines
-from evotune.running.confirmation import confirm_best, confirmation_seconds, confirmation_turn, search_budget
+from evotune.running.confirmation import (
+    ConfirmationRecord,
+    confirm_best,
+    confirmation_seconds,
+    confirmation_turn,
+    search_budget,
+)
 from evotune.running.experiment import Experiment, ExperimentError, OracleKind
 from evotune.running.schedule import Schedule, Turn
 from evotune.running.targets import (
@@ -198,8 +204,8 @@ class Session:
                                self.exp.budget, self.exp.oracle_options.confirm) as stores:
             yield stores
 
-    def confirm(self, target: Target, measured: list[tuple[float, dict]], config_form: Callable[[dict], Any],
-                runs: int | None = None) -> dict | None:
+    def confirm(self, target: Target, measured: list[tuple[float, Point]], config_form: Callable[[Point], Any],
+                runs: int | None = None) -> ConfirmationRecord | None:
         """Confirm the fastest of ``measured`` beside the baselines; within the share of ``runs`` runs' seconds
         when given (:func:`evotune.running.confirmation.confirm_best`)."""
         evaluator = self.evaluator(target)
