@@ -2,16 +2,17 @@
 
 A session resolves the targets once (:func:`evotune.running.targets.resolve`), and while open holds the storage,
 the schedule, the measuring process and its evaluators, each problem's baselines, the transfer sources and the
-live progress. ``run`` (:mod:`evotune.running.run`), ``record`` (:mod:`evotune.running.record`) and
-``record --compile-only`` (:mod:`evotune.running.compile_only`) are policies over it: what to ask, with what
-budget, and what to write after a group.
+live progress. ``run`` (:mod:`evotune.running.run`) and ``record`` (:mod:`evotune.running.record`) are policies
+over it: which storage its studies live in (:class:`StudyStorage`), what to ask, with what budget, and what to
+write after a group. (``record --compile-only``, :mod:`evotune.running.compile_only`, measures nothing: it
+resolves the targets alone.)
 
 A study is handed a :class:`StudyPlan` (its name, attributes, budget and claims), never the experiment.
 
 Example::
 
-    with Session(exp) as session:
-        for group, target, turns in session.groups(session.tuning_groups(), unfinished):
+    with Session(exp, StudyStorage.tuning(exp)) as session:
+        for group, target, turns in session.groups(groups, wants_more):
             ...
 """
 
@@ -53,9 +54,7 @@ from evotune.running.targets import (
     Baselines,
     Target,
     gpu_evaluator_class,
-    group_name,
     resolve,
-    target_study_names,
 )
 from evotune.running.tuner import OnTrial, TuneResult, tune_study
 from evotune.search.strategies import STRATEGIES, Source
@@ -67,6 +66,39 @@ from evotune.storage.study import StudyStore, create_database, make_storage
 from evotune.storage.trial_writer import checkpoint
 
 Groups = list[tuple[str, list[str]]]  # (group name, its study names), one per target
+#: whether a study that holds trials (its target, its store) wants more points; one never started always does
+WantsMore = Callable[[Target, StudyStore], bool]
+
+
+@dataclass(frozen=True)
+class StudyStorage:
+    """Where a session's studies live: ``url``; ``fieldname``, the experiment file's field that gives it (named
+    when it cannot be opened); ``create``: make the database first where it is missing (on a server)."""
+
+    url: str
+    fieldname: str
+    create: bool = False
+
+    @classmethod
+    def tuning(cls, exp: Experiment) -> StudyStorage:
+        """The tuning storage: what ``best``, ``plot`` and the dashboard read."""
+        return cls(exp.storage, "storage.url")
+
+    @classmethod
+    def recording(cls, exp: Experiment) -> StudyStorage:
+        """The recording studies' own storage, never the tuning one (see :mod:`evotune.running.record`)."""
+        return cls(exp.record_storage, "storage.record_url", create=True)
+
+    def open(self, exp: Experiment) -> optuna.storages.BaseStorage:
+        """The storage, opened; an :class:`ExperimentError` on :attr:`fieldname` of ``exp`` when it cannot be."""
+        try:
+            if self.create:
+                create_database(self.url)
+            return make_storage(self.url)
+        except JournalError:  # a journal's broken record: it names the file and the line already
+            raise
+        except Exception as exc:  # any storage driver error: the URL is what the user can fix
+            raise ExperimentError(exp.path, self.fieldname, f"cannot open {self.url!r}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -83,27 +115,26 @@ class StudyPlan:
 
 
 class Session:
-    """One worker's run of ``exp``: the targets resolved once; opened (``with``), the storage (the tuning one, or
-    with ``record`` the recording studies' own), the schedule, the evaluators, the baselines and the transfer
-    sources. ``resolved``: targets the caller resolved already. A ``compile_only`` session checks only what
-    compiling needs (no evaluator, no GPU) and is never opened: it measures nothing."""
+    """One worker's run of ``exp``: the targets resolved once; opened (``with``), the storage ``where`` its
+    policy keeps its studies, the schedule, the evaluators, the baselines and the transfer sources."""
 
-    def __init__(self, exp: Experiment, *, record: bool = False, compile_only: bool = False,
-                 console: Console | None = None, progress: bool = True, resolved: list[Target] | None = None):
+    def __init__(self, exp: Experiment, where: StudyStorage, *, console: Console | None = None,
+                 progress: bool = True):
         self.exp = exp
-        self.record = record
-        self.url = exp.record_storage if record else exp.storage
+        self.where = where
         self.console = console or Console(stderr=True)
         # the measuring processes' imports (seconds) run while the targets resolve, where they can start already
-        self._measuring = not compile_only and start_measuring(exp)
+        self._measuring = start_measuring(exp)
         try:
-            self.targets = resolve(exp, measuring=not compile_only) if resolved is None else resolved
+            self.targets = resolve(exp)
         except BaseException:
             unplace()  # the run ends here: this process goes back to its cores
             raise
         self._progress = progress
         self._stack = ExitStack()
         self._baselines: dict[str, Baselines] = {}
+        self._storage: optuna.storages.BaseStorage | None = None
+        self._evaluators: Evaluators | None = None
         self.schedule: Schedule | None = None
         self.bar: Progress | None = None
 
@@ -111,10 +142,24 @@ class Session:
     def __enter__(self) -> Session:
         if not self._measuring:  # its imports run while the storage opens
             start_measuring(self.exp, [t.space for t in self.targets])
-        self.storage = open_storage(self.exp, self.record)
-        self.evaluators = self._stack.enter_context(Evaluators(self.exp))
+        self._storage = self.where.open(self.exp)
+        self._evaluators = self._stack.enter_context(Evaluators(self.exp))
         self.bar = self._stack.enter_context(progress_bar(self.console, self._progress))
         return self
+
+    @property
+    def storage(self) -> optuna.storages.BaseStorage:
+        """The storage of the session's studies, open while the session is (inside ``with``)."""
+        if self._storage is None:
+            raise RuntimeError("the session's storage is open only inside `with session`")
+        return self._storage
+
+    @property
+    def evaluators(self) -> Evaluators:
+        """The run's evaluators, made on first use while the session is open (inside ``with``)."""
+        if self._evaluators is None:
+            raise RuntimeError("the session's evaluators exist only inside `with session`")
+        return self._evaluators
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         try:
@@ -127,15 +172,19 @@ class Session:
             checkpoint(self.storage)
 
     # -- what the run takes up -----------------------------------------------------------------------------------
-    def tuning_groups(self) -> Groups:
-        """Each target's group and its studies, one per (strategy, seed)."""
-        return [(group_name(self.exp, t), target_study_names(self.exp, t)) for t in self.targets]
-
-    def groups(self, groups: Groups, unfinished: Callable[[str], bool], split: str = "problems",
+    def groups(self, groups: Groups, wants_more: WantsMore, split: str = "problems",
                resume_finished: bool = True) -> Iterator[tuple[int, Target, Iterable[Turn]]]:
-        """The groups this worker takes up, as the schedule hands them (``split``, see
-        :mod:`evotune.running.schedule`): (its index, its target, its turns: the studies to run now)."""
-        self.schedule = Schedule(self.url, self.exp.name, groups, split)
+        """The groups (one per target, in the targets' order) this worker takes up, as the schedule hands them
+        (``split``, see :mod:`evotune.running.schedule`): (its index, its target, its turns: the studies to run
+        now). A study is unfinished when it was never started or ``wants_more`` says so of what it holds."""
+        of_study = {name: g for g, (_, names) in enumerate(groups) for name in names}
+
+        def unfinished(name: str) -> bool:
+            target = self.targets[of_study[name]]
+            store = StudyStore.load(self.storage, name, target.space)
+            return store is None or wants_more(target, store)
+
+        self.schedule = Schedule(self.where.url, self.exp.name, groups, split)
         for g, turns in itertools.groupby(self.schedule.turns(unfinished, resume_finished), key=lambda t: t.group):
             yield g, self.targets[g], turns
 
@@ -150,7 +199,7 @@ class Session:
     def claims(self, name: str) -> Claims:
         """The claims of study ``name``: a claim outlives any honest evaluation, a killed worker's lapse at once."""
         lease = 3.0 * self.exp.oracle_options.timeout_s if self.exp.oracle.measures else 120.0
-        return make_claims(self.url, name, lease)
+        return make_claims(self.where.url, name, lease)
 
     # -- baselines and sources ------------------------------------------------------------------------------------
     def baselines(self, target: Target, home: str) -> Baselines | None:
@@ -162,7 +211,7 @@ class Session:
         key = target.problem.key
         if key not in self._baselines:
             evaluator = self.evaluator(target)
-            claims = make_claims(self.url, shared_baselines.baselines_namespace(self.exp.name))
+            claims = make_claims(self.where.url, shared_baselines.baselines_namespace(self.exp.name))
             found = shared_baselines.shared_baselines(self.storage, home, claims,
                                                       self.evaluators.device_info(evaluator),
                                                       lambda: evaluator.baselines(target.problem))
@@ -296,19 +345,6 @@ class Evaluators:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def open_storage(exp: Experiment, record: bool = False) -> optuna.storages.BaseStorage:
-    """The experiment's storage, or with ``record`` the recording studies' own (made on a server when missing)."""
-    url, where = (exp.record_storage, "storage.record_url") if record else (exp.storage, "storage.url")
-    try:
-        if record:
-            create_database(url)
-        return make_storage(url)
-    except JournalError:  # a journal's broken record: it names the file and the line already
-        raise
-    except Exception as exc:  # any storage driver error: the URL is what the user can fix
-        raise ExperimentError(exp.path, where, f"cannot open {url!r}: {exc}") from None
 
 
 @contextmanager
