@@ -320,7 +320,7 @@ class Evaluators:
     def __init__(self, exp: Experiment):
         self.exp = exp
         self._open: dict[str, Evaluator] = {}
-        self._device: dict | None = None
+        self._device: dict[str, Any] | None = None
 
     def get(self, target: Target) -> Evaluator:
         key = target.problem.key if self.exp.oracle is OracleKind.REPLAY else target.space.name
@@ -329,7 +329,7 @@ class Evaluators:
             self._open[key] = make_evaluator(self.exp, target, shared)
         return self._open[key]
 
-    def device_info(self, evaluator: Evaluator) -> dict:
+    def device_info(self, evaluator: Evaluator) -> dict[str, Any]:
         """The device the measuring process runs on (its clocks, versions, copy bandwidth), read once."""
         if self._device is None:
             self._device = evaluator.device_info()
