@@ -50,12 +50,7 @@ from evotune.running.confirmation import (
 )
 from evotune.running.experiment import Experiment, ExperimentError, OracleKind
 from evotune.running.schedule import Schedule, Turn
-from evotune.running.targets import (
-    Baselines,
-    Target,
-    gpu_evaluator_class,
-    resolve,
-)
+from evotune.running.targets import Baselines, Target, gpu_evaluator_class, resolve
 from evotune.running.tuner import OnTrial, TuneResult, tune_study
 from evotune.search.strategies import STRATEGIES, Source
 from evotune.search.strategies.base import Strategy
