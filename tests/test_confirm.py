@@ -126,6 +126,30 @@ def test_candidates_are_the_top_k_and_those_near_the_fastest_search_time():
     assert screened(measured, Opts(top_k=0)) == [] and screened([], Opts()) == []
 
 
+def test_a_confirmation_record_is_stored_as_the_evaluators_record_its_configs_written_then_dated_and_flushed():
+    """What a study keeps (and a landscape file copies): the evaluator's keys in its order, ``configs`` where the
+    evaluator put them but in the written form, then ``date`` and ``flush``."""
+    from rich.console import Console
+
+    from evotune.core.problem import Problem
+    from evotune.measurement.options import ConfirmOptions as Opts
+    from evotune.running.confirmation import confirm_best
+
+    class Timed:
+        def confirm(self, points, problem, search_ms, seconds=None):
+            return {"items": {"k": {"median_ms": 1.0}}, "rounds": 3, "configs": {"k": points[0]},
+                    "baselines": ["b"], "warnings": ["slow to settle"]}
+
+    console = Console(record=True, width=200)
+    record = confirm_best(Problem.gemm(8, 8, 8, "fp32"), Timed(), [(1.0, {"x": 4})], lambda p: [p["x"]], console,
+                          Opts(), flush="clean")
+    assert record is not None and record.error is None and record.warnings == ["slow to settle"]
+    stored = record.to_attr()
+    assert list(stored) == ["items", "rounds", "configs", "baselines", "warnings", "date", "flush"]
+    assert stored["configs"] == {"k": [4]} and stored["flush"] == "clean" and stored["date"].endswith("+00:00")
+    assert "slow to settle" in console.export_text()
+
+
 class ConfirmingReplay:
     """A replay oracle that also confirms, as the GPU one does: each point re-times slower than the search saw
     it, the search's best by 10% (a lucky sample), the others by 1%; a baseline at 1 ms."""

@@ -123,7 +123,7 @@ def test_a_worker_notes_where_its_start_up_goes(tmp_path):
     from pathlib import Path
 
     from evotune.running.experiment import load_experiment
-    from evotune.running.run import run_experiment
+    from evotune.running.run import Role, run_experiment
 
     landscape = Path(__file__).resolve().parents[1] / "evotune/landscapes/kerneltuner/gemm_RTX_2080_Ti.json.gz"
     path = tmp_path / "exp.toml"
@@ -131,7 +131,7 @@ def test_a_worker_notes_where_its_start_up_goes(tmp_path):
                     f'[[strategy]]\nname = "random"\n[budget]\ntrials = 5\n'
                     f'[storage]\nurl = "sqlite:///{tmp_path / "s.db"}"\n')
     costs = WorkerCosts()
-    run_experiment(load_experiment(path), progress=False, costs=costs)
+    run_experiment(load_experiment(path), progress=False, role=Role(costs=costs))
     steps = ["experiment read", "storage opened", "first problem taken up", "first baselines", "first sources read",
              "first evaluation"]
     assert list(costs.marks) == steps  # in the order they happen, each noted once

@@ -136,7 +136,7 @@ def test_a_confirmation_record_names_its_flush(tmp_path):
     exp = gpu_experiment(tmp_path, 'flush = "clean"')
     record = confirm_best(PROBLEM, FakeEvaluator(), [(0.05, {"x": 1})], dict, quiet(), exp.oracle_options.confirm,
                           flush=exp.oracle_options.timing.flush)
-    assert record is not None and record["flush"] == "clean"
+    assert record is not None and record.flush == "clean" and record.to_attr()["flush"] == "clean"
 
 
 # -- shown by best, refused on resume

@@ -162,8 +162,9 @@ def test_a_gpu_run_starts_its_measuring_processes_before_it_reads_the_gpu(tmp_pa
         raise RuntimeError("stop here")
 
     monkeypatch.setattr(session, "resolve", resolve)
+    exp = load_experiment(path)
     with pytest.raises(RuntimeError, match="stop here"):
-        session.Session(load_experiment(path))
+        session.Session(exp, session.StudyStorage.tuning(exp))
     assert happened == (["measuring processes started: triton_matmul"] if gpus else []) + ["targets resolved"]
     assert not (tmp_path / "s.db").exists()
 
@@ -188,8 +189,9 @@ def test_a_gpu_run_places_its_process_and_puts_it_back_when_it_ends(tmp_path, mo
         raise RuntimeError("stop here")
 
     monkeypatch.setattr(session, "resolve", resolve)
+    exp = load_experiment(path)
     with pytest.raises(RuntimeError, match="stop here"):
-        session.Session(load_experiment(path))
+        session.Session(exp, session.StudyStorage.tuning(exp))
     assert happened == ["server started", "placed", "put back"]
 
 

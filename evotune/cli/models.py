@@ -31,7 +31,7 @@ def _tp(text: str) -> int:
     return int(text)
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from evotune.model.runner import DEFAULT_TUNER
 
     tm = sub.add_parser(

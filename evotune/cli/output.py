@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from rich.console import Console
+
+if TYPE_CHECKING:  # the report's rows; reporting is imported where a command reports
+    from evotune.reporting.report import Best
 
 EXIT_USAGE = 2
 
@@ -26,7 +30,7 @@ class UsageError(Exception):
     """A mistake the user can fix; shown as one line, exit code 2."""
 
 
-def add_to_tuned_cache(rows: list, storage: str, console: Console) -> None:
+def add_to_tuned_cache(rows: list[Best], storage: str, console: Console) -> None:
     """The results go into the tuning-result cache that evotune.lookup() reads, each with its oracle (gpu, cpu,
     replay), which lookup() selects by."""
     from evotune.core.tuned_cache import remember as merge

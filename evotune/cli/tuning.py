@@ -40,14 +40,15 @@ def cmd_worker(args: argparse.Namespace) -> int:
     """The tuning loop alone: claims problems, studies and points in the shared storage, so any number of
     workers can join."""
     from evotune.running.cost_model import WorkerCosts
-    from evotune.running.run import run_experiment
+    from evotune.running.run import Role, run_experiment
 
     costs = WorkerCosts()
     exp = load_experiment(args.experiment)
     console = make_console(stderr=True)
-    draw_seed = os.getpid()  # each worker explores its own way; the study stays the one of the seed
-    for r in run_experiment(exp, console, progress=not args.no_progress, draw_seed=draw_seed,
-                            split=args.split, costs=costs, resume_finished=False):
+    # each worker explores its own way (its pid drawn on top of a shared study's seed); the study stays the one of
+    # the seed; a study whose budget is spent is not resumed by a worker that joins late
+    role = Role(args.split, draw_seed=os.getpid(), resume_finished=False, costs=costs)
+    for r in run_experiment(exp, console, progress=not args.no_progress, role=role):
         console.print(f"  {r.study_name}: {r.new_trials} measured by this worker, {r.trials} in the study, "
                       f"{r.stop_text}")
     costs.stop()

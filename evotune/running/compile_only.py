@@ -45,7 +45,7 @@ from evotune.core.space import Point, SearchSpace
 from evotune.measurement.isolation import WorkerProcess, answer_requests
 from evotune.measurement.messages import CompileOnly, Reply, ReplyStatus
 from evotune.running.experiment import Experiment, ExperimentError
-from evotune.running.session import Session
+from evotune.running.targets import Target, resolve
 
 WRITE_EVERY_S = 60.0
 # where the files go without --out: never the shipped ones under evotune/landscapes/compile, which only an
@@ -88,30 +88,31 @@ def first_error_line(text: str) -> str:
     return (lines[0] if lines else "unknown error")[:300]
 
 
-def plan_compiles(session: Session, opts: CompileOptions) -> list[CompilePlan]:
-    """What to compile for each (space, dtype, layout) of the session's experiment; bad inputs name their
-    field."""
-    exp = session.exp
-    groups: dict[tuple[str, str, str], list[Any]] = {}
-    for t in session.targets:
+def plan_compiles(exp: Experiment, targets: list[Target], opts: CompileOptions) -> list[CompilePlan]:
+    """What to compile for each (space, dtype, layout) of ``exp``'s ``targets``; bad inputs name their field."""
+    groups: dict[tuple[str, str, str], list[Target]] = {}
+    hardware_of: dict[tuple[str, str, str], Hardware] = {}  # each group's: its first target's
+    for t in targets:
         if t.ctx.hardware is None:
             raise ExperimentError(exp.path, "hardware", "compile-only needs the hardware to compile for")
         if t.space.compile_only is None:
             raise ExperimentError(exp.path, "space", f"{t.space.name!r} cannot compile without running "
                                   "(it has no compile_only)")
-        groups.setdefault((t.space.name, t.problem.dtype, t.problem.layout), []).append(t)
+        group = (t.space.name, t.problem.dtype, t.problem.layout)
+        groups.setdefault(group, []).append(t)
+        hardware_of.setdefault(group, t.ctx.hardware)
     plans = []
     for (name, dtype, layout), ts in groups.items():
-        space, hardware = ts[0].space, ts[0].ctx.hardware
+        space, hardware = ts[0].space, hardware_of[name, dtype, layout]
         feasible: dict[str, Point] = {}
         pruned: dict[str, dict[str, Point]] = {}
         for point in space.points():
             key = space.key(point)
-            reasons = [space.check(point, t.ctx) for t in ts]
-            if any(r is None for r in reasons):
+            refusals = [r for r in (space.check(point, t.ctx) for t in ts) if r is not None]
+            if len(refusals) < len(ts):  # feasible for some problem
                 feasible[key] = point
             else:
-                pruned.setdefault(reasons[0].split(":", 1)[0], {})[key] = point
+                pruned.setdefault(refusals[0].split(":", 1)[0], {})[key] = point
         rng = random.Random(opts.seed)
         chosen = list(feasible.values())
         sampled = {}
@@ -219,7 +220,8 @@ def compile_experiment(exp: Experiment, opts: CompileOptions, progress: Callable
     """Compile every planned point of ``exp``; the files written."""
     written = []
     started = time.monotonic()
-    for p in plan_compiles(Session(exp, compile_only=True), opts):
+    # only what compiling needs is checked: nothing is measured, so neither an evaluator nor a GPU
+    for p in plan_compiles(exp, resolve(exp, measuring=False), opts):
         left = None if opts.seconds is None else opts.seconds - (time.monotonic() - started)
         if left is not None and left <= 0:
             progress(f"{p.path.name}: not started, the {opts.seconds:.0f} s of this piece are spent")

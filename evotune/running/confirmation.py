@@ -18,9 +18,9 @@ no more than its runs' seconds in all.
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import optuna
@@ -28,8 +28,10 @@ from rich.console import Console
 
 from evotune.core.budget import Budget
 from evotune.core.problem import Problem
+from evotune.core.space import Point
 from evotune.measurement.base import Evaluator
 from evotune.measurement.options import ConfirmOptions
+from evotune.running.experiment import OracleKind
 from evotune.running.schedule import Schedule
 from evotune.running.targets import Target
 from evotune.running.tuner import finished
@@ -43,7 +45,7 @@ def reserves(budget: Budget, opts: ConfirmOptions, evaluator: Evaluator) -> bool
     """Whether runs with ``budget`` on ``evaluator`` hold time back for a confirmation stage: it confirms, the stage
     is on (``opts``), the budget has seconds and the clock is the wall clock (not replay's recorded costs)."""
     return (evaluator.confirms and opts.top_k > 0 and budget.seconds is not None
-            and evaluator.kind != "replay")
+            and evaluator.kind != OracleKind.REPLAY)
 
 
 def search_budget(budget: Budget, opts: ConfirmOptions, evaluator: Evaluator) -> Budget:
@@ -95,24 +97,55 @@ def confirmation_turn(target: Target, evaluator: Evaluator, storage: optuna.stor
     yield None
 
 
-def confirm_best(problem: Problem, evaluator: Evaluator, measured: list[tuple[float, dict]],
-                 config_form: Callable[[dict], Any], console: Console, opts: ConfirmOptions,
-                 seconds: float | None = None, flush: str | None = None) -> dict | None:
+@dataclass(frozen=True)
+class ConfirmationRecord:
+    """A confirmation stage's record, as each study of its target keeps it (its ``confirmation`` attribute,
+    :meth:`to_attr`): what the evaluator timed, its configurations as the caller writes them, when, and after
+    which L2 flush."""
+
+    #: the evaluator's record (:meth:`evotune.measurement.base.Evaluator.confirm`): ``items`` and ``raced_out``
+    #: (key -> median and interval), ``rounds``, ``warnings``, ``configs`` (key -> point), ``baselines``...; or
+    #: ``{"error": why}``
+    timed: Mapping[str, Any]
+    configs: dict[str, Any]  # point key -> its configuration, written by the caller's form (``timed`` has points)
+    date: str  # UTC, ISO 8601 to the second
+    flush: str | None = None  # the L2 flush before each of its samples (a GPU's)
+
+    @property
+    def error(self) -> str | None:
+        """Why the stage failed, or None."""
+        return str(self.timed["error"]) if "error" in self.timed else None
+
+    @property
+    def warnings(self) -> list[str]:
+        return [str(w) for w in self.timed.get("warnings", [])]
+
+    def to_attr(self) -> dict[str, Any]:
+        """The record as a study attribute: the evaluator's, its ``configs`` in their written form, then ``date``
+        and (when there is one) ``flush``."""
+        out = {**self.timed, "configs": self.configs, "date": self.date}
+        if self.flush is not None:
+            out["flush"] = self.flush
+        return out
+
+
+def confirm_best(problem: Problem, evaluator: Evaluator, measured: list[tuple[float, Point]],
+                 config_form: Callable[[Point], Any], console: Console, opts: ConfirmOptions,
+                 seconds: float | None = None, flush: str | None = None) -> ConfirmationRecord | None:
     """Confirm the fastest of ``measured`` (search time, point) on ``evaluator``: the ``confirm.top_k`` fastest
     and the others within ``confirm.screen`` of the fastest (at most ``confirm.screen_max``), raced down to
     ``top_k``, within ``seconds`` when given. The record, dated, naming the L2 ``flush`` of its samples when
     given (a GPU's), its configurations written by ``config_form``, its warnings printed; None when off."""
     top = screened(measured, opts)
-    record = evaluator.confirm([p for _, p in top], problem, [t for t, _ in top], seconds=seconds)
-    if record is None:
+    timed = evaluator.confirm([p for _, p in top], problem, [t for t, _ in top], seconds=seconds)
+    if timed is None:
         return None
-    record["configs"] = {k: config_form(p) for k, p in record.get("configs", {}).items()}
-    record["date"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-    if flush is not None:
-        record["flush"] = flush  # the L2 flush before each of its samples (a GPU's)
-    if "error" in record:
-        console.print(f"  [yellow]confirmation of {problem.key} failed:[/] {record['error']}")
-    for warning in record.get("warnings", []):
+    points: dict[str, Point] = timed.get("configs", {})
+    record = ConfirmationRecord(timed, {k: config_form(p) for k, p in points.items()},
+                                _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"), flush)
+    if record.error is not None:
+        console.print(f"  [yellow]confirmation of {problem.key} failed:[/] {record.error}")
+    for warning in record.warnings:
         console.print(f"  [yellow]{problem.key}:[/] {warning}")
     return record
 

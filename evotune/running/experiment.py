@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import tomllib
 from dataclasses import dataclass, field, fields
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,18 @@ from evotune.core.problem import Problem
 from evotune.measurement.options import ConfirmOptions, OracleOptions, TimingOptions
 from evotune.running.experiment_fields import ExperimentError, FieldReader  # callers of load_experiment import both
 
-ORACLES = ("replay", "gpu", "cpu")  # cpu: numpy kernels in an isolated process (the tests' fault space)
+
+class OracleKind(StrEnum):
+    """``oracle.kind``: what answers for a point. Its ``value`` is what the file, the studies and messages say."""
+
+    REPLAY = "replay"  # a recorded landscape's answer, charged its recorded cost
+    GPU = "gpu"
+    CPU = "cpu"  # numpy kernels in an isolated process (the tests' fault space)
+
+    @property
+    def measures(self) -> bool:
+        """Whether the points are run (each by the space's ``build``, on the wall clock), not looked up."""
+        return self is not OracleKind.REPLAY
 
 
 @dataclass(frozen=True)
@@ -51,7 +63,7 @@ class Experiment:
     path: Path
     name: str
     spaces: list[str]  # one or more kernel families, each tuned on every problem
-    oracle: str
+    oracle: OracleKind
     landscapes: list[Path]
     problems: list[Problem]
     hardware: str | None
@@ -142,16 +154,14 @@ class _Parser(FieldReader):
         spaces = self.space_names(raw.get("space"))
         oracle_t = self.table(raw, "oracle", {"kind", "landscapes", "timeout_s", "workers", *TIMING_OPTIONS,
                                               *CONFIRM_OPTIONS}, "")
-        oracle = self.string(oracle_t, "kind", "oracle.kind", default="replay")
-        if oracle not in ORACLES:
-            raise self.fail("oracle.kind", f"unknown oracle {oracle!r}; accepted: {', '.join(ORACLES)}")
+        oracle = self.oracle_kind(oracle_t)
         landscapes = self.landscapes(oracle_t, oracle)
         hardware = self.hardware(raw, oracle)
         problems = self.problems(raw.get("problem"), oracle, hardware)
-        if "landscape" in spaces and oracle != "replay":
+        if "landscape" in spaces and oracle is not OracleKind.REPLAY:
             raise self.fail("space", "'landscape' takes its space from recorded landscapes: "
                                      "needs oracle.kind = 'replay'")
-        if oracle == "replay" and len(spaces) > 1:
+        if oracle is OracleKind.REPLAY and len(spaces) > 1:
             raise self.fail("space", "a replay oracle takes one space (its landscapes record one)")
         for space in spaces:
             self.check_space(space)
@@ -216,13 +226,21 @@ class _Parser(FieldReader):
         except StorageError as exc:
             raise self.fail(f"storage.{key}", str(exc)) from None
 
-    def oracle_options(self, oracle_t: dict[str, Any], oracle: str) -> OracleOptions:
+    def oracle_kind(self, oracle_t: dict[str, Any]) -> OracleKind:
+        name = self.string(oracle_t, "kind", "oracle.kind", default=OracleKind.REPLAY.value)
+        try:
+            return OracleKind(name)
+        except ValueError:
+            accepted = ", ".join(k.value for k in OracleKind)
+            raise self.fail("oracle.kind", f"unknown oracle {name!r}; accepted: {accepted}") from None
+
+    def oracle_options(self, oracle_t: dict[str, Any], oracle: OracleKind) -> OracleOptions:
         given = {k: v for k, v in oracle_t.items() if k not in ("kind", "landscapes")}
-        allowed = {"gpu": {"timeout_s", "workers", *TIMING_OPTIONS, *CONFIRM_OPTIONS},
-                   "cpu": {"timeout_s"}}.get(oracle, set())
+        allowed = {OracleKind.GPU: {"timeout_s", "workers", *TIMING_OPTIONS, *CONFIRM_OPTIONS},
+                   OracleKind.CPU: {"timeout_s"}}.get(oracle, set())
         for k in given:
             if k not in allowed:
-                raise self.fail(f"oracle.{k}", f"not used with oracle.kind = {oracle!r}")
+                raise self.fail(f"oracle.{k}", f"not used with oracle.kind = {oracle.value!r}")
         for k in ("timeout_s", "ci_target", "confirm_ci"):
             if self.positive_number(given, k, f"oracle.{k}") is not None:
                 given[k] = float(given[k])
@@ -243,9 +261,9 @@ class _Parser(FieldReader):
             raise self.fail("oracle.min_samples", f"must be at most max_samples ({timing.max_samples}, the default)")
         return OracleOptions(**given, timing=timing, confirm=confirm)
 
-    def landscapes(self, oracle_t: dict[str, Any], oracle: str) -> list[Path]:
+    def landscapes(self, oracle_t: dict[str, Any], oracle: OracleKind) -> list[Path]:
         value = oracle_t.get("landscapes")
-        if oracle != "replay":
+        if oracle is not OracleKind.REPLAY:
             if value is not None:
                 raise self.fail("oracle.landscapes", "only used with oracle.kind = 'replay'")
             return []
@@ -261,17 +279,17 @@ class _Parser(FieldReader):
             out.append(p)
         return out
 
-    def hardware(self, raw: dict[str, Any], oracle: str) -> str | None:
-        value = raw.get("hardware", "auto" if oracle == "gpu" else None)
+    def hardware(self, raw: dict[str, Any], oracle: OracleKind) -> str | None:
+        value = raw.get("hardware", "auto" if oracle is OracleKind.GPU else None)
         if value is None:
             return None
         if not isinstance(value, str) or (value != "auto" and value not in hw.names()):
             raise self.fail("hardware", f"unknown hardware {value!r}; accepted: auto, {', '.join(hw.names())}")
         return value
 
-    def problems(self, value: Any, oracle: str, hardware: str | None = None) -> list[Problem]:
+    def problems(self, value: Any, oracle: OracleKind, hardware: str | None = None) -> list[Problem]:
         if value is None:
-            if oracle == "replay":
+            if oracle is OracleKind.REPLAY:
                 return []  # each landscape brings its own problem
             raise self.fail("problem", "missing: give at least one [[problem]] with m, n, k, dtype")
         from evotune.core.problem import FieldError, get_workload, workload_names
@@ -291,7 +309,7 @@ class _Parser(FieldReader):
             if gpu is not None and out[-1].dtype == "fp8" and not gpu.has("fp8"):
                 raise self.fail(f"{where}.dtype", f"fp8 needs FP8 tensor cores (sm_89 and newer); {gpu.name} "
                                                   f"({gpu.arch}) has none")
-        if oracle == "replay" and out:
+        if oracle is OracleKind.REPLAY and out:
             raise self.fail("problem", "a replay oracle takes its problems from its landscapes; remove [[problem]]")
         return out
 

@@ -70,8 +70,8 @@ from evotune.core.landscape import (
 )
 from evotune.core.result import EvalResult
 from evotune.core.space import FeasibleSet
-from evotune.running.experiment import Experiment, ExperimentError
-from evotune.running.session import Session, StudyPlan, open_storage
+from evotune.running.experiment import Experiment, ExperimentError, OracleKind
+from evotune.running.session import Session, StudyPlan, StudyStorage
 from evotune.running.targets import Target, group_name, study_attrs, study_name, target_study_names
 from evotune.search.strategies.base import Strategy
 from evotune.search.strategies.exhaustive import Exhaustive, Listed
@@ -97,7 +97,7 @@ class Sampling:
 
     def plan(self, exp: Experiment, target: Target, fs: FeasibleSet) -> tuple[list[int], dict[str, Any]]:
         """(the feasible rows to record, in order; the file's ``coverage``, which says what they are)."""
-        tuning = open_storage(exp)
+        tuning = StudyStorage.tuning(exp).open(exp)
         measured: list[tuple[float, int]] = []
         studies = []
         for name in target_study_names(exp, target):
@@ -132,7 +132,7 @@ def check_landscape_flushes(exp: Experiment, resolved: list[Target], out_dir: Pa
     """Refuse to add points to a landscape file measured after another L2 flush (one that names none had the
     dirty one): its times and the new ones would not compare. ExperimentError on ``oracle.flush``, before
     anything is measured or written."""
-    if exp.oracle != "gpu":
+    if exp.oracle is not OracleKind.GPU:
         return
     new = exp.oracle_options.timing.flush
     for target in resolved:
@@ -157,23 +157,19 @@ def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, con
     it is measured, so none is measured twice. With ``sampling``, each file holds the searches' points and a
     uniform sample instead of every feasible point (:class:`Sampling`). With ``progress``, a live bar per
     problem, as ``run`` shows."""
-    session = Session(exp, record=True, console=console, progress=progress)
+    session = Session(exp, StudyStorage.recording(exp), console=console, progress=progress)
     check_landscape_flushes(exp, session.targets, out_dir)
     written: list[Path] = []
     with session:
-        console.print(f"[bold]evotune record[/] {exp.name}: space {', '.join(exp.spaces)}, oracle {exp.oracle}, "
+        console.print(f"[bold]evotune record[/] {exp.name}: space {', '.join(exp.spaces)}, oracle {exp.oracle.value}, "
                       f"{len(session.targets)} problem{'s' if len(session.targets) != 1 else ''}"
                       f"{'' if sampling is None else f', a sample of {sampling.size} points each'}, "
                       f"storage {exp.record_storage}, landscapes to {out_dir}"
                       + ("" if seconds is None else f", {seconds:.0f} s on the tuning clock"))
         groups = [(group_name(exp, t), [study_name(exp, t, "record")]) for t in session.targets]
-        of_study = {names[0]: g for g, (_, names) in enumerate(groups)}
 
-        def unfinished(name: str) -> bool:
-            t = session.targets[of_study[name]]
-            store = StudyStore.load(session.storage, name, t.space)
-            if store is None:
-                return True
+        def wants_more(t: Target, store: StudyStore) -> bool:
+            """Whether the recording lacks a point it plans: a feasible one, or one of the sample."""
             fs = t.space.feasible(t.ctx)
             if sampling is None:
                 return len(store.history()) < len(fs)
@@ -181,7 +177,7 @@ def record_experiment(exp: Experiment, out_dir: Path, seconds: float | None, con
             return any(row not in done for row in sampling.plan(exp, t, fs)[0])
 
         spent = 0.0
-        for g, target, _ in session.groups(groups, unfinished, split):
+        for g, target, _ in session.groups(groups, wants_more, split):
             if seconds is not None and spent >= seconds:
                 console.print(f"  the {seconds:.0f} s of this piece (tuning clock) are spent: the problems "
                               "left are a later piece's")
@@ -248,7 +244,7 @@ def _record_one(session: Session, target: Target, group: int, out_dir: Path, sec
             measured = [(r.value, r.point) for r in store.history() if r.value is not None]
             record = session.confirm(target, measured, lambda p: json_values(p, target.space.names))
             if record is not None:
-                store.study.set_user_attr("confirmation", record)
+                store.study.set_user_attr("confirmation", record.to_attr())
     return write_recorded(store, target, exp, feasible, path, previous, coverage), used
 
 

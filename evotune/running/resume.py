@@ -30,7 +30,7 @@ from rich.console import Console
 
 from evotune.core.budget import Budget
 from evotune.core.flush import UNRECORDED_FLUSH
-from evotune.running.experiment import Experiment, ExperimentError, StrategySpec
+from evotune.running.experiment import Experiment, ExperimentError, OracleKind, StrategySpec
 from evotune.running.targets import Target, study_name
 from evotune.storage.study import StudyStore
 
@@ -81,7 +81,7 @@ def _check_options(exp: Experiment, spec: StrategySpec, name: str, attrs: dict[s
 
 def _check_flush(exp: Experiment, name: str, attrs: dict[str, Any]) -> None:
     """Refuse to resume a GPU study measured after another L2 flush (one that names none had the only one)."""
-    if exp.oracle != "gpu" or attrs.get("oracle") != "gpu":
+    if exp.oracle is not OracleKind.GPU or attrs.get("oracle") != OracleKind.GPU.value:
         return
     stored, new = attrs.get("flush", UNRECORDED_FLUSH), exp.oracle_options.timing.flush
     if stored != new:

@@ -2,16 +2,17 @@
 
 A session resolves the targets once (:func:`evotune.running.targets.resolve`), and while open holds the storage,
 the schedule, the measuring process and its evaluators, each problem's baselines, the transfer sources and the
-live progress. ``run`` (:mod:`evotune.running.run`), ``record`` (:mod:`evotune.running.record`) and
-``record --compile-only`` (:mod:`evotune.running.compile_only`) are policies over it: what to ask, with what
-budget, and what to write after a group.
+live progress. ``run`` (:mod:`evotune.running.run`) and ``record`` (:mod:`evotune.running.record`) are policies
+over it: which storage its studies live in (:class:`StudyStorage`), what to ask, with what budget, and what to
+write after a group. (``record --compile-only``, :mod:`evotune.running.compile_only`, measures nothing: it
+resolves the targets alone.)
 
 A study is handed a :class:`StudyPlan` (its name, attributes, budget and claims), never the experiment.
 
 Example::
 
-    with Session(exp) as session:
-        for group, target, turns in session.groups(session.tuning_groups(), unfinished):
+    with Session(exp, StudyStorage.tuning(exp)) as session:
+        for group, target, turns in session.groups(groups, wants_more):
             ...
 """
 
@@ -33,24 +34,23 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from evotune.core.budget import Budget
 from evotune.core.landscape import LandscapeError
 from evotune.core.plugins import load_space
-from evotune.core.space import SearchSpace
+from evotune.core.space import Point, SearchSpace
 from evotune.core.tuned_cache import load_tuned
 from evotune.measurement.base import Evaluator
 from evotune.measurement.host import unplace
 from evotune.measurement.replay import ReplayEvaluator
 from evotune.measurement.space_worker import SpaceWorker
 from evotune.running import shared_baselines
-from evotune.running.confirmation import confirm_best, confirmation_seconds, confirmation_turn, search_budget
-from evotune.running.experiment import Experiment, ExperimentError
-from evotune.running.schedule import Schedule, Turn
-from evotune.running.targets import (
-    Baselines,
-    Target,
-    gpu_evaluator_class,
-    group_name,
-    resolve,
-    target_study_names,
+from evotune.running.confirmation import (
+    ConfirmationRecord,
+    confirm_best,
+    confirmation_seconds,
+    confirmation_turn,
+    search_budget,
 )
+from evotune.running.experiment import Experiment, ExperimentError, OracleKind
+from evotune.running.schedule import Schedule, Turn
+from evotune.running.targets import Baselines, Target, gpu_evaluator_class, resolve
 from evotune.running.tuner import OnTrial, TuneResult, tune_study
 from evotune.search.strategies import STRATEGIES, Source
 from evotune.search.strategies.base import Strategy
@@ -61,6 +61,39 @@ from evotune.storage.study import StudyStore, create_database, make_storage
 from evotune.storage.trial_writer import checkpoint
 
 Groups = list[tuple[str, list[str]]]  # (group name, its study names), one per target
+#: whether a study that holds trials (its target, its store) wants more points; one never started always does
+WantsMore = Callable[[Target, StudyStore], bool]
+
+
+@dataclass(frozen=True)
+class StudyStorage:
+    """Where a session's studies live: ``url``; ``fieldname``, the experiment file's field that gives it (named
+    when it cannot be opened); ``create``: make the database first where it is missing (on a server)."""
+
+    url: str
+    fieldname: str
+    create: bool = False
+
+    @classmethod
+    def tuning(cls, exp: Experiment) -> StudyStorage:
+        """The tuning storage: what ``best``, ``plot`` and the dashboard read."""
+        return cls(exp.storage, "storage.url")
+
+    @classmethod
+    def recording(cls, exp: Experiment) -> StudyStorage:
+        """The recording studies' own storage, never the tuning one (see :mod:`evotune.running.record`)."""
+        return cls(exp.record_storage, "storage.record_url", create=True)
+
+    def open(self, exp: Experiment) -> optuna.storages.BaseStorage:
+        """The storage, opened; an :class:`ExperimentError` on :attr:`fieldname` of ``exp`` when it cannot be."""
+        try:
+            if self.create:
+                create_database(self.url)
+            return make_storage(self.url)
+        except JournalError:  # a journal's broken record: it names the file and the line already
+            raise
+        except Exception as exc:  # any storage driver error: the URL is what the user can fix
+            raise ExperimentError(exp.path, self.fieldname, f"cannot open {self.url!r}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -77,27 +110,26 @@ class StudyPlan:
 
 
 class Session:
-    """One worker's run of ``exp``: the targets resolved once; opened (``with``), the storage (the tuning one, or
-    with ``record`` the recording studies' own), the schedule, the evaluators, the baselines and the transfer
-    sources. ``resolved``: targets the caller resolved already. A ``compile_only`` session checks only what
-    compiling needs (no evaluator, no GPU) and is never opened: it measures nothing."""
+    """One worker's run of ``exp``: the targets resolved once; opened (``with``), the storage ``where`` its
+    policy keeps its studies, the schedule, the evaluators, the baselines and the transfer sources."""
 
-    def __init__(self, exp: Experiment, *, record: bool = False, compile_only: bool = False,
-                 console: Console | None = None, progress: bool = True, resolved: list[Target] | None = None):
+    def __init__(self, exp: Experiment, where: StudyStorage, *, console: Console | None = None,
+                 progress: bool = True):
         self.exp = exp
-        self.record = record
-        self.url = exp.record_storage if record else exp.storage
+        self.where = where
         self.console = console or Console(stderr=True)
         # the measuring processes' imports (seconds) run while the targets resolve, where they can start already
-        self._measuring = not compile_only and start_measuring(exp)
+        self._measuring = start_measuring(exp)
         try:
-            self.targets = resolve(exp, measuring=not compile_only) if resolved is None else resolved
+            self.targets = resolve(exp)
         except BaseException:
             unplace()  # the run ends here: this process goes back to its cores
             raise
         self._progress = progress
         self._stack = ExitStack()
         self._baselines: dict[str, Baselines] = {}
+        self._storage: optuna.storages.BaseStorage | None = None
+        self._evaluators: Evaluators | None = None
         self.schedule: Schedule | None = None
         self.bar: Progress | None = None
 
@@ -105,10 +137,24 @@ class Session:
     def __enter__(self) -> Session:
         if not self._measuring:  # its imports run while the storage opens
             start_measuring(self.exp, [t.space for t in self.targets])
-        self.storage = open_storage(self.exp, self.record)
-        self.evaluators = self._stack.enter_context(Evaluators(self.exp))
+        self._storage = self.where.open(self.exp)
+        self._evaluators = self._stack.enter_context(Evaluators(self.exp))
         self.bar = self._stack.enter_context(progress_bar(self.console, self._progress))
         return self
+
+    @property
+    def storage(self) -> optuna.storages.BaseStorage:
+        """The storage of the session's studies, open while the session is (inside ``with``)."""
+        if self._storage is None:
+            raise RuntimeError("the session's storage is open only inside `with session`")
+        return self._storage
+
+    @property
+    def evaluators(self) -> Evaluators:
+        """The run's evaluators, made on first use while the session is open (inside ``with``)."""
+        if self._evaluators is None:
+            raise RuntimeError("the session's evaluators exist only inside `with session`")
+        return self._evaluators
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         try:
@@ -121,15 +167,19 @@ class Session:
             checkpoint(self.storage)
 
     # -- what the run takes up -----------------------------------------------------------------------------------
-    def tuning_groups(self) -> Groups:
-        """Each target's group and its studies, one per (strategy, seed)."""
-        return [(group_name(self.exp, t), target_study_names(self.exp, t)) for t in self.targets]
-
-    def groups(self, groups: Groups, unfinished: Callable[[str], bool], split: str = "problems",
+    def groups(self, groups: Groups, wants_more: WantsMore, split: str = "problems",
                resume_finished: bool = True) -> Iterator[tuple[int, Target, Iterable[Turn]]]:
-        """The groups this worker takes up, as the schedule hands them (``split``, see
-        :mod:`evotune.running.schedule`): (its index, its target, its turns: the studies to run now)."""
-        self.schedule = Schedule(self.url, self.exp.name, groups, split)
+        """The groups (one per target, in the targets' order) this worker takes up, as the schedule hands them
+        (``split``, see :mod:`evotune.running.schedule`): (its index, its target, its turns: the studies to run
+        now). A study is unfinished when it was never started or ``wants_more`` says so of what it holds."""
+        of_study = {name: g for g, (_, names) in enumerate(groups) for name in names}
+
+        def unfinished(name: str) -> bool:
+            target = self.targets[of_study[name]]
+            store = StudyStore.load(self.storage, name, target.space)
+            return store is None or wants_more(target, store)
+
+        self.schedule = Schedule(self.where.url, self.exp.name, groups, split)
         for g, turns in itertools.groupby(self.schedule.turns(unfinished, resume_finished), key=lambda t: t.group):
             yield g, self.targets[g], turns
 
@@ -139,26 +189,24 @@ class Session:
     def search_budget(self, target: Target) -> Budget:
         """The budget each study of ``target`` searches with: the experiment's, less the confirmation's share of
         its seconds (a replay evaluator never holds time back)."""
-        if self.exp.oracle == "replay":  # and asking for the evaluator of another problem would close this one's
-            return self.exp.budget
         return search_budget(self.exp.budget, self.exp.oracle_options.confirm, self.evaluator(target))
 
     def claims(self, name: str) -> Claims:
         """The claims of study ``name``: a claim outlives any honest evaluation, a killed worker's lapse at once."""
-        lease = 3.0 * self.exp.oracle_options.timeout_s if self.exp.oracle in ("gpu", "cpu") else 120.0
-        return make_claims(self.url, name, lease)
+        lease = 3.0 * self.exp.oracle_options.timeout_s if self.exp.oracle.measures else 120.0
+        return make_claims(self.where.url, name, lease)
 
     # -- baselines and sources ------------------------------------------------------------------------------------
     def baselines(self, target: Target, home: str) -> Baselines | None:
         """On a GPU: the device and the baselines of ``target``'s problem, timed by the same oracle in the same
         worker before the search, or taken from study ``home`` where another worker timed them on a device of
         the same model and versions; read once per problem. None on other oracles."""
-        if self.exp.oracle != "gpu":
+        if self.exp.oracle is not OracleKind.GPU:
             return None
         key = target.problem.key
         if key not in self._baselines:
             evaluator = self.evaluator(target)
-            claims = make_claims(self.url, shared_baselines.baselines_namespace(self.exp.name))
+            claims = make_claims(self.where.url, shared_baselines.baselines_namespace(self.exp.name))
             found = shared_baselines.shared_baselines(self.storage, home, claims,
                                                       self.evaluators.device_info(evaluator),
                                                       lambda: evaluator.baselines(target.problem))
@@ -200,14 +248,14 @@ class Session:
                                self.exp.budget, self.exp.oracle_options.confirm) as stores:
             yield stores
 
-    def confirm(self, target: Target, measured: list[tuple[float, dict]], config_form: Callable[[dict], Any],
-                runs: int | None = None) -> dict | None:
+    def confirm(self, target: Target, measured: list[tuple[float, Point]], config_form: Callable[[Point], Any],
+                runs: int | None = None) -> ConfirmationRecord | None:
         """Confirm the fastest of ``measured`` beside the baselines; within the share of ``runs`` runs' seconds
         when given (:func:`evotune.running.confirmation.confirm_best`)."""
         evaluator = self.evaluator(target)
         opts = self.exp.oracle_options.confirm
         seconds = None if runs is None else confirmation_seconds(self.exp.budget, opts, evaluator, runs)
-        flush = self.exp.oracle_options.timing.flush if self.exp.oracle == "gpu" else None
+        flush = self.exp.oracle_options.timing.flush if self.exp.oracle is OracleKind.GPU else None
         return confirm_best(target.problem, evaluator, measured, config_form, self.console, opts, seconds, flush)
 
     def cache_summary(self, target: Target, before: dict[str, int] | None = None) -> str:
@@ -228,7 +276,7 @@ def start_measuring(exp: Experiment, spaces: Iterable[SearchSpace] | None = None
     experiment's spaces are loaded here, and only a host with an NVIDIA GPU starts it: on a host without one
     resolving refuses the experiment, and nothing should have started. Without torch nothing starts either:
     resolving says what is missing."""
-    if exp.oracle != "gpu" or importlib.util.find_spec("torch") is None:
+    if exp.oracle is not OracleKind.GPU or importlib.util.find_spec("torch") is None:
         return False
     from evotune.measurement.gpu import start_processes
     from evotune.measurement.host import host_gpus, place_measuring
@@ -247,10 +295,10 @@ def start_measuring(exp: Experiment, spaces: Iterable[SearchSpace] | None = None
 
 def make_evaluator(exp: Experiment, target: Target, worker: SpaceWorker | None = None) -> Evaluator:
     """The evaluator of ``target``'s space; ``worker``: a measuring process another space's evaluator started."""
-    if exp.oracle == "replay":
+    if exp.oracle is OracleKind.REPLAY:
         assert target.landscape is not None
         return ReplayEvaluator(target.landscape)
-    if exp.oracle == "cpu":
+    if exp.oracle is OracleKind.CPU:
         from evotune.measurement.cpu import CpuEvaluator
 
         return CpuEvaluator(target.space, exp.oracle_options, worker=worker)
@@ -261,24 +309,22 @@ class Evaluators:
     """The evaluators of one run, made on first use. One measuring process (a GPU or CPU worker: its start-up,
     its CUDA context) serves every problem and every space of the run, each space's evaluator through a view of
     it (:mod:`evotune.measurement.space_worker`), and its device is read once; so those costs are paid once per
-    worker, not once per problem or space. A replay evaluator answers for its one landscape and is closed when
-    the next is asked for."""
+    worker, not once per problem or space. A replay evaluator answers for its one landscape: one per problem
+    (they hold nothing but the landscape its target holds)."""
 
     def __init__(self, exp: Experiment):
         self.exp = exp
         self._open: dict[str, Evaluator] = {}
-        self._device: dict | None = None
+        self._device: dict[str, Any] | None = None
 
     def get(self, target: Target) -> Evaluator:
-        key = target.problem.key if self.exp.oracle == "replay" else target.space.name
+        key = target.problem.key if self.exp.oracle is OracleKind.REPLAY else target.space.name
         if key not in self._open:
-            if self.exp.oracle == "replay":
-                self.close()
             shared = next((ev.shared_worker for ev in self._open.values()), None)
             self._open[key] = make_evaluator(self.exp, target, shared)
         return self._open[key]
 
-    def device_info(self, evaluator: Evaluator) -> dict:
+    def device_info(self, evaluator: Evaluator) -> dict[str, Any]:
         """The device the measuring process runs on (its clocks, versions, copy bandwidth), read once."""
         if self._device is None:
             self._device = evaluator.device_info()
@@ -294,19 +340,6 @@ class Evaluators:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def open_storage(exp: Experiment, record: bool = False) -> optuna.storages.BaseStorage:
-    """The experiment's storage, or with ``record`` the recording studies' own (made on a server when missing)."""
-    url, where = (exp.record_storage, "storage.record_url") if record else (exp.storage, "storage.url")
-    try:
-        if record:
-            create_database(url)
-        return make_storage(url)
-    except JournalError:  # a journal's broken record: it names the file and the line already
-        raise
-    except Exception as exc:  # any storage driver error: the URL is what the user can fix
-        raise ExperimentError(exp.path, where, f"cannot open {url!r}: {exc}") from None
 
 
 @contextmanager

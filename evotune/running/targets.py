@@ -23,7 +23,7 @@ from evotune.core.landscape import Landscape, LandscapeError, load_landscape
 from evotune.core.plugins import load_space
 from evotune.core.problem import Problem
 from evotune.core.space import Context, SearchSpace
-from evotune.running.experiment import Experiment, ExperimentError
+from evotune.running.experiment import Experiment, ExperimentError, OracleKind
 from evotune.search.strategies import make_strategy
 
 if TYPE_CHECKING:  # imported where a run measures on a GPU
@@ -66,7 +66,7 @@ def targets(exp: Experiment) -> list[Target]:
             raise ExperimentError(exp.path, "hardware", f"{exp.hardware!r} is {hardware.name} ({hardware.arch}), "
                                   f"without the FP8 tensor cores (sm_89 and newer) that {fp8[0].describe()} needs")
     out = []
-    if exp.oracle == "replay":
+    if exp.oracle is OracleKind.REPLAY:
         (name,) = exp.spaces
         for path in exp.landscapes:
             try:
@@ -106,18 +106,18 @@ def resolve(exp: Experiment, measuring: bool = True) -> list[Target]:
     every point would be compiled, fail the same way and be stored as failed. With ``measuring``, also what the
     evaluator needs, and each strategy built once, so that a bad option fails now."""
     resolved = targets(exp)
-    if measuring and exp.oracle == "gpu" and importlib.util.find_spec("torch") is None:
+    if measuring and exp.oracle is OracleKind.GPU and importlib.util.find_spec("torch") is None:
         raise ExperimentError(exp.path, "oracle.kind", NO_TORCH)
-    for space in {t.space.name: t.space for t in resolved}.values() if exp.oracle != "replay" else ():
+    for space in {t.space.name: t.space for t in resolved}.values() if exp.oracle.measures else ():
         missing = space.needs.missing()
         if missing:
             raise ExperimentError(exp.path, "space", f"{space.name!r} cannot compile on this machine, which "
                                   f"lacks {' and '.join(missing)}")
     for target in resolved if measuring else ():
-        if exp.oracle != "replay" and target.space.build is None:
+        if exp.oracle.measures and target.space.build is None:
             # the CPU and GPU evaluators build every point with it, in a worker that loads the space by source
             raise ExperimentError(exp.path, "space", f"{target.space.source or target.space.name} defines SPACE "
-                                  f"without build(point, problem), which oracle.kind = {exp.oracle!r} needs to "
+                                  f"without build(point, problem), which oracle.kind = {exp.oracle.value!r} needs to "
                                   "run a point")
         for spec in exp.strategies:
             try:
@@ -159,11 +159,11 @@ def study_attrs(exp: Experiment, target: Target, strategy: str, seed: int,
         "experiment": exp.name, "space": target.space.name, "problem": target.problem.to_dict(),
         # how the space is loaded again (a built-in's name, a user's file path): compile_best() needs it
         "space_source": target.space.source or target.space.name,
-        "problem_key": target.problem.key, "strategy": strategy, "seed": seed, "oracle": exp.oracle,
+        "problem_key": target.problem.key, "strategy": strategy, "seed": seed, "oracle": exp.oracle.value,
         "hardware": target.ctx.hardware.name if target.ctx.hardware else None,
         "feasible": len(target.space.feasible(target.ctx)), "space_size": target.space.size,
     }
-    if exp.oracle == "gpu":
+    if exp.oracle is OracleKind.GPU:
         attrs["flush"] = exp.oracle_options.timing.flush  # the L2 flush before each sample
     if target.landscape is not None:
         ls = target.landscape

@@ -47,6 +47,7 @@ from evotune.core.problem import Problem
 from evotune.core.result import EvalResult, Status
 from evotune.core.space import Context, Point, SearchSpace
 from evotune.measurement.base import DeadlinePassed, Evaluator
+from evotune.running.experiment import OracleKind
 from evotune.search.strategies.base import Strategy
 from evotune.storage.claims import Claim, Claims, NoClaims
 from evotune.storage.study import Record, StudyStore
@@ -144,7 +145,7 @@ class _Run:
         self.problem: Problem = ctx.problem
         self.store, self.budget, self.on_trial, self.claims, self.sync_s = store, budget, on_trial, claims, sync_s
         self.state = _State()
-        self.simulated = evaluator.kind == "replay"  # the clock adds recorded costs instead of wall time
+        self.simulated = evaluator.kind == OracleKind.REPLAY  # the clock adds recorded costs instead of wall time
         self.queue: list[Point] = []  # proposals asked for and not yet taken
         self.clock = clock
         self.base = 0.0  # the study's clock at resume
