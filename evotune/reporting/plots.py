@@ -31,6 +31,7 @@ import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -38,6 +39,7 @@ matplotlib.use("Agg")  # files only: no display is needed or wanted
 import matplotlib.pyplot as plt
 import numpy as np
 import optuna
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from optuna.trial import TrialState
 
@@ -63,8 +65,8 @@ class ProblemRuns:
     curves: list[Curve]
     trials: list[optuna.trial.FrozenTrial]
     spaces: dict[str, list[optuna.trial.FrozenTrial]] = field(default_factory=dict)  # the trials of each space
-    confirmation: dict = field(default_factory=dict)  # the newest confirmation record of the problem (GPU runs)
-    sources: dict[str, list[dict]] = field(default_factory=dict)  # strategy -> what it transferred from
+    confirmation: dict[str, Any] = field(default_factory=dict)  # the problem's newest confirmation record (GPU runs)
+    sources: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # strategy -> what it transferred from
 
 
 def load_runs(storage: str | optuna.storages.BaseStorage, experiment: str | None = None) -> list[ProblemRuns]:
@@ -206,7 +208,7 @@ def plot_convergence(runs: ProblemRuns, path: str | Path) -> Path:
     return _save(fig, path)
 
 
-def _confirmed_lines(rec: dict, axes: tuple) -> None:
+def _confirmed_lines(rec: dict[str, Any], axes: tuple[Axes, ...]) -> None:
     """The confirmation stage's figures as reference lines: the fastest configuration and each baseline,
     re-timed side by side after the search (what ``best`` reports)."""
     items, configs = rec.get("items", {}), rec.get("configs", {})
