@@ -66,7 +66,7 @@ def _matmul(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn,
 
 # fp32 split-K accumulators, one per output shape and device, shared by every split-K kernel of this
 # process: a buffer per kernel would hold M x N x 4 bytes for each of the thousands a recording builds.
-_WORKSPACES: dict[tuple, torch.Tensor] = {}
+_WORKSPACES: dict[tuple[tuple[int, ...], str], torch.Tensor] = {}
 
 
 def _workspace(c: torch.Tensor) -> torch.Tensor:
@@ -89,7 +89,7 @@ def _launcher(point: Point, problem: Problem) -> tuple[Any, Any]:
     def target_of(c: torch.Tensor) -> torch.Tensor:
         return _workspace(c) if split > 1 and c.dtype.is_floating_point else c
 
-    def args(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor) -> tuple:
+    def args(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor | int, ...]:
         return (a, b, t, problem.m, problem.n, problem.k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                 t.stride(0), t.stride(1))
 
