@@ -107,7 +107,7 @@ class FeasibleSet:
     or 0/1 (unordered ones).
     """
 
-    def __init__(self, space: Declared, codes: np.ndarray, pruned: Counter[str],
+    def __init__(self, space: Declared, codes: npt.NDArray[np.int32], pruned: Counter[str],
                  reasons: dict[str, str] | None = None):
         self.space = space
         self.codes = codes
@@ -204,7 +204,7 @@ class FeasibleSet:
         # numpy types a sum along an axis as Any; this one is float64 already, so asarray copies nothing
         return np.asarray(step.sum(axis=1), dtype=np.float64)
 
-    def nearest(self, code: Sequence[int], exclude: np.ndarray | None = None,
+    def nearest(self, code: Sequence[int], exclude: npt.NDArray[np.bool_] | None = None,
                 rng: np.random.Generator | None = None) -> int | None:
         """Row of the nearest feasible point not masked by ``exclude``; ties broken by ``rng``."""
         d = self.distances(code)
