@@ -38,6 +38,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display is needed or wanted
 import matplotlib.pyplot as plt
 import numpy as np
+import numpy.typing as npt
 import optuna
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -47,14 +48,16 @@ from evotune.measurement.retiming import newer
 from evotune.reporting.report import sources_text
 from evotune.storage.study import make_storage, study_summaries
 
+Floats = npt.NDArray[np.float64]  # one value per evaluation
+
 
 @dataclass
 class Curve:
     space: str
     strategy: str
     seed: int
-    values: np.ndarray  # best so far after each evaluation (nan before the first success)
-    clock: np.ndarray  # tuning clock after each evaluation, seconds
+    values: Floats  # best so far after each evaluation (nan before the first success)
+    clock: Floats  # tuning clock after each evaluation, seconds
 
 
 @dataclass
@@ -96,7 +99,7 @@ def load_runs(storage: str | optuna.storages.BaseStorage, experiment: str | None
     return [groups[k] for k in sorted(groups)]
 
 
-def _band(curves: list[np.ndarray], missing: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _band(curves: list[Floats], missing: float | None = None) -> tuple[Floats, Floats, Floats]:
     """25th, 50th and 75th percentiles over ``curves`` at each x; shorter curves keep their last value.
 
     With ``missing``, a NaN (no result yet) counts as that value, so every x is taken over every
@@ -126,9 +129,9 @@ class Band:
 
     label: str  # the strategy ("SPACE STRATEGY" when the problem was tuned in several spaces)
     seeds: int
-    p25: np.ndarray
-    median: np.ndarray
-    p75: np.ndarray
+    p25: Floats
+    median: Floats
+    p75: Floats
 
 
 def _by_label(runs: ProblemRuns) -> list[tuple[str, list[Curve]]]:
@@ -140,7 +143,7 @@ def _by_label(runs: ProblemRuns) -> list[tuple[str, list[Curve]]]:
     return sorted(groups.items())
 
 
-def _y(runs: ProblemRuns, values: np.ndarray) -> np.ndarray:
+def _y(runs: ProblemRuns, values: Floats) -> Floats:
     return runs.optimum_ms / values if runs.optimum_ms else values
 
 
