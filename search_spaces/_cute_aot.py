@@ -65,7 +65,8 @@ def fake_operands(problem: Problem) -> tuple[Any, Any, Any, Any]:
     return a, b, c, torch.int32 if problem.dtype == "int8" else torch.float32
 
 
-def compile_resources(op: Any, args: Any, hardware: Hardware, extra: tuple[Any, ...], stages_of: Any) -> dict:
+def compile_resources(op: Any, args: Any, hardware: Hardware, extra: tuple[Any, ...],
+                      stages_of: Any) -> dict[str, float | int | None]:
     """Compile ``op.impl`` for ``hardware`` and read its resource use.
 
     ``extra`` follows the three tensors in the kernel's call (stream, cluster count, ...);

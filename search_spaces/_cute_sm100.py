@@ -54,7 +54,7 @@ def kernel(point: Point, problem: Problem) -> Any:
         PersistentTileSchedulerType.STATIC_PERSISTENT, lambda x: x)
 
 
-def compile_only(point: Point, problem: Problem, hardware: Any) -> dict:
+def compile_only(point: Point, problem: Problem, hardware: Any) -> dict[str, float | int | None]:
     """Compile ``point`` for ``hardware`` from meta tensors (no GPU); its resource use. Raises if it does not build."""
     from search_spaces import _cute_aot as aot
 

@@ -270,7 +270,7 @@ def build(point: Point, problem: Problem) -> Any:
     return launch
 
 
-def compile_only(point: Point, problem: Problem, hardware: Any) -> dict:
+def compile_only(point: Point, problem: Problem, hardware: Any) -> dict[str, float | int | None]:
     """Compile ``point`` for ``hardware`` from meta tensors (no GPU, nothing cached or launched); its resource use.
 
     The stage count is not checked against the kernel's own estimate here: the compiler builds what it can,

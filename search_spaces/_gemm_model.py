@@ -115,7 +115,7 @@ class TritonTile:
 
     def acc_registers(self, point: Point) -> int:
         """32-bit registers per thread for the accumulator tile, spread over every thread of the program."""
-        return -(-point[self.m] * point[self.n] * self.ACC_BYTES // (self.threads(point) * 4))
+        return -(-int(point[self.m]) * int(point[self.n]) * self.ACC_BYTES // (self.threads(point) * 4))
 
     def registers(self, point: Point) -> int:
         return self.acc_registers(point) + self.REG_OVERHEAD

@@ -70,7 +70,7 @@ def launcher(point: Point, problem: Problem) -> tuple[Any, Any]:
                 num_warps=point["num_warps"], num_stages=point["num_stages"])
 
     def args(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
-             c: torch.Tensor) -> tuple:
+             c: torch.Tensor) -> tuple[torch.Tensor | int, ...]:
         # b's stride along N is the weights' row stride; each scale tensor by its two strides, so a column-major
         # copy of scale_a reads the same
         return (a, b, scale_a, scale_b, c, m, n, k, a.stride(0), b.stride(1), scale_a.stride(0), scale_a.stride(1),
@@ -87,7 +87,7 @@ def launcher(point: Point, problem: Problem) -> tuple[Any, Any]:
     return launch, warmup
 
 
-def specialization(problem: Problem) -> tuple:
+def specialization(problem: Problem) -> tuple[str, str, tuple[tuple[bool, bool], ...]]:
     """What of the shape a binary depends on: M, N, K and the strides (K for A and W, K/128 for the scales, N for
     C) are runtime integers, which Triton specialises only on divisibility by 16 and on being 1."""
     m, n, k = problem.m, problem.n, problem.k

@@ -129,7 +129,7 @@ def _reduce(p_ptr, c_ptr, MN, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr):
 
 # split-K workspaces, one per (shape, dtype, device), shared by every kernel of this process that needs one:
 # a buffer per kernel would hold SPLIT_K x M x N x 4 bytes for each of the thousands a recording builds
-_WORKSPACES: dict[tuple, torch.Tensor] = {}
+_WORKSPACES: dict[tuple[tuple[int, ...], torch.dtype, str, bool], torch.Tensor] = {}
 
 
 def _workspace(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, zeroed: bool = False) -> torch.Tensor:
@@ -168,7 +168,7 @@ def launcher(point: Point, problem: Problem) -> tuple[Any, Any]:
             return c
         return _workspace((m, n) if atomic else (split, m, n), acc_dtype, c.device)
 
-    def args(tensors: tuple[torch.Tensor, ...], t: torch.Tensor) -> tuple:
+    def args(tensors: tuple[torch.Tensor, ...], t: torch.Tensor) -> tuple[torch.Tensor | int, ...]:
         # b is the (K, N) view of the (N, K) weights: its stride along N is the weights' row stride; each split
         # has a partial tile of its own (stride M x N) unless they all add into one (atomics); with
         # REDUCE=last the kernel writes c itself, and counts each tile's finished splits; without scales the
@@ -200,7 +200,7 @@ def launcher(point: Point, problem: Problem) -> tuple[Any, Any]:
     return launch, warmup
 
 
-def specialization(problem: Problem) -> tuple:
+def specialization(problem: Problem) -> tuple[str, str, str, tuple[tuple[bool, bool], ...]]:
     """What of the shape a binary depends on: Triton compiles M, N, K, M x N (the workspace's split stride)
     and the row strides (K; N for the workspace and ``c``) as runtime integers, specialised only on
     divisibility by 16 and on being 1; the kernel also on whether K is a multiple of BLOCK_K (EVEN_K), and the

@@ -71,7 +71,7 @@ def _matmul(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn, sa
 
 # fp32 split-K accumulators, one per output shape and device, shared by every split-K kernel of this
 # process: a buffer per kernel would hold M x N x 4 bytes for each of the thousands a recording builds.
-_WORKSPACES: dict[tuple, torch.Tensor] = {}
+_WORKSPACES: dict[tuple[tuple[int, ...], str], torch.Tensor] = {}
 
 
 def _workspace(c: torch.Tensor) -> torch.Tensor:
@@ -96,7 +96,7 @@ def launcher(point: Point, problem: Problem) -> tuple[Any, Any]:
     def target_of(c: torch.Tensor) -> torch.Tensor:
         return _workspace(c) if split > 1 and c.dtype.is_floating_point else c
 
-    def args(tensors: tuple[torch.Tensor, ...], t: torch.Tensor) -> tuple:
+    def args(tensors: tuple[torch.Tensor, ...], t: torch.Tensor) -> tuple[torch.Tensor | int, ...]:
         # unscaled, the kernel reads no scales and takes t in their places
         a, b, *scales, _ = tensors
         scale_a, scale_b = scales or (t, t)

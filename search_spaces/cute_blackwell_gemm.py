@@ -60,12 +60,12 @@ def _problem(ctx: Context) -> Problem:
 
 def cta_tile(point: Point) -> tuple[int, int]:
     """Output rows and columns one CTA owns: a 2-CTA MMA splits its M between the pair."""
-    return point["mma_m"] // (2 if point["use_2cta_instrs"] else 1), point["mma_n"]
+    return int(point["mma_m"]) // (2 if point["use_2cta_instrs"] else 1), int(point["mma_n"])
 
 
 def b_rows_per_cta(point: Point) -> int:
     """Rows of the B tile one CTA stages: half of ``mma_n`` with 2-CTA MMAs, the pair shares B."""
-    return point["mma_n"] // (2 if point["use_2cta_instrs"] else 1)
+    return int(point["mma_n"]) // (2 if point["use_2cta_instrs"] else 1)
 
 
 def epilogue_tile(point: Point) -> tuple[int, int]:

@@ -73,7 +73,7 @@ def smem_bytes(point: Point, problem: Problem) -> int:
 
     This is the shared memory each compiled binary launches with (checked for every point on the H100)."""
     tk = gm.k_tile(problem.in_bytes)
-    operands = point["stages"] * gm.operand_stage_bytes(point["tile_m"], point["tile_n"], tk, problem.in_bytes)
+    operands = int(point["stages"]) * gm.operand_stage_bytes(point["tile_m"], point["tile_n"], tk, problem.in_bytes)
     rows, cols = epilogue_tile(point, problem.out_bytes)
     return (operands + gm.epilogue_bytes(rows, cols, problem.out_bytes, EPI_STAGES) + gm.MBARRIER_RESERVE
             + gm.CUTE_STATIC_SMEM)

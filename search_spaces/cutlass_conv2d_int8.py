@@ -84,7 +84,7 @@ def _problem(ctx: Context) -> Problem:
 
 
 def warps(point: Point) -> int:
-    return (point["tb_m"] // point["warp_m"]) * (point["tb_n"] // point["warp_n"])
+    return (int(point["tb_m"]) // int(point["warp_m"])) * (int(point["tb_n"]) // int(point["warp_n"]))
 
 
 def threads(point: Point) -> int:
@@ -93,7 +93,7 @@ def threads(point: Point) -> int:
 
 def accumulators(point: Point) -> int:
     """int32 accumulators per thread: the warp tile over a warp's 32 threads."""
-    return point["warp_m"] * point["warp_n"] // 32
+    return int(point["warp_m"]) * int(point["warp_n"]) // 32
 
 
 def registers(point: Point) -> int:
@@ -102,7 +102,7 @@ def registers(point: Point) -> int:
 
 def smem_bytes(point: Point) -> int:
     """The kernel's shared memory: the operand stages (int8 A and B tiles); the epilogue reuses them."""
-    return point["stages"] * (point["tb_m"] + point["tb_n"]) * point["tb_k"]
+    return int(point["stages"]) * (int(point["tb_m"]) + int(point["tb_n"])) * int(point["tb_k"])
 
 
 def implicit_gemm(problem: Problem) -> Problem:
@@ -123,21 +123,21 @@ def swizzle_log(n_tiles: int, swizzle: int) -> int:
 
 
 def _n_tiles(p: Point, ctx: Context) -> int:
-    return math.ceil(_shape(ctx).K / p["tb_n"])
+    return math.ceil(_shape(ctx).K / int(p["tb_n"]))
 
 
 def _warp_k_steps(p: Point) -> int:
-    return p["tb_k"] // p["instruction"][2]
+    return int(p["tb_k"]) // int(p["instruction"][2])
 
 
 def _channels_ok(p: Point, ctx: Context) -> bool:
     """kFixedChannels reads one pixel's C channels in one access (C equal to the alignment); kFewChannels
     reads C in alignment-wide pieces with C at most the alignment times the threads' share of tb_k."""
-    c = _shape(ctx).C
+    c, alignment = _shape(ctx).C, int(p["alignment"])
     if p["iterator"] == "fixed_channels":
-        return c == p["alignment"]
+        return c == alignment
     if p["iterator"] == "few_channels":
-        return c % p["alignment"] == 0 and c < p["tb_k"]
+        return c % alignment == 0 and c < int(p["tb_k"])
     return True
 
 

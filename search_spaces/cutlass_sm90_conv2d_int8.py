@@ -81,7 +81,7 @@ def _shape(ctx: Context) -> ConvShape:
 
 def accumulators(point: Point) -> int:
     """int32 accumulators per thread of the one consumer warpgroup (128 threads)."""
-    return point["tile_m"] * point["tile_n"] // 128
+    return int(point["tile_m"]) * int(point["tile_n"]) // 128
 
 
 def stage_bytes(point: Point) -> int:
@@ -103,7 +103,7 @@ def epilogue_bytes(point: Point) -> int:
 def stages(point: Point) -> int:
     """The pipeline depth: as set, or for 0 CUTLASS's carve-out rule (what is left beside the epilogue)."""
     if point["stages"]:
-        return point["stages"]
+        return int(point["stages"])
     return (SMEM_CAPACITY - epilogue_bytes(point)) // (stage_bytes(point) + STAGE_BARRIERS)
 
 

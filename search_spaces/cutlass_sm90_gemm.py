@@ -75,7 +75,7 @@ def consumer_warpgroups(point: Point) -> int:
 
 
 def accumulators_per_thread(point: Point) -> int:
-    return point["tile_m"] * point["tile_n"] // (128 * consumer_warpgroups(point))
+    return int(point["tile_m"]) * int(point["tile_n"]) // (128 * consumer_warpgroups(point))
 
 
 def epilogue_smem(point: Point, problem: Problem) -> int:
@@ -90,7 +90,7 @@ def epilogue_smem(point: Point, problem: Problem) -> int:
 def stages(point: Point, problem: Problem, hw_smem: int) -> int:
     """The pipeline depth: as set, or for 0 the most that fit beside the epilogue (CUTLASS's carve-out)."""
     if point["stages"]:
-        return point["stages"]
+        return int(point["stages"])
     stage = gm.operand_stage_bytes(point["tile_m"], point["tile_n"], point["tile_k"], problem.in_bytes)
     return max(1, (hw_smem - epilogue_smem(point, problem) - gm.MBARRIER_RESERVE) // stage)
 
@@ -114,11 +114,11 @@ def _smem_need(p: Point, ctx: Context) -> int:
 
 
 def _tile_k_bytes(p: Point, ctx: Context) -> bool:
-    return p["tile_k"] * _problem(ctx).in_bytes in (64, 128, 256)
+    return int(p["tile_k"]) * _problem(ctx).in_bytes in (64, 128, 256)
 
 
 def _split_split(p: Point, ctx: Context) -> bool:
-    return (p["splits"] > 1) == (p["decomposition"] == "splitk")
+    return (int(p["splits"]) > 1) == (str(p["decomposition"]) == "splitk")
 
 
 def _split_fits_k(p: Point, ctx: Context) -> bool:
@@ -131,7 +131,7 @@ def effective_split(point: Point, problem: Problem, sm_count: int) -> int:
     if point["scheduler"] != "streamk" or point["decomposition"] == "dataparallel":
         return 1
     if point["decomposition"] == "splitk":
-        return point["splits"]
+        return int(point["splits"])
     kp = kernel_problem(point, problem)
     tiles = math.ceil(kp.m / point["tile_m"]) * math.ceil(kp.n / point["tile_n"])
     k_tiles = max(1, kp.k // point["tile_k"])

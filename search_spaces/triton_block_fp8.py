@@ -57,7 +57,7 @@ def _fp8_supported(p: Point, ctx: Context) -> bool:
 
 def _block_k_ok(p: Point, ctx: Context) -> bool:
     """Each K step lies in one scale group: one A scale per row and one weight scale per column a step."""
-    return SCALE_BLOCK % p["BLOCK_SIZE_K"] == 0
+    return SCALE_BLOCK % int(p["BLOCK_SIZE_K"]) == 0
 
 
 def _rows(ctx: Context) -> int | None:

@@ -60,12 +60,12 @@ def _problem(ctx: Context) -> Problem:
 
 
 def k_blocks(point: Point, problem: Problem) -> int:
-    return -(-problem.k // point["BLOCK_K"])
+    return -(-problem.k // int(point["BLOCK_K"]))
 
 
 def programs(point: Point, problem: Problem) -> int:
     """Programs (CTAs) of the main kernel: output tiles times K splits."""
-    return -(-problem.m // point["BLOCK_M"]) * -(-problem.n // point["BLOCK_N"]) * point["SPLIT_K"]
+    return -(-problem.m // int(point["BLOCK_M"])) * -(-problem.n // int(point["BLOCK_N"])) * int(point["SPLIT_K"])
 
 
 def _m_rows_ok(p: Point, ctx: Context) -> bool:
@@ -79,7 +79,7 @@ def _layout_ok(p: Point, ctx: Context) -> bool:
 
 
 def _reduce_ok(p: Point, ctx: Context) -> bool:
-    return p["SPLIT_K"] > 1 or p["REDUCE"] == "sum"
+    return int(p["SPLIT_K"]) > 1 or p["REDUCE"] == "sum"
 
 
 def _splits_ok(p: Point, ctx: Context) -> bool:
@@ -87,8 +87,8 @@ def _splits_ok(p: Point, ctx: Context) -> bool:
     problem = gm.gemm_problem(ctx)
     if problem is None:
         return True
-    blocks = k_blocks(p, problem)
-    return -(-blocks // -(-blocks // p["SPLIT_K"])) == p["SPLIT_K"]
+    blocks, split = k_blocks(p, problem), int(p["SPLIT_K"])
+    return -(-blocks // -(-blocks // split)) == split
 
 
 def _enough_programs(p: Point, ctx: Context) -> bool:
@@ -101,7 +101,7 @@ def _enough_programs(p: Point, ctx: Context) -> bool:
 
 def _vector_loads_ok(p: Point, ctx: Context) -> bool:
     """Every thread loads at least one full vector of the weight tile per K step."""
-    return p["BLOCK_N"] * p["BLOCK_K"] * _problem(ctx).in_bytes >= TILE.threads(p) * VECTOR_BYTES
+    return int(p["BLOCK_N"]) * int(p["BLOCK_K"]) * _problem(ctx).in_bytes >= TILE.threads(p) * VECTOR_BYTES
 
 
 def _fp8_supported(p: Point, ctx: Context) -> bool:

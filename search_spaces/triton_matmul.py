@@ -68,7 +68,7 @@ def _split_k_ok(p: Point, ctx: Context) -> bool:
     problem = gm.gemm_problem(ctx)
     if problem is None or p["SPLIT_K"] == 1:
         return True
-    return problem.k % (p["SPLIT_K"] * p["BLOCK_K"]) == 0
+    return problem.k % (int(p["SPLIT_K"]) * int(p["BLOCK_K"])) == 0
 
 
 def estimate(point: Point, ctx: Context) -> float:

@@ -199,3 +199,11 @@ def test_the_gpu_evaluator_counts_the_gpu_workers_wait_for_another_compile_as_a_
     assert result.extra["waited_s"] == 0.4
     assert result.extra["served_s"] == pytest.approx(0.1)
     assert 0.1 <= result.extra["worker_s"] <= spent - 0.4
+
+
+def test_an_index_that_is_no_json_object_reads_as_empty(tmp_path):
+    cache = KernelCache(tmp_path)
+    cache.index_path.write_text(f'["{KEY}"]')  # JSON, but not an index: as unreadable as a cut-short one
+    assert not cache.has(KEY)
+    cache.add(KEY, "a kernel", 0.0)
+    assert cache.has(KEY)

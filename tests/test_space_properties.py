@@ -172,3 +172,10 @@ def test_text_choices_with_key_separators_are_refused():
 def test_choices_whose_storage_values_coincide_are_refused():
     with pytest.raises(ValueError, match="store alike"):
         categorical("c", [(1, 2), "1x2"])
+
+
+def test_choices_that_storage_cannot_keep_are_refused():
+    # a numpy integer is not an int to Optuna's JSON storage; None is (Triton's maxnreg default)
+    with pytest.raises(ValueError, match=r"'c': np.int64\(64\) \(int64\) cannot be stored"):
+        ordinal("c", [np.int64(64)])
+    assert ordinal("maxnreg", [None, 128]).storage_choices() == (None, 128)

@@ -4,6 +4,7 @@ GPU worker gives and acts on (without a GPU: torch's OutOfMemoryError stands in 
 from __future__ import annotations
 
 import io
+import multiprocessing as mp
 import pickle
 
 import pytest
@@ -12,6 +13,7 @@ from conftest import ROOT
 from evotune.core.problem import Problem
 from evotune.core.result import Status
 from evotune.core.space import SearchSpace, ordinal
+from evotune.measurement.isolation import WorkerProcess
 from evotune.measurement.messages import (
     CompileOnly,
     Confirm,
@@ -173,3 +175,18 @@ def test_device_info_reply_holds_plain_values_so_the_tuner_never_imports_torch(m
 
     reply = Watching(io.BytesIO(pickle.dumps(Reply(ReplyStatus.OK, info=info)))).load()
     assert reply.info == info and not [m for m in modules if m.split(".")[0] == "torch"], modules
+
+
+def _answers_with_text(conn) -> None:
+    """A worker that says it is ready, then answers its first request with something other than a Reply."""
+    conn.send(Reply(ReplyStatus.READY))
+    conn.recv()
+    conn.send("done")
+    conn.recv()  # held open until the parent kills it
+
+
+def test_a_worker_that_answers_with_no_reply_is_an_error_naming_it():
+    worker = WorkerProcess(_answers_with_text, (), "test worker", 600, start=mp.get_context("fork"))
+    with pytest.raises(TypeError, match="the test worker sent a str, not a Reply: 'done'"):
+        worker.call(DeviceInfo())
+    assert worker.restarts == 1  # killed: the next request starts a fresh one

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from evotune.core.params import Constraint, Context, Param, Point
 
@@ -41,7 +42,7 @@ class _Unset(BaseException):
     predicate's own ``except Exception`` cannot swallow it and decide on half a point."""
 
 
-class _Partial(dict):
+class _Partial(dict[str, Any]):
     """A point whose parameters from ``depth`` on are unset: reading one of them raises :class:`_Unset`.
 
     A predicate that reads an unset parameter (``p["tile_m"]``, ``p.get``, ``in``), or the whole point
@@ -106,7 +107,7 @@ class FeasibleSet:
     or 0/1 (unordered ones).
     """
 
-    def __init__(self, space: Declared, codes: np.ndarray, pruned: Counter[str],
+    def __init__(self, space: Declared, codes: npt.NDArray[np.int32], pruned: Counter[str],
                  reasons: dict[str, str] | None = None):
         self.space = space
         self.codes = codes
@@ -196,13 +197,14 @@ class FeasibleSet:
     def point(self, row: int) -> Point:
         return self.space.decode(self.codes[row])
 
-    def distances(self, code: Sequence[int]) -> np.ndarray:
+    def distances(self, code: Sequence[int]) -> npt.NDArray[np.float64]:
         """Distance from ``code`` (possibly infeasible) to every feasible row."""
         diff = np.abs(self.codes - np.asarray(code, dtype=np.int32))
         step = np.where(self._ordered, diff * self._scale, (diff > 0).astype(float))
-        return step.sum(axis=1)
+        # numpy types a sum along an axis as Any; this one is float64 already, so asarray copies nothing
+        return np.asarray(step.sum(axis=1), dtype=np.float64)
 
-    def nearest(self, code: Sequence[int], exclude: np.ndarray | None = None,
+    def nearest(self, code: Sequence[int], exclude: npt.NDArray[np.bool_] | None = None,
                 rng: np.random.Generator | None = None) -> int | None:
         """Row of the nearest feasible point not masked by ``exclude``; ties broken by ``rng``."""
         d = self.distances(code)

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from evotune.core.problem import Problem
 
 Point = dict[str, Any]
+#: a choice as Optuna storage keeps it (a tuple choice as its text, ``"2x1"``)
+Stored = bool | int | float | str | None
 
 @dataclass(frozen=True)
 class Param:
@@ -63,13 +65,16 @@ class Param:
                 return i
         raise ValueError(f"{value!r} is not a choice of {self.name!r}: {list(self.choices)}")
 
-    def storage_value(self, value: Any) -> bool | int | float | str:
+    def storage_value(self, value: Any) -> Stored:
         """A primitive for Optuna storage: tuples become ``"2x1"``."""
         if isinstance(value, (tuple, list)):
             return "x".join(str(v) for v in value)
-        return value
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        raise ValueError(f"parameter {self.name!r}: {value!r} ({type(value).__name__}) cannot be stored; a choice is "
+                         "a bool, int, float, str, None or a tuple of them")
 
-    def storage_choices(self) -> tuple[bool | int | float | str, ...]:
+    def storage_choices(self) -> tuple[Stored, ...]:
         return tuple(self.storage_value(c) for c in self.choices)
 
     def from_storage(self, value: Any) -> Any:

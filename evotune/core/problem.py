@@ -31,13 +31,23 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, ClassVar
 
-# bytes per element of the inputs, and the accumulator and output dtypes per input dtype
-DTYPES: dict[str, dict[str, Any]] = {
-    "bf16": {"bytes": 2, "acc": "fp32", "out": "bf16", "out_bytes": 2},
-    "fp16": {"bytes": 2, "acc": "fp32", "out": "fp16", "out_bytes": 2},
-    "fp8": {"bytes": 1, "acc": "fp32", "out": "bf16", "out_bytes": 2},
-    "int8": {"bytes": 1, "acc": "int32", "out": "int32", "out_bytes": 4},
-    "fp32": {"bytes": 4, "acc": "fp32", "out": "fp32", "out_bytes": 4},
+
+@dataclass(frozen=True)
+class DType:
+    """An input dtype: bytes per input element, the accumulator and output dtypes, bytes per output element."""
+
+    bytes: int
+    acc: str
+    out: str
+    out_bytes: int
+
+
+DTYPES: dict[str, DType] = {
+    "bf16": DType(bytes=2, acc="fp32", out="bf16", out_bytes=2),
+    "fp16": DType(bytes=2, acc="fp32", out="fp16", out_bytes=2),
+    "fp8": DType(bytes=1, acc="fp32", out="bf16", out_bytes=2),
+    "int8": DType(bytes=1, acc="int32", out="int32", out_bytes=4),
+    "fp32": DType(bytes=4, acc="fp32", out="fp32", out_bytes=4),
 }
 LAYOUTS = ("tn", "nn", "nt", "tt")
 DEFAULT_DTYPE = "bf16"
@@ -123,11 +133,11 @@ class Problem:
 
     @property
     def in_bytes(self) -> int:
-        return DTYPES[self.dtype]["bytes"]
+        return DTYPES[self.dtype].bytes
 
     @property
     def out_bytes(self) -> int:
-        return DTYPES[self.dtype]["out_bytes"]
+        return DTYPES[self.dtype].out_bytes
 
     @property
     def flops(self) -> int | None:
@@ -223,7 +233,7 @@ def int_field(table: dict[str, Any], name: str, default: int | None = None, mini
 def choice_field(table: dict[str, Any], name: str, default: str, accepted: Iterable[str]) -> str:
     """A field of a ``[[problem]]`` table that takes one of ``accepted``."""
     value, accepted = table.get(name, default), list(accepted)
-    if value not in accepted:
+    if not isinstance(value, str) or value not in accepted:
         raise FieldError(name, f"unknown {name} {value!r}; accepted: {', '.join(accepted)}")
     return value
 

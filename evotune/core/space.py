@@ -40,6 +40,7 @@ from evotune.core.params import (
     Param,
     Point,
     Predicate,
+    Stored,
     boolean,
     categorical,
     constraint,
@@ -194,7 +195,7 @@ class SearchSpace:
     def decode(self, code: Sequence[int]) -> Point:
         return {p.name: p.choices[int(i)] for p, i in zip(self.params, code, strict=True)}
 
-    def to_storage(self, point: Point) -> dict[str, bool | int | float | str]:
+    def to_storage(self, point: Point) -> dict[str, Stored]:
         return {p.name: p.storage_value(point[p.name]) for p in self.params}
 
     def from_storage(self, params: dict[str, Any]) -> Point:

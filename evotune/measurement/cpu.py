@@ -128,7 +128,7 @@ class _Worker:
                          request.repeats)
 
 
-def _evaluate(space: SearchSpace, kernels: dict, point: Point, problem: Problem, seed: int,
+def _evaluate(space: SearchSpace, kernels: dict[tuple[str, str], Any], point: Point, problem: Problem, seed: int,
               repeats: int) -> Reply:
     key = (problem.key, space.key(point))
     compile_s = 0.0

@@ -64,7 +64,7 @@ class _Worker:
         # (problem key, point key) -> built kernel, the most recent few: a built kernel may hold device
         # buffers, and a recording builds thousands (spaces keep their own cheaper caches of binaries)
         self.kernels: OrderedDict[tuple[str, str], Any] = OrderedDict()
-        self.inputs: dict[str, Any] = {}
+        self.inputs: dict[str, tuple[Any, ...]] = {}
 
     def handle(self, request: Request) -> Reply:
         if isinstance(request, UseSpace):  # from now on, requests are for another space of the run

@@ -33,7 +33,7 @@ from evotune.measurement.processes import INHERITED_CUDA, Inherited, StartContex
 
 
 class WorkerProcess:
-    def __init__(self, target: Callable[..., None], args: tuple, name: str, timeout_s: float,
+    def __init__(self, target: Callable[..., None], args: tuple[Any, ...], name: str, timeout_s: float,
                  startup_timeout_s: float = 300.0, start: StartContext | None = None):
         self.target, self.args, self.name = target, args, name
         self.timeout_s, self.startup_timeout_s = float(timeout_s), float(startup_timeout_s)
@@ -74,7 +74,7 @@ class WorkerProcess:
             self.kill()
             return Reply(ReplyStatus.CRASH, f"the {self.name} did not start within {self.startup_timeout_s:.0f} s")
         try:
-            ready = parent.recv()
+            ready = self._receive()
         except (EOFError, OSError):
             return self._died(f"the {self.name} died while starting")
         if ready.status is not ReplyStatus.READY:
@@ -122,11 +122,19 @@ class WorkerProcess:
             return Reply(ReplyStatus.TIMEOUT, f"no answer within {timeout_s:g} s; worker killed",
                          bench_s=time.perf_counter() - started)
         try:
-            reply = self._conn.recv()
+            reply = self._receive()
         except (EOFError, OSError):
             return self._died(f"the {self.name} died", started)
         if reply.fatal:  # the worker found its own state unusable and exits: start afresh next time
             self.kill()
+        return reply
+
+    def _receive(self) -> Reply:
+        """The worker's next message, which :func:`answer_requests` makes a :class:`Reply`."""
+        reply = self._conn.recv()
+        if not isinstance(reply, Reply):
+            self.kill()
+            raise TypeError(f"the {self.name} sent a {type(reply).__name__}, not a Reply: {reply!r:.200}")
         return reply
 
     def close(self) -> None:

@@ -132,6 +132,8 @@ class KernelCache:
             index = json.loads(self.index_path.read_text())
         except (OSError, ValueError):
             return {}
+        if not isinstance(index, dict):  # not an index evotune wrote: as unreadable as a cut-short one
+            return {}
         _INDEXES[self.index_path] = (stamp, index)
         return index
 

@@ -116,7 +116,8 @@ def inherited_cuda() -> bool:
         return False
     context = ctypes.c_void_p()
     not_initialized = 3  # CUDA_ERROR_NOT_INITIALIZED: what a process that has not called cuInit gets
-    return cuda.cuCtxGetCurrent(ctypes.byref(context)) != not_initialized
+    status = int(cuda.cuCtxGetCurrent(ctypes.byref(context)))  # a CUresult, ctypes' default int return
+    return status != not_initialized
 
 
 def refuse_inherited_cuda() -> None:

@@ -31,13 +31,16 @@ import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only: no display is needed or wanted
 import matplotlib.pyplot as plt
 import numpy as np
+import numpy.typing as npt
 import optuna
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from optuna.trial import TrialState
 
@@ -45,14 +48,16 @@ from evotune.measurement.retiming import newer
 from evotune.reporting.report import sources_text
 from evotune.storage.study import make_storage, study_summaries
 
+Floats = npt.NDArray[np.float64]  # one value per evaluation
+
 
 @dataclass
 class Curve:
     space: str
     strategy: str
     seed: int
-    values: np.ndarray  # best so far after each evaluation (nan before the first success)
-    clock: np.ndarray  # tuning clock after each evaluation, seconds
+    values: Floats  # best so far after each evaluation (nan before the first success)
+    clock: Floats  # tuning clock after each evaluation, seconds
 
 
 @dataclass
@@ -63,8 +68,8 @@ class ProblemRuns:
     curves: list[Curve]
     trials: list[optuna.trial.FrozenTrial]
     spaces: dict[str, list[optuna.trial.FrozenTrial]] = field(default_factory=dict)  # the trials of each space
-    confirmation: dict = field(default_factory=dict)  # the newest confirmation record of the problem (GPU runs)
-    sources: dict[str, list[dict]] = field(default_factory=dict)  # strategy -> what it transferred from
+    confirmation: dict[str, Any] = field(default_factory=dict)  # the problem's newest confirmation record (GPU runs)
+    sources: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # strategy -> what it transferred from
 
 
 def load_runs(storage: str | optuna.storages.BaseStorage, experiment: str | None = None) -> list[ProblemRuns]:
@@ -94,7 +99,7 @@ def load_runs(storage: str | optuna.storages.BaseStorage, experiment: str | None
     return [groups[k] for k in sorted(groups)]
 
 
-def _band(curves: list[np.ndarray], missing: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _band(curves: list[Floats], missing: float | None = None) -> tuple[Floats, Floats, Floats]:
     """25th, 50th and 75th percentiles over ``curves`` at each x; shorter curves keep their last value.
 
     With ``missing``, a NaN (no result yet) counts as that value, so every x is taken over every
@@ -124,9 +129,9 @@ class Band:
 
     label: str  # the strategy ("SPACE STRATEGY" when the problem was tuned in several spaces)
     seeds: int
-    p25: np.ndarray
-    median: np.ndarray
-    p75: np.ndarray
+    p25: Floats
+    median: Floats
+    p75: Floats
 
 
 def _by_label(runs: ProblemRuns) -> list[tuple[str, list[Curve]]]:
@@ -138,7 +143,7 @@ def _by_label(runs: ProblemRuns) -> list[tuple[str, list[Curve]]]:
     return sorted(groups.items())
 
 
-def _y(runs: ProblemRuns, values: np.ndarray) -> np.ndarray:
+def _y(runs: ProblemRuns, values: Floats) -> Floats:
     return runs.optimum_ms / values if runs.optimum_ms else values
 
 
@@ -206,7 +211,7 @@ def plot_convergence(runs: ProblemRuns, path: str | Path) -> Path:
     return _save(fig, path)
 
 
-def _confirmed_lines(rec: dict, axes: tuple) -> None:
+def _confirmed_lines(rec: dict[str, Any], axes: tuple[Axes, ...]) -> None:
     """The confirmation stage's figures as reference lines: the fastest configuration and each baseline,
     re-timed side by side after the search (what ``best`` reports)."""
     items, configs = rec.get("items", {}), rec.get("configs", {})

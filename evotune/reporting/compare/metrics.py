@@ -13,19 +13,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from evotune.core.landscape import Landscape, LandscapeError, landscape_stem, load_landscape
 from evotune.core.result import Status
 from evotune.core.space import Context, FeasibleSet, SearchSpace
 from evotune.reporting.compare.plan import CompareError
 
+Floats = npt.NDArray[np.float64]  # one time or fraction per evaluation (or per point)
+
 
 @dataclass
 class Run:
     """One run: each evaluation's time in order (nan: a failed point) and the strategy's time for it."""
 
-    times: np.ndarray
-    step_ms: np.ndarray
+    times: Floats
+    step_ms: Floats
 
 
 def time_of(result: Any) -> float:
@@ -33,7 +36,7 @@ def time_of(result: Any) -> float:
     return float(result.time_ms) if result is not None and result.status is Status.OK else math.nan
 
 
-def expected_random_best(valid_times: Sequence[float], n_points: int, max_n: int) -> np.ndarray:
+def expected_random_best(valid_times: Sequence[float], n_points: int, max_n: int) -> Floats:
     """Expected best time of n points drawn uniformly without replacement, for n = 1..max_n.
 
     ``n_points`` counts every point of the landscape; the ``n_points - len(valid_times)``
@@ -60,7 +63,7 @@ def expected_random_best(valid_times: Sequence[float], n_points: int, max_n: int
     return out
 
 
-def best_so_far(times: Sequence[float] | np.ndarray, n: int) -> np.ndarray:
+def best_so_far(times: Sequence[float] | Floats, n: int) -> Floats:
     """Best valid time after each of the first ``n`` evaluations (nan before the first valid one).
 
     ``times`` holds one entry per evaluation in order, nan for a failed point; a run
@@ -72,19 +75,19 @@ def best_so_far(times: Sequence[float] | np.ndarray, n: int) -> np.ndarray:
     return np.fmin.accumulate(t) if n else t
 
 
-def fraction_curve(best: np.ndarray, optimum: float) -> np.ndarray:
+def fraction_curve(best: Floats, optimum: float) -> Floats:
     """optimum / best after each evaluation; 0 where nothing valid was found yet."""
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(np.isnan(best), 0.0, optimum / best)
 
 
-def evals_to(fraction: np.ndarray, threshold: float) -> int:
+def evals_to(fraction: Floats, threshold: float) -> int:
     """Evaluations until ``fraction >= threshold``; ``len(fraction) + 1`` (budget + 1) if never."""
     hit = np.flatnonzero(fraction >= threshold)
     return int(hit[0]) + 1 if len(hit) else len(fraction) + 1
 
 
-def run_score(best: np.ndarray, random_best: np.ndarray, optimum: float, worst: float) -> float:
+def run_score(best: Floats, random_best: Floats, optimum: float, worst: float) -> float:
     """Mean over n of (best(n) - random(n)) / (optimum - random(n)); nan best counts as ``worst``."""
     if not len(best):
         return 0.0
@@ -106,8 +109,8 @@ class Case:
     n_points: int
     optimum: float
     worst: float
-    random_best: np.ndarray = field(repr=False)
-    _replay: tuple[SearchSpace, FeasibleSet, np.ndarray] | None = field(default=None, repr=False)
+    random_best: Floats = field(repr=False)
+    _replay: tuple[SearchSpace, FeasibleSet, Floats] | None = field(default=None, repr=False)
 
     @classmethod
     def load(cls, path: str, max_budget: int) -> Case:
@@ -121,7 +124,7 @@ class Case:
         return cls(landscape_stem(path), ls, len(ls), min(times), max(times),
                    expected_random_best(times, len(ls), max_budget))
 
-    def replay(self) -> tuple[SearchSpace, FeasibleSet, np.ndarray]:
+    def replay(self) -> tuple[SearchSpace, FeasibleSet, Floats]:
         """The landscape's space, its feasible set (the recorded points) and each row's time (nan: failed)."""
         if self._replay is None:
             space = self.landscape.space()

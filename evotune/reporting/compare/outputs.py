@@ -11,7 +11,7 @@ import numpy as np
 from evotune.reporting.compare.kernel_tuner_sim import KT_CAVEAT, KT_PREFIX
 
 if TYPE_CHECKING:
-    from evotune.reporting.compare.metrics import Case
+    from evotune.reporting.compare.metrics import Case, Floats
     from evotune.reporting.compare.plan import Plan
 
 SUMMARY_COLUMNS = ["landscape", "strategy", "budget", "repeats", "median_fraction", "p25_fraction", "p75_fraction",
@@ -39,7 +39,7 @@ def write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> Pat
     return path
 
 
-def plot_landscape(target: Case, curves: dict[str, list[np.ndarray]], path: Path) -> Path:
+def plot_landscape(target: Case, curves: dict[str, list[Floats]], path: Path) -> Path:
     """Fraction of the optimum against evaluations: median and IQR over the repeats, per strategy."""
     from evotune.reporting.plots import _band, _save, plt  # matplotlib (Agg) only when plotting
 

@@ -30,7 +30,7 @@ from evotune.reporting.compare.kernel_tuner_sim import (
     KernelTunerSim,
     budget_dependent,
 )
-from evotune.reporting.compare.metrics import Case, Run, measure, summarise
+from evotune.reporting.compare.metrics import Case, Floats, Run, measure, summarise
 from evotune.reporting.compare.outputs import RUN_COLUMNS, SUMMARY_COLUMNS, plot_landscape, write_csv, write_readme
 from evotune.reporting.compare.plan import CompareError, Plan
 from evotune.search.strategies import STRATEGIES, Source, make_strategy
@@ -154,7 +154,7 @@ def compare(plan: Plan, progress: Callable[[str], None] | None = None) -> Result
     with tempfile.TemporaryDirectory(prefix="evotune-compare-") as tmp:
         kt = KernelTunerSim(Path(tmp))
         for target in targets:
-            curves: dict[str, list[np.ndarray]] = {}
+            curves: dict[str, list[Floats]] = {}
             for strategy in plan.strategies:
                 started = time.perf_counter()
                 per_budget: dict[int, list[dict[str, Any]]] = {b: [] for b in plan.budgets}
