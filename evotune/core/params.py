@@ -17,7 +17,14 @@ if TYPE_CHECKING:
     from evotune.core.hardware import Hardware
     from evotune.core.problem import Problem
 
-Point = dict[str, Any]
+#: one parameter's value: one of its choices (a tuple for a shape such as a cluster; stored as "2x1")
+ParamValue = bool | int | float | str | tuple[int, ...]
+#: a point: each parameter's name -> its value
+Point = dict[str, ParamValue]
+#: a point as a space's own functions read it (constraints, estimates, the configurations it names): each value
+#: has the type of its parameter's choices, which the space declares and a type checker cannot see through the
+#: parameter's name, so the values are left to the function that reads them. A Point is accepted as one.
+SpacePoint = dict[str, Any]
 
 @dataclass(frozen=True)
 class Param:
@@ -130,7 +137,7 @@ class Context:
         )
 
 
-Predicate = Callable[[Point, Context], bool]
+Predicate = Callable[[SpacePoint, Context], bool]
 
 
 @dataclass(frozen=True)
