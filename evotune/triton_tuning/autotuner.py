@@ -113,7 +113,7 @@ class Autotuner:
         self.last_decision: Decision | None = None  # the decision of the last key resolved (None: a single config)
         self.best_config: TritonConfig | None = None
         # as triton.autotune keeps them (None with a space)
-        self.configs = None if space is not None else list(configs or [triton.Config({})])
+        self.configs: list[TritonConfig] | None = None if space is not None else list(configs or [triton.Config({})])
         self.configs_timings: dict[Any, list[float]] = {}  # the last key tuned here: config -> [median, p20, p80]
         self.bench_time = 0.0  # seconds the last key's tuning took
         self.nargs: dict[str, Any] | None = None
