@@ -25,13 +25,13 @@ Example::
 """
 
 from evotune.core.hardware import Hardware, detect, get_hardware
+from evotune.core.params import ParamValue, SpacePoint
 from evotune.core.plugins import load_space
 from evotune.core.problem import SCALE_BLOCK, Problem, get_workload
 from evotune.core.space import (
     Constraint,
     Context,
     Needs,
-    Point,
     SearchSpace,
     boolean,
     categorical,
@@ -50,9 +50,13 @@ from evotune.measurement.workloads.conv2d_shape import VECT, ConvShape, to_layou
 from evotune.measurement.workloads.gemm import make_inputs as gemm_inputs
 from evotune.measurement.workloads.gemm import torch_dtypes as gemm_dtypes
 
+#: a point as a space's own functions read it (``evotune.core.params.SpacePoint``): each value the type of its
+#: parameter's choices, one of :data:`ParamValue`
+Point = SpacePoint
+
 __all__ = [
-    "SCALE_BLOCK", "VECT", "Constraint", "Context", "ConvShape", "Hardware", "KernelCache", "Needs", "Point", "Problem",
-    "SearchSpace", "boolean", "categorical", "constraint", "conv2d_nhwc", "deferred", "detect", "gemm_dtypes",
-    "gemm_inputs", "get_hardware", "get_workload", "hardware_limit", "int_range", "launch_smem_from_ir",
-    "load_space", "ordinal", "power_of_two", "read_object", "to_layout", "to_nhwc", "tuples",
+    "SCALE_BLOCK", "VECT", "Constraint", "Context", "ConvShape", "Hardware", "KernelCache", "Needs", "ParamValue",
+    "Point", "Problem", "SearchSpace", "boolean", "categorical", "constraint", "conv2d_nhwc", "deferred", "detect",
+    "gemm_dtypes", "gemm_inputs", "get_hardware", "get_workload", "hardware_limit", "int_range",
+    "launch_smem_from_ir", "load_space", "ordinal", "power_of_two", "read_object", "to_layout", "to_nhwc", "tuples",
 ]

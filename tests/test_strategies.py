@@ -186,3 +186,28 @@ def test_a_space_declares_how_to_build_not_how_to_run_or_check():
 
     names = {f.name for f in fields(SearchSpace)}
     assert "build" in names and not names & {"run", "reference", "make_inputs"}
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_a_strategys_options_are_a_dataclass_whose_defaults_lie_in_their_ranges(name):
+    from dataclasses import fields
+
+    cls = STRATEGIES[name]
+    defaults = cls.Options()  # each field checked against its type and range
+    assert {f.name for f in fields(defaults)} == set(cls.Options.names()) >= {"seeding"}
+    space, ctx = constrained_space()
+    assert make_strategy(name, space, space.feasible(ctx)).options == defaults
+
+
+def test_options_built_in_code_are_checked_as_the_experiment_files_are():
+    from evotune.search.strategies.base import OptionError
+    from evotune.search.strategies.genetic import GeneticOptions
+
+    with pytest.raises(OptionError, match=r"^population: must be an integer >= 2, got 1$"):
+        GeneticOptions(population=1)
+    with pytest.raises(OptionError, match=r"^indpb: must be float in \[0.0, 1.0\] or omitted, got 2$"):
+        GeneticOptions(indpb=2)
+    assert GeneticOptions(cxpb=1).cxpb == 1.0 and isinstance(GeneticOptions(cxpb=1).cxpb, float)
+    space, ctx = constrained_space()
+    ga = make_strategy("ga", space, space.feasible(ctx), population=4, indpb=None)
+    assert ga.options == GeneticOptions(population=4) and ga.mu == 4

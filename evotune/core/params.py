@@ -17,7 +17,15 @@ if TYPE_CHECKING:
     from evotune.core.hardware import Hardware
     from evotune.core.problem import Problem
 
-Point = dict[str, Any]
+#: one parameter's value: one of its choices (a tuple for a shape such as a cluster; stored as "2x1"; None where a
+#: launch option's choice is "the compiler's default", as Triton's ``maxnreg``)
+ParamValue = bool | int | float | str | tuple[int, ...] | None
+#: a point: each parameter's name -> its value
+Point = dict[str, ParamValue]
+#: a point as a space's own functions read it (constraints, estimates, the configurations it names): each value
+#: has the type of its parameter's choices, which the space declares and a type checker cannot see through the
+#: parameter's name, so the values are left to the function that reads them. A Point is accepted as one.
+SpacePoint = dict[str, Any]
 #: a choice as Optuna storage keeps it (a tuple choice as its text, ``"2x1"``)
 Stored = bool | int | float | str | None
 
@@ -135,7 +143,7 @@ class Context:
         )
 
 
-Predicate = Callable[[Point, Context], bool]
+Predicate = Callable[[SpacePoint, Context], bool]
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from evotune.core.params import (
     Param,
     Point,
     Predicate,
+    SpacePoint,
     Stored,
     boolean,
     categorical,
@@ -140,7 +141,7 @@ class SearchSpace:
     params: list[Param]
     constraints: list[Constraint] = field(default_factory=list)
     description: str = ""
-    estimate: Callable[[Point, Context], float] | None = None
+    estimate: Callable[[SpacePoint, Context], float] | None = None
     default_problem: Problem | None = None
     build: Callable[..., Any] | None = None
     precompile: Callable[..., Any] | None = None  # fills an on-disk cache without launching (compile pool)
@@ -158,7 +159,7 @@ class SearchSpace:
     # compile for any GPU of the table with no GPU present: (point, problem, hardware) -> resource use
     compile_only: Callable[..., Any] | None = None
     # configurations worth naming (a library default, a hand-picked deployment): timed beside the baselines
-    named: dict[str, Point] = field(default_factory=dict)
+    named: dict[str, SpacePoint] = field(default_factory=dict)
     baselines: Callable[..., Any] | None = None  # (problem) -> {label: fn}, timed beside the workload's
     workload: str = "gemm"  # the problem kind it serves (evotune.core.problem); the runner refuses any other
     source: str = ""  # how plugins.load_space found it (a name or a path), so a worker process can load it too

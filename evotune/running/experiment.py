@@ -365,7 +365,7 @@ class _Parser(FieldReader):
             if not isinstance(options, dict):
                 raise self.fail(f"{where}.options", "must be a table")
             try:
-                STRATEGIES[name].check_options(options)
+                STRATEGIES[name].parse_options(options)
             except OptionError as exc:
                 raise self.fail(f"{where}.options.{exc.name}", str(exc).split(": ", 1)[1]) from None
             out.append(StrategySpec(name, seed, repeats, dict(options), where))

@@ -73,7 +73,7 @@ from evotune.core.space import FeasibleSet
 from evotune.running.experiment import Experiment, ExperimentError, OracleKind
 from evotune.running.session import Session, StudyPlan, StudyStorage
 from evotune.running.targets import Target, group_name, study_attrs, study_name, target_study_names
-from evotune.search.strategies.base import Strategy
+from evotune.search.strategies.base import Strategy, StrategyOptions
 from evotune.search.strategies.exhaustive import Exhaustive, Listed
 from evotune.storage.claims import Claims, wait_for_others
 from evotune.storage.study import StudyStore
@@ -257,7 +257,7 @@ def whole_space(target: Target, fs: FeasibleSet, ends: int | None = None) -> Str
     workers' pools build what the other has not locked, and each GPU measures the points of both pools as they
     are built. In one order the pools would build the same few kernels at a time; in opposite orders each GPU
     would meet the other pool's kernels only after its own."""
-    forward = Exhaustive(target.space, fs, ctx=target.ctx, seeding="hardware")
+    forward = Exhaustive(target.space, fs, StrategyOptions(seeding="hardware"), ctx=target.ctx)
     if ends is None:
         return forward
     order = forward.order if ends == 0 else forward.order[::-1]

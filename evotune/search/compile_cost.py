@@ -52,7 +52,8 @@ class Kernels:
 
     def new(self, rows: np.ndarray) -> np.ndarray:
         """Whether each row's kernel still has to be compiled."""
-        return ~self.built[self.of_row[rows]]
+        unbuilt: np.ndarray = ~self.built[self.of_row[rows]]
+        return unbuilt
 
     @property
     def count(self) -> int:

@@ -86,7 +86,8 @@ def loo_mean(x: np.ndarray, y: np.ndarray, noise: float = 1e-3) -> np.ndarray:
 
     inv = solve_triangular(chol, np.eye(len(y)), lower=True)
     diag = (inv * inv).sum(0)  # the diagonal of K^-1 = L^-T L^-1
-    return y - alpha / diag
+    loo: np.ndarray = y - alpha / diag
+    return loo
 
 
 class Asks(Protocol):

@@ -73,7 +73,8 @@ def ranks(x: np.ndarray) -> np.ndarray:
     """Average ranks (ties share their mean rank)."""
     from scipy.stats import rankdata
 
-    return rankdata(x)
+    ranked: np.ndarray = rankdata(x)
+    return ranked
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
@@ -230,7 +231,8 @@ class Prior:
         total = float(w.sum())
         if total <= 0:
             return np.zeros(len(rows))
-        return (w @ self.z[:, rows]) / total
+        mean: np.ndarray = (w @ self.z[:, rows]) / total
+        return mean
 
     def picks(self, n: int) -> list[int]:
         """Up to ``n`` fresh rows: the fastest of each source that weighs in turn, nearest source first. By

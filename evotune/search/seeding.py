@@ -52,7 +52,7 @@ def spread_rows(strategy: StrategyState, n: int, pool: int = 40) -> list[int]:
 def initial_rows(strategy: StrategyState, n: int) -> list[int]:
     taken_before = strategy.taken.copy()
     kernels = strategy.kernels
-    if kernels is not None and float(strategy.options.get("compile_cost", 0.0)) > 0:
+    if kernels is not None and strategy.compile_cost > 0:
         unbuilt = kernels.new(np.arange(len(strategy.feasible)))
         if (~unbuilt & ~taken_before).sum() >= n:
             strategy.taken[unbuilt] = True  # hidden while the first population is drawn

@@ -7,7 +7,7 @@ this protocol rather than on :class:`evotune.search.strategies.base.Strategy`, w
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -20,13 +20,17 @@ class StrategyState(Protocol):
     feasible: FeasibleSet
     ctx: Context
     seed: int
-    options: dict[str, Any]
     seeding: str
     rng: np.random.Generator
     taken: np.ndarray  # bool per feasible row: measured or handed out
     values: dict[int, float | None]  # row -> told value (None: failed)
     kernels: Kernels | None
     launch: np.ndarray | None  # launch features per feasible row (evotune.search.launch), when known
+
+    @property
+    def compile_cost(self) -> float:
+        """A new kernel's cost in evaluations where the strategy weighs it (0: every point costs the same)."""
+        ...
 
     def penalty(self) -> float:
         """The score a failed point gets where a number is needed: worse than anything seen."""

@@ -47,7 +47,8 @@ def one_blas_thread() -> AbstractContextManager[object]:
         import scipy.linalg  # noqa: F401 - loads SciPy's own BLAS, which is limited too
 
         _BLAS = ThreadpoolController()
-    return _BLAS.limit(limits=1, user_api="blas")
+    limited: AbstractContextManager[object, bool | None] = _BLAS.limit(limits=1, user_api="blas")
+    return limited
 
 
 def matern52(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -55,7 +56,8 @@ def matern52(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     # |a|^2 + |b|^2 - 2 a.b: no (n, m, d) temporary, which would be hundreds of MB for big candidate sets
     d2 = np.maximum((a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * a @ b.T, 0.0)
     r = np.sqrt(d2)
-    return (1.0 + _SQRT5 * r + 5.0 / 3.0 * r * r) * np.exp(-_SQRT5 * r)
+    k: np.ndarray = (1.0 + _SQRT5 * r + 5.0 / 3.0 * r * r) * np.exp(-_SQRT5 * r)
+    return k
 
 
 def expected_improvement(mu: np.ndarray, sigma: np.ndarray, best: float) -> np.ndarray:
@@ -64,7 +66,8 @@ def expected_improvement(mu: np.ndarray, sigma: np.ndarray, best: float) -> np.n
     sigma = np.maximum(sigma, 1e-12)
     z = (best - mu) / sigma
     pdf = np.exp(-0.5 * z * z) / np.sqrt(2 * np.pi)
-    return (best - mu) * ndtr(z) + sigma * pdf
+    ei: np.ndarray = (best - mu) * ndtr(z) + sigma * pdf
+    return ei
 
 
 @dataclass(frozen=True)

@@ -33,10 +33,12 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import optuna
 from optuna.trial import FrozenTrial
+
+from evotune.storage.claims.base import Claims
 
 QUEUED = 16  # trials measured and not yet stored, at most: the loop waits beyond that
 BATCH = 16  # trials stored in one transaction, at most (those queued while the last ones were written)
@@ -63,18 +65,26 @@ def checkpoint(storage: optuna.storages.BaseStorage) -> None:
             conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
 
 
+class TrialStore(Protocol):
+    """What the writer needs of a study's store (:class:`evotune.storage.study.StudyStore` is one, which imports
+    this module: hence a protocol)."""
+
+    def write_all(self, trials: list[FrozenTrial]) -> object:
+        """Store ``trials``, finished, in one transaction where the storage has them."""
+        ...
+
+
 class TrialWriter:
     """Stores a study's trials from a thread, in order, each claim marked done right after its trial.
 
     The trials queued while the last ones were being written are written together, in one transaction,
-    and their claims marked done in one step. ``store`` has ``write_all(trials)``
-    (:meth:`evotune.storage.study.StudyStore.write_all`); ``claims`` has ``finish_all(keys)``. An error in the thread is
-    raised in the caller at its next :meth:`put`, :meth:`flush` or :meth:`close`, and nothing after the
+    and their claims marked done in one step (``store.write_all``, then ``claims.finish_all``). An error in the
+    thread is raised in the caller at its next :meth:`put`, :meth:`flush` or :meth:`close`, and nothing after the
     failed trial is written (its claims lapse with the process). ``busy_s`` is the thread's time writing;
     ``waited_s`` the caller's time waiting for a free place in the queue or for the queue to drain.
     """
 
-    def __init__(self, store: Any, claims: Any, on_stored: Callable[[int], None] | None = None,
+    def __init__(self, store: TrialStore, claims: Claims, on_stored: Callable[[int], None] | None = None,
                  queued: int = QUEUED):
         self.store, self.claims, self.on_stored = store, claims, on_stored
         self._queue: queue.Queue[tuple[str, FrozenTrial] | None] = queue.Queue(maxsize=queued)

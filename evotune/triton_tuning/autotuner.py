@@ -33,15 +33,15 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from evotune.core.result import EvalResult
 from evotune.core.space import FeasibleSet, Point, SearchSpace
 from evotune.search import launch
-from evotune.triton_tuning.cache import DecisionStore, KernelId, cache_url
+from evotune.triton_tuning.cache import CacheArg, Decision, DecisionStore, KernelId, cache_url
 from evotune.triton_tuning.compile_ahead import compile_ahead
-from evotune.triton_tuning.configs import Candidates, LaunchContext
+from evotune.triton_tuning.configs import Candidates, LaunchContext, TritonConfig
 from evotune.triton_tuning.hooks import Hooks
 from evotune.triton_tuning.measure import launch_call, measure
 from evotune.triton_tuning.neighbours import nearest_tuned
@@ -52,6 +52,9 @@ from evotune.triton_tuning.timers import make_timer
 from evotune.triton_tuning.toolchain import Toolchain
 
 log = logging.getLogger("evotune.autotune")
+
+#: Triton's key of a launch: the ``key`` arguments' values, then ``str(dtype)`` of every tensor argument
+LaunchKey = tuple[Hashable, ...]
 MODES = ("online", "cache-only")
 
 
@@ -64,7 +67,7 @@ class Autotuner:
                  post_hook: Callable[..., Any] | None = None, prune_configs_by: dict[str, Any] | None = None,
                  warmup: int | None = None, rep: float | None = None, use_cuda_graph: bool = False,
                  do_bench: Callable[..., Any] | None = None, cache_results: bool = False, *,
-                 space: SearchSpace | None = None, budget: int = 64, mode: str = "online", cache: Any = None,
+                 space: SearchSpace | None = None, budget: int = 64, mode: str = "online", cache: CacheArg = None,
                  confirm: int = 3):
         import triton
 
@@ -101,16 +104,16 @@ class Autotuner:
         self.use_cuda_graph, self.cache_results = bool(use_cuda_graph), bool(cache_results)
         self.num_warmups, self.num_reps = warmup, rep
         self.timer = make_timer(do_bench, 3 if warmup is None else int(warmup), 100.0 if rep is None else float(rep))
-        self.cache: dict[tuple[Any, ...], Any] = {}  # key -> triton.Config, as triton.autotune keeps it
-        self._launch: dict[tuple[Any, ...], tuple[Any, dict[str, Any]]] = {}  # key -> (config, its launch options)
+        self.cache: dict[LaunchKey, TritonConfig] = {}  # key -> triton.Config, as triton.autotune keeps it
+        self._launch: dict[LaunchKey, tuple[TritonConfig, dict[str, Any]]] = {}  # key -> (config, launch options)
         self._arg_set = frozenset(self.arg_names)
         self._key_pos = [self.arg_names.index(k) for k in self.keys]
         self._last_key_pos = max(self._key_pos, default=-1)
-        self.decisions: dict[tuple[Any, ...], Any] = {}  # key fields' values -> the Decision it came from
-        self.last_decision: Any = None  # the decision of the last key resolved (None: a single config)
-        self.best_config: Any = None
+        self.decisions: dict[tuple[Any, ...], Decision] = {}  # key fields' values -> the decision it came from
+        self.last_decision: Decision | None = None  # the decision of the last key resolved (None: a single config)
+        self.best_config: TritonConfig | None = None
         # as triton.autotune keeps them (None with a space)
-        self.configs = None if space is not None else list(configs or [triton.Config({})])
+        self.configs: list[TritonConfig] | None = None if space is not None else list(configs or [triton.Config({})])
         self.configs_timings: dict[Any, list[float]] = {}  # the last key tuned here: config -> [median, p20, p80]
         self.bench_time = 0.0  # seconds the last key's tuning took
         self.nargs: dict[str, Any] | None = None
@@ -119,7 +122,7 @@ class Autotuner:
         self._toolchain: Toolchain | None = None
 
     # -- launching --------------------------------------------------------------------------------
-    def key_of(self, nargs: dict[str, Any], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    def key_of(self, nargs: dict[str, Any], kwargs: dict[str, Any]) -> LaunchKey:
         """Triton's key: the ``key`` arguments' values, then ``str(dtype)`` of every argument that has one."""
         all_args = {**nargs, **kwargs}
         args = {k: v for k, v in all_args.items() if k in self._arg_set}
@@ -160,7 +163,7 @@ class Autotuner:
         return [build(self.fn, args, kwargs, candidates.config(fs.point(r))) for r in range(len(fs))]
 
     # -- resolving a key --------------------------------------------------------------------------
-    def use_cache(self, cache: Any) -> None:
+    def use_cache(self, cache: CacheArg) -> None:
         """Keep decisions in ``cache`` from now on (a storage URL or a folder); keys resolved so far stay."""
         self._cache_arg, self._decision_store = cache, None
 
@@ -192,7 +195,7 @@ class Autotuner:
         out.update({f"{k}.dtype": str(v.dtype) for k, v in args.items() if hasattr(v, "dtype")})
         return out
 
-    def _resolve(self, key: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _resolve(self, key: LaunchKey, args: tuple[Any, ...], kwargs: dict[str, Any]) -> TritonConfig:
         if self.configs is not None and len(self.configs) == 1:
             config = self.configs[0]  # one config: nothing to prune or tune, as in Triton
         else:
@@ -212,7 +215,7 @@ class Autotuner:
         self.candidates = candidates
         return candidates, fs
 
-    def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any], config: Any) -> Callable[[], None]:
+    def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any], config: TritonConfig) -> Callable[[], None]:
         return launch_call(self.fn, args, kwargs, config, self.nargs or {}, self.pre_hook, self.post_hook)
 
     def _measure(self, args: tuple[Any, ...], kwargs: dict[str, Any], point: Point) -> EvalResult:
@@ -220,7 +223,7 @@ class Autotuner:
         return measure(self.fn, args, kwargs, config, self._call(args, kwargs, config), self.timer,
                        self.base_fn.__name__)
 
-    def _tune(self, fields: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _tune(self, fields: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> TritonConfig:
         candidates, fs = self._candidates(kwargs)
         space = candidates.space
         timings_before = self.timer.calls
@@ -271,7 +274,7 @@ class Autotuner:
                 return None
         return out
 
-    def _from_cache(self, fields: dict[str, Any], kwargs: dict[str, Any]) -> Any:
+    def _from_cache(self, fields: dict[str, Any], kwargs: dict[str, Any]) -> TritonConfig:
         space = self.candidates.space
         store = self.decision_store.existing(fields, space)
         decision = self.decision_store.decision(store) if store is not None else None

@@ -54,7 +54,12 @@ def default_dir() -> Path:
     return Path(base) / "evotune" / "autotune"
 
 
-def cache_url(cache: str | os.PathLike[str] | bool | None) -> str | None:
+#: where decisions are kept, as ``evotune.autotune(cache=...)`` takes it: a storage URL or a folder; True or None:
+#: the default place; False: nowhere
+CacheArg = str | os.PathLike[str] | bool | None
+
+
+def cache_url(cache: CacheArg) -> str | None:
     """The storage URL of the cache (None: nothing kept, ``cache=False``)."""
     if cache is False:
         return None

@@ -18,9 +18,12 @@ import os
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evotune.triton_tuning.resources import build
+
+if TYPE_CHECKING:
+    from evotune.triton_tuning.configs import TritonConfig
 
 log = logging.getLogger("evotune.autotune")
 
@@ -30,7 +33,7 @@ def workers(count: int) -> int:
     return max(1, min(count, os.cpu_count() or 1))
 
 
-def compile_ahead(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], configs: Sequence[Any]) -> float:
+def compile_ahead(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], configs: Sequence[TritonConfig]) -> float:
     """Build ``configs`` of the jitted ``fn`` for this launch in parallel; the seconds it took (0: nothing done)."""
     if len(configs) < 2 or os.environ.get("TRITON_INTERPRET") == "1":
         return 0.0

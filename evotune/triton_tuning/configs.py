@@ -28,9 +28,9 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from evotune.core.space import Context, FeasibleSet, Param, Point, SearchSpace, categorical, ordinal
 
@@ -40,6 +40,19 @@ LAUNCH_OPTIONS: dict[str, Any] = {"num_warps": 4, "num_stages": 3, "num_ctas": 1
 PRE_HOOK = "pre_hook"
 #: launch options every space of configurations names (the others only when a list sets them)
 ALWAYS = ("num_warps", "num_stages")
+
+
+class TritonConfig(Protocol):
+    """What evotune reads of a ``triton.Config`` (Triton ships no type information): its meta-parameters, its
+    ``pre_hook`` and every keyword it launches the kernel with; the launch options are read by name
+    (:func:`option`)."""
+
+    kwargs: dict[str, Any]
+    pre_hook: Callable[..., Any] | None
+    num_warps: int
+
+    def all_kwargs(self) -> dict[str, Any]:
+        ...
 
 
 @dataclass(frozen=True)
@@ -61,11 +74,11 @@ class Candidates:
 
     space: SearchSpace
     listed: list[Point] | None = None  # None: every feasible point of the space
-    originals: dict[str, Any] = field(default_factory=dict)  # point key -> the user's triton.Config
+    originals: dict[str, TritonConfig] = field(default_factory=dict)  # point key -> the user's triton.Config
     hook_labels: dict[int, str | None] = field(default_factory=dict)  # id(pre_hook) -> label (with a PRE_HOOK param)
 
     @classmethod
-    def from_configs(cls, name: str, configs: Sequence[Any]) -> Candidates:
+    def from_configs(cls, name: str, configs: Sequence[TritonConfig]) -> Candidates:
         kwargs_names = list(dict.fromkeys(k for c in configs for k in c.kwargs))
         for c in configs:
             missing = [k for k in kwargs_names if k not in c.kwargs]
@@ -81,7 +94,7 @@ class Candidates:
         names = [*kwargs_names, *options, *([PRE_HOOK] if hooks else [])]
         params = [_param(n, [r[n] for r in rows]) for n in names]
         space = SearchSpace(name, params, description="the configurations listed to triton autotune")
-        originals: dict[str, Any] = {}
+        originals: dict[str, TritonConfig] = {}
         listed = []
         for row, c in zip(rows, configs, strict=True):
             key = space.key(row)
@@ -106,7 +119,7 @@ class Candidates:
         kept = [p for p in self.listed if self.space.check(p, ctx) is None]
         return FeasibleSet.from_codes(self.space, [self.space.encode(p) for p in kept])
 
-    def find(self, config: Any) -> Point | None:
+    def find(self, config: TritonConfig) -> Point | None:
         """The point of the candidate equal to ``config`` (its ``all_kwargs()`` and ``pre_hook``), or None (of a
         list: a listed one)."""
         names = set(self.space.names)
@@ -133,7 +146,7 @@ class Candidates:
         same = mine.all_kwargs() == config.all_kwargs() and mine.pre_hook is config.pre_hook
         return point if same else None
 
-    def config(self, point: Point) -> Any:
+    def config(self, point: Point) -> TritonConfig:
         """The ``triton.Config`` of ``point``: the listed one when it was listed, else built from the point."""
         original = self.originals.get(self.space.key(point))
         if original is not None:
@@ -142,9 +155,10 @@ class Candidates:
 
         kwargs = {k: v for k, v in point.items() if k not in LAUNCH_OPTIONS and k != PRE_HOOK}
         options = {o: point[o] for o in LAUNCH_OPTIONS if o in point}  # the others keep triton.Config's defaults
-        return triton.Config(kwargs, **options)
+        built: TritonConfig = triton.Config(kwargs, **options)
+        return built
 
-    def stored_config(self, stored: dict[str, Any]) -> Any:
+    def stored_config(self, stored: dict[str, Any]) -> TritonConfig:
         """The configuration of a point as storage keeps it: its candidate, or, for a point this space does not
         hold (a configuration ``early_config_prune`` added elsewhere), a ``triton.Config`` of its values."""
         try:
@@ -153,9 +167,10 @@ class Candidates:
             import triton
 
             kwargs = {k: v for k, v in stored.items() if k not in LAUNCH_OPTIONS and k != PRE_HOOK}
-            return triton.Config(kwargs, **{o: stored[o] for o in LAUNCH_OPTIONS if o in stored})
+            built: TritonConfig = triton.Config(kwargs, **{o: stored[o] for o in LAUNCH_OPTIONS if o in stored})
+            return built
 
-    def extended(self, name: str, configs: Sequence[Any]) -> Candidates:
+    def extended(self, name: str, configs: Sequence[TritonConfig]) -> Candidates:
         """These listed candidates and ``configs`` (those not among them), as one list."""
         listed = [self.config(p) for p in self.points]
         return Candidates.from_configs(name, [*listed, *[c for c in configs if self.find(c) is None]])
@@ -165,12 +180,12 @@ class Candidates:
         return {k: self.space.param(k).storage_value(v) for k, v in point.items()}
 
 
-def option(config: Any, name: str) -> Any:
+def option(config: TritonConfig, name: str) -> Any:
     """A launch option of ``config`` (an older ``triton.Config`` lacks ``ir_override``: its default)."""
     return getattr(config, name, LAUNCH_OPTIONS[name])
 
 
-def _hook_labels(configs: Sequence[Any], rows: list[Point]) -> dict[int, str | None]:
+def _hook_labels(configs: Sequence[TritonConfig], rows: list[Point]) -> dict[int, str | None]:
     """id(pre_hook) -> its label, when two configurations have the same values but different pre_hooks (else
     empty: the hooks tell nothing apart); no hook is labelled None, the others by their qualified name."""
     hooks: dict[str, set[int]] = {}

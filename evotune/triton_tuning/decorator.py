@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from evotune.core.space import SearchSpace
     from evotune.triton_tuning.autotuner import Autotuner
+    from evotune.triton_tuning.cache import CacheArg
 
 
 def autotune(configs: Sequence[Any] | None = None, key: Sequence[str] = (),
@@ -26,7 +27,7 @@ def autotune(configs: Sequence[Any] | None = None, key: Sequence[str] = (),
              restore_value: Sequence[str] | None = None, pre_hook: Callable[..., Any] | None = None,
              post_hook: Callable[..., Any] | None = None, warmup: int | None = None, rep: float | None = None,
              use_cuda_graph: bool = False, do_bench: Callable[..., Any] | None = None, cache_results: bool = False,
-             *, space: SearchSpace | None = None, budget: int = 64, mode: str = "online", cache: Any = None,
+             *, space: SearchSpace | None = None, budget: int = 64, mode: str = "online", cache: CacheArg = None,
              confirm: int = 3) -> Callable[[Any], Autotuner]:
     """Decorator for a ``triton.jit`` kernel, with ``triton.autotune``'s arguments in its order and its behaviour.
 

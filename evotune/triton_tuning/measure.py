@@ -20,16 +20,20 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evotune.core.result import EvalResult, Status
 from evotune.triton_tuning.resources import over_limits
 from evotune.triton_tuning.timers import Timer
 
+if TYPE_CHECKING:
+    from evotune.triton_tuning.configs import TritonConfig
+
 log = logging.getLogger("evotune.autotune")
 
 
-def launch_call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], config: Any, nargs: dict[str, Any],
+def launch_call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], config: TritonConfig,
+                nargs: dict[str, Any],
                 pre_hook: Callable[..., Any], post_hook: Callable[..., Any]) -> Callable[[], None]:
     """One launch of ``config`` with the hooks around it, as ``triton.autotune`` benchmarks it."""
     conflicts = kwargs.keys() & config.kwargs.keys()
@@ -55,7 +59,7 @@ def launch_call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], config: 
     return call
 
 
-def measure(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], config: Any, call: Callable[[], None],
+def measure(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], config: TritonConfig, call: Callable[[], None],
             timer: Timer, name: str) -> EvalResult:
     """``config`` built, checked against the device and timed by ``timer`` through ``call`` (its launch with the
     hooks); ``name`` is the kernel's, for the log."""

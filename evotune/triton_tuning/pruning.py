@@ -51,8 +51,10 @@ def autotuner_error(message: str) -> Exception:
     except ImportError:  # a Triton without it: its base class, with the same text
         from triton import TritonError
 
-        return TritonError(f"Autotuner error: {message}")
-    return AutotunerError(message)
+        base: Exception = TritonError(f"Autotuner error: {message}")
+        return base
+    error: Exception = AutotunerError(message)
+    return error
 
 
 def prune(candidates: Candidates, args: dict[str, Any], nargs: dict[str, Any], kwargs: dict[str, Any],

@@ -16,19 +16,22 @@ so there is no metadata and this check is skipped: :func:`over_limits` answers N
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from evotune.triton_tuning.configs import TritonConfig
 
 WARP = 32
 
 
-def build(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], config: Any) -> Any:
+def build(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], config: TritonConfig) -> Any:
     """Compile ``config`` of the jitted ``fn`` for this launch without running it (Triton's ``warmup``, which takes
     the launch's keyword arguments but its own ``warmup`` flag); the compiled kernel, or Triton's placeholder."""
     launch = {k: v for k, v in kwargs.items() if k != "warmup"}
     return fn.warmup(*args, **launch, **config.all_kwargs())
 
 
-def over_limits(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], config: Any) -> str | None:
+def over_limits(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], config: TritonConfig) -> str | None:
     """Why ``config``'s compiled kernel cannot run on this device, or None (it fits, or nothing to check)."""
     if os.environ.get("TRITON_INTERPRET") == "1" or not hasattr(fn, "warmup"):
         return None  # the interpreter compiles nothing; a stand-in kernel without warmup cannot be built apart

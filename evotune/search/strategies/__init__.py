@@ -37,7 +37,8 @@ def strategy_names() -> list[str]:
 def make_strategy(name: str, space: SearchSpace, feasible: FeasibleSet, *, seed: int = 0,
                   ctx: Context | None = None, sources: Sequence[Source] = (), launch: np.ndarray | None = None,
                   **options: Any) -> Strategy:
-    """Build a strategy by name. Raises KeyError for an unknown name, ValueError for a bad option.
+    """Build a strategy by name with ``options`` (its :attr:`Strategy.Options` by name). Raises KeyError for an
+    unknown name, OptionError (a ValueError) for a bad option.
 
     ``sources`` are related results (:class:`~evotune.search.prior.Source`) for the strategies
     that transfer (``default``); the others ignore them. ``launch``: the launch features of each feasible
@@ -45,7 +46,8 @@ def make_strategy(name: str, space: SearchSpace, feasible: FeasibleSet, *, seed:
     """
     if name not in STRATEGIES:
         raise KeyError(name)
-    return STRATEGIES[name](space, feasible, seed=seed, ctx=ctx, sources=sources, launch=launch, **options)
+    cls = STRATEGIES[name]
+    return cls(space, feasible, cls.parse_options(options), seed=seed, ctx=ctx, sources=sources, launch=launch)
 
 
 __all__ = ["STRATEGIES", "Source", "Strategy", "Told", "make_strategy", "strategy_names"]

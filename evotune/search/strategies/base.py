@@ -19,66 +19,37 @@ Example::
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 import numpy as np
 
 from evotune.core.space import Context, FeasibleSet, Point, SearchSpace
 from evotune.search.compile_cost import Kernels
+from evotune.search.strategies.options import OptionError, StrategyOptions
 
 if TYPE_CHECKING:
     from evotune.search.prior import Source
 
 Told = tuple[Point, float | None]
-SEEDINGS = ("random", "hardware")
 
 
-class OptionError(ValueError):
-    """A bad strategy option; ``name`` is the option's name."""
+class StrategyArgs(TypedDict, total=False):
+    """What a strategy is built with besides its space, its feasible points and its options (see
+    :class:`Strategy`)."""
 
-    def __init__(self, name: str, message: str):
-        self.name = name
-        super().__init__(f"{name}: {message}")
-
-
-@dataclass(frozen=True)
-class Option:
-    """One option a strategy accepts from the experiment file: its default, type and range."""
-
-    default: Any
-    kind: type  # int, float or bool
-    low: float | None = None
-    high: float | None = None
-    optional: bool = False  # None is accepted (and means "let the strategy choose")
-
-    def check(self, name: str, value: Any) -> None:
-        if value is None and self.optional:
-            return
-        if self.kind is bool:
-            ok = isinstance(value, bool)
-        elif self.kind is int:
-            ok = isinstance(value, int) and not isinstance(value, bool)
-        else:
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        if ok and self.low is not None and value < self.low:
-            ok = False
-        if ok and self.high is not None and value > self.high:
-            ok = False
-        if not ok:
-            span = f" in [{self.low}, {self.high}]" if self.high is not None else (
-                f" >= {self.low}" if self.low is not None else "")
-            raise OptionError(name, f"must be {'an integer' if self.kind is int else self.kind.__name__}{span}"
-                                    f"{' or omitted' if self.optional else ''}, got {value!r}")
+    seed: int
+    ctx: Context | None
+    sources: Sequence[Source]
+    launch: np.ndarray | None
 
 
 class Strategy(ABC):
     name: ClassVar[str] = "base"
-    #: options accepted from the experiment file (``seeding`` is accepted by every strategy)
-    schema: ClassVar[dict[str, Option]] = {}
+    #: the options it accepts (from the experiment file, or as keywords of make_strategy)
+    Options: ClassVar[type[StrategyOptions]] = StrategyOptions
+    options: StrategyOptions
     #: whether the strategy learns from related results (``sources``); the others ignore them
     transfers: ClassVar[bool] = False
     #: whether what it proposes depends on the results it is told (an order fixed beforehand does not): the
@@ -87,22 +58,13 @@ class Strategy(ABC):
     adapts: ClassVar[bool] = True
 
     @classmethod
-    def check_options(cls, options: dict[str, Any]) -> None:
-        """Raise OptionError for an unknown option or a value of the wrong type or range."""
-        for name, value in options.items():
-            if name == "seeding":
-                if value not in SEEDINGS:
-                    raise OptionError(name, f"must be one of {', '.join(SEEDINGS)}, got {value!r}")
-            elif name not in cls.schema:
-                raise OptionError(name, f"unknown option for strategy {cls.name!r}; accepted: "
-                                        f"{', '.join([*sorted(cls.schema), 'seeding'])}")
-            else:
-                cls.schema[name].check(name, value)
+    def parse_options(cls, given: Mapping[str, Any]) -> StrategyOptions:
+        """Its options from ``given``; OptionError for an unknown option or a value of the wrong type or range."""
+        return cls.Options.parse(given, cls.name)
 
-    def __init__(self, space: SearchSpace, feasible: FeasibleSet, *, seed: int = 0,
-                 ctx: Context | None = None, sources: Sequence[Source] = (), launch: np.ndarray | None = None,
-                 **options: Any):
-        self.check_options(options)
+    def __init__(self, space: SearchSpace, feasible: FeasibleSet, options: StrategyOptions | None = None, *,
+                 seed: int = 0, ctx: Context | None = None, sources: Sequence[Source] = (),
+                 launch: np.ndarray | None = None):
         self.sources = tuple(sources)
         if launch is not None and len(launch) != len(feasible):
             raise ValueError(f"launch: one row per feasible point expected ({len(feasible)}), got {len(launch)}")
@@ -112,8 +74,8 @@ class Strategy(ABC):
         self.feasible = feasible
         self.ctx = ctx or Context()
         self.seed = seed
-        self.options = {**{k: o.default for k, o in self.schema.items()}, **options}
-        self.seeding: str = options.get("seeding", "random")
+        self.options = options if options is not None else self.Options()
+        self.seeding: str = self.options.seeding
         self.rng = np.random.default_rng(seed)
         n = len(feasible)
         self.taken = np.zeros(n, dtype=bool)  # measured or handed out
@@ -155,6 +117,11 @@ class Strategy(ABC):
     @property
     def remaining(self) -> int:
         return int((~self.taken).sum())
+
+    @property
+    def compile_cost(self) -> float:
+        """A new kernel's cost in evaluations where its proposals weigh it (0: every point costs the same)."""
+        return 0.0
 
     # -- what subclasses provide -----------------------------------------
     @abstractmethod
@@ -210,3 +177,6 @@ class Strategy(ABC):
         """The score a failed point gets where a sampler needs a number: worse than anything seen."""
         vals = [v for v in self.values.values() if v is not None]
         return 2.0 * max(vals) if vals else 1e9
+
+
+__all__ = ["OptionError", "Strategy", "StrategyArgs", "StrategyOptions", "Told"]

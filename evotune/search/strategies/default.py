@@ -48,15 +48,18 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Unpack
 
 import numpy as np
 
+from evotune.core.space import FeasibleSet, SearchSpace
 from evotune.search.ensemble import MODEL, Transfer
 from evotune.search.prior import Prior
-from evotune.search.strategies.base import Option
-from evotune.search.strategies.gp import GaussianProcess
-from evotune.search.surrogate import COMPILE_COST, Surrogate
+from evotune.search.strategies.base import StrategyArgs
+from evotune.search.strategies.gp import SurrogateOptions, SurrogateSearch
+from evotune.search.strategies.options import option
+from evotune.search.surrogate import Surrogate
 
 #: with the sources in use, their best-ranked fresh rows join every proposal's candidates
 PRIOR_CANDIDATES = 20
@@ -67,49 +70,47 @@ TRUSTED_PATIENCE = 3
 DIFFER_CACHE = 16
 
 
-class Default(GaussianProcess):
+@dataclass(frozen=True, kw_only=True)
+class DefaultOptions(SurrogateOptions):
+    pool: int = option(1000, low=1)  # fresh random points scored per proposal
+    top: int = option(5, low=0)  # best points whose one-parameter neighbours are scored too
+    cross: int = option(50, low=0)  # uniform-crossover children of two of the 2 x top best points, scored too
+    local: float = option(0.5, low=0.0, high=1.0)  # share of proposals, once stalled, among the best's neighbours only
+    patience: int = option(30, low=0)  # results without a better time before the search counts as stalled
+    relevance: bool = option(True)  # a length-scale per feature
+    shared: int = option(40, low=0)  # until this many results, every other proposal uses one length-scale
+    stall_shared: bool = option(True)  # once stalled, every other proposal uses one length-scale again
+    transfer: bool = option(True)  # learn from related results (sources) when there are any
+    transfer_first: int = option(4, low=0)  # the sources' winners measured
+    lone_patience: int = option(1, low=0)  # a lone source's own results before it is dropped (0: never)
+
+
+class Default(SurrogateSearch):
     name = "default"
-    schema = {
-        "startup": Option(10, int, 1),  # points before the GP is trusted
-        "pool": Option(1000, int, 1),  # fresh random points scored per proposal
-        "top": Option(5, int, 0),  # best points whose one-parameter neighbours are scored too
-        "cross": Option(50, int, 0),  # uniform-crossover children of two of the 2 x top best points, scored too
-        "local": Option(0.5, float, 0.0, 1.0),  # share of proposals, once stalled, among the best's neighbours only
-        "patience": Option(30, int, 0),  # results without a better time before the search counts as stalled
-        "relevance": Option(True, bool),  # a length-scale per feature
-        "shared": Option(40, int, 0),  # until this many results, every other proposal uses one length-scale
-        "stall_shared": Option(True, bool),  # once stalled, every other proposal uses one length-scale again
-        "noise": Option(1e-3, float, 1e-9, 1.0),
-        "refit": Option(10, int, 1),  # results between length-scale fits
-        "transfer": Option(True, bool),  # learn from related results (sources) when there are any
-        "transfer_first": Option(4, int, 0),  # the sources' winners measured
-        "lone_patience": Option(1, int, 0),  # a lone source's own results before it is dropped (0: never)
-        # a new kernel's cost in evaluations, for spaces with launch arguments (0: every point costs the same)
-        "compile_cost": Option(COMPILE_COST, float, 0.0),
-    }
+    Options = DefaultOptions
+    options: DefaultOptions
     transfers = True
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
+    def __init__(self, space: SearchSpace, feasible: FeasibleSet, options: DefaultOptions | None = None,
+                 **args: Unpack[StrategyArgs]):
+        super().__init__(space, feasible, options or DefaultOptions(), **args)
         o = self.options
         self._relevant = self.model
-        self._shared = Surrogate(self, float(o["noise"]), int(o["refit"]), relevance=False)
+        self._shared = Surrogate(self, o.noise, o.refit, relevance=False)
         self._best: float | None = None
         self._improved_at = 0  # results told when the best time last improved
         self._proposals = 0
         self._differ: dict[int, np.ndarray] = {}  # row -> parameters each feasible row differs in (_differing)
-        self.prior = (Prior(self, self.sources) or None) if self.sources and bool(o["transfer"]) else None
+        self.prior = (Prior(self, self.sources) or None) if self.sources and o.transfer else None
         self.transfer: Transfer | None = None
         if self.prior is not None:
-            self.transfer = Transfer(self, self.prior, self._plain, int(o["transfer_first"]),
-                                     int(o["lone_patience"]), int(o["startup"]))
+            self.transfer = Transfer(self, self.prior, self._plain, o.transfer_first, o.lone_patience, o.startup)
             self._relevant.prior = self._shared.prior = self.prior.mean
 
     def _plain(self) -> Default:
         """Plain ``default`` with these options, for the turns that are its own."""
-        opts = {k: v for k, v in self.options.items() if k in self.schema and k != "transfer"}
-        return Default(self.space, self.feasible, seed=self.seed, ctx=self.ctx, launch=self.launch,
-                       seeding=self.seeding, **opts)
+        return Default(self.space, self.feasible, replace(self.options, transfer=False), seed=self.seed,
+                       ctx=self.ctx, launch=self.launch)
 
     def _propose(self) -> int | None:
         # Length-scales per feature fitted on a few dozen points can over-fit (gemm: 0.77 of the optimum at
@@ -122,8 +123,8 @@ class Default(GaussianProcess):
             if row != MODEL:
                 return row
         o = self.options
-        uniform = len(self.values) < int(o["shared"]) or (bool(o["stall_shared"]) and self._stalled())
-        use_shared = uniform and self._proposals % 2 == 0 and bool(o["relevance"])
+        uniform = len(self.values) < o.shared or (o.stall_shared and self._stalled())
+        use_shared = uniform and self._proposals % 2 == 0 and o.relevance
         self.model = self._shared if use_shared else self._relevant
         # the sources stand in for the start-up sample
         return self.model_row() if self.transfer is not None else super()._propose()
@@ -134,23 +135,23 @@ class Default(GaussianProcess):
     def _stalled(self) -> bool:
         """Whether ``patience`` results (TRUSTED_PATIENCE on the sources' turns) have passed without a better
         time."""
-        patience = int(self.options["patience"])
+        patience = self.options.patience
         if self._in_use():
             patience = min(patience, TRUSTED_PATIENCE)
         return len(self.values) - self._improved_at >= patience
 
     def candidates(self, free: np.ndarray) -> np.ndarray:
         o = self.options
-        local = 1.0 if self._in_use() else float(o["local"])
+        local = 1.0 if self._in_use() else o.local
         if self._stalled() and local and self.rng.random() < local:
             rows = self.neighbours(1)
             if not len(rows):  # every one-parameter neighbour of the best is measured: look two away
                 rows = self.neighbours(1, distance=2)
             if len(rows):
                 return rows
-        top = int(o["top"])
-        rows = np.union1d(np.union1d(self.random_subset(free, int(o["pool"])), self.neighbours(top)),
-                          self.children(int(o["cross"]), 2 * top))
+        top = o.top
+        rows = np.union1d(np.union1d(self.random_subset(free, o.pool), self.neighbours(top)),
+                          self.children(o.cross, 2 * top))
         if self._in_use() and self.prior is not None:  # the rows the sources rank best, wherever they are
             rows = np.union1d(rows, self.prior.best_rows(PRIOR_CANDIDATES))
         return rows

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Unpack
 
+from evotune.core.space import FeasibleSet, SearchSpace
 from evotune.search.seeding import ranked_by_estimate
-from evotune.search.strategies.base import Strategy
+from evotune.search.strategies.base import Strategy, StrategyArgs, StrategyOptions
 
 
 class Exhaustive(Strategy):
     name = "exhaustive"
     adapts = False
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
+    def __init__(self, space: SearchSpace, feasible: FeasibleSet, options: StrategyOptions | None = None,
+                 **args: Unpack[StrategyArgs]):
+        super().__init__(space, feasible, options, **args)
         ranked = ranked_by_estimate(self) if self.seeding == "hardware" else []
         #: the rows in the order they are proposed
         self.order: list[int] = ranked or list(range(len(self.feasible)))
@@ -39,8 +41,9 @@ class Listed(Strategy):
     name = "listed"
     adapts = False
 
-    def __init__(self, *args: Any, rows: list[int], **kwargs: Any):
-        super().__init__(*args, **kwargs)
+    def __init__(self, space: SearchSpace, feasible: FeasibleSet, options: StrategyOptions | None = None, *,
+                 rows: list[int], **args: Unpack[StrategyArgs]):
+        super().__init__(space, feasible, options, **args)
         self._order = iter(rows)
 
     def _propose(self) -> int | None:

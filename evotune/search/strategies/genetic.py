@@ -21,12 +21,15 @@ Example::
 from __future__ import annotations
 
 import random
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Unpack
 
 import numpy as np
 from deap import base, creator, tools
 
-from evotune.search.strategies.base import Option, Strategy
+from evotune.core.space import FeasibleSet, SearchSpace
+from evotune.search.strategies.base import Strategy, StrategyArgs
+from evotune.search.strategies.options import StrategyOptions, option
 
 if not hasattr(creator, "EvotuneFitness"):
     creator.create("EvotuneFitness", base.Fitness, weights=(-1.0,))
@@ -48,28 +51,35 @@ def mutate_choice(ind: list[int], sizes: list[int], ordered: list[bool], indpb: 
     return (ind,)
 
 
+@dataclass(frozen=True, kw_only=True)
+class GeneticOptions(StrategyOptions):
+    population: int = option(20, low=2)  # mu: the individuals that survive each generation
+    offspring: int = option(20, low=1)  # lambda: the children bred each generation
+    cxpb: float = option(0.5, low=0.0, high=1.0)  # a child's chance of being a crossover (else a mutant)
+    mutpb: float = option(0.5, low=0.0, high=1.0)  # a crossover child's chance of being mutated too
+    indpb: float | None = option(None, low=0.0, high=1.0)  # each gene's chance to mutate (None: 1 / genes, >= 0.1)
+    tournament: int = option(3, low=1)  # the tournament's size when parents are picked
+
+
 class GeneticAlgorithm(Strategy):
     name = "ga"
-    schema = {
-        "population": Option(20, int, 2), "offspring": Option(20, int, 1),
-        "cxpb": Option(0.5, float, 0.0, 1.0), "mutpb": Option(0.5, float, 0.0, 1.0),
-        "indpb": Option(None, float, 0.0, 1.0, optional=True),  # default: 1 / number of genes, at least 0.1
-        "tournament": Option(3, int, 1),
-    }
+    Options = GeneticOptions
+    options: GeneticOptions
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
+    def __init__(self, space: SearchSpace, feasible: FeasibleSet, options: GeneticOptions | None = None,
+                 **args: Unpack[StrategyArgs]):
+        super().__init__(space, feasible, options or GeneticOptions(), **args)
         o = self.options
-        self.mu, self.lam = int(o["population"]), int(o["offspring"])
+        self.mu, self.lam = o.population, o.offspring
         self.rnd = random.Random(self.seed)  # DEAP's operators draw from `random`; keep ours private
         params = self.space.params
         sizes = [len(p.choices) for p in params]
-        indpb = o["indpb"] if o["indpb"] is not None else max(1.0 / len(params), 0.1)
+        indpb = o.indpb if o.indpb is not None else max(1.0 / len(params), 0.1)
         tb = base.Toolbox()
         tb.register("mate", self._with_rnd, tools.cxUniform, indpb=0.5)
         tb.register("mutate", mutate_choice, sizes=sizes, ordered=[p.ordered for p in params],
                     indpb=indpb, rnd=self.rnd)
-        tb.register("parent", self._with_rnd, tools.selTournament, tournsize=int(o["tournament"]))
+        tb.register("parent", self._with_rnd, tools.selTournament, tournsize=o.tournament)
         tb.register("select", tools.selBest)
         self.toolbox = tb
         self.population: list[Any] = []  # evaluated individuals that survived selection
@@ -108,9 +118,9 @@ class GeneticAlgorithm(Strategy):
         tb = self.toolbox
         parents = [tb.clone(p) for p in tb.parent(self.population, 2)]
         r = self.rnd.random()
-        if r < self.options["cxpb"]:
+        if r < self.options.cxpb:
             child, _ = tb.mate(parents[0], parents[1])
-            if self.rnd.random() < self.options["mutpb"]:
+            if self.rnd.random() < self.options.mutpb:
                 (child,) = tb.mutate(child)
         else:
             (child,) = tb.mutate(parents[0])

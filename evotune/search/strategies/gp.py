@@ -17,30 +17,53 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
+from abc import abstractmethod
+from dataclasses import dataclass
+from typing import Unpack
 
 import numpy as np
 
-from evotune.search.strategies.base import Option, Strategy
+from evotune.core.space import FeasibleSet, SearchSpace
+from evotune.search.strategies.base import Strategy, StrategyArgs
+from evotune.search.strategies.options import StrategyOptions, option
 from evotune.search.surrogate import COMPILE_COST, Surrogate
 
 
-class GaussianProcess(Strategy):
-    """Expected improvement over a random subset of the fresh points; subclasses add candidates."""
+@dataclass(frozen=True, kw_only=True)
+class SurrogateOptions(StrategyOptions):
+    """The options of a search that ranks candidates by the GP's expected improvement."""
 
-    name = "gp"
-    schema = {"startup": Option(10, int, 1), "candidates": Option(2000, int, 1),
-              "noise": Option(1e-3, float, 1e-9, 1.0), "refit": Option(10, int, 1),
-              "relevance": Option(False, bool), "compile_cost": Option(COMPILE_COST, float, 0.0)}
+    startup: int = option(10, low=1)  # points before the GP is trusted
+    noise: float = option(1e-3, low=1e-9, high=1.0)
+    refit: int = option(10, low=1)  # results between length-scale fits
+    relevance: bool = option(False)  # a length-scale per feature
+    # a new kernel's cost in evaluations, for spaces with launch arguments (0: every point costs the same)
+    compile_cost: float = option(COMPILE_COST, low=0.0)
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
+
+@dataclass(frozen=True, kw_only=True)
+class GPOptions(SurrogateOptions):
+    candidates: int = option(2000, low=1)  # fresh random points scored per proposal
+
+
+class SurrogateSearch(Strategy):
+    """Expected improvement over the rows :meth:`candidates` gives, after ``startup`` first points."""
+
+    options: SurrogateOptions
+
+    def __init__(self, space: SearchSpace, feasible: FeasibleSet, options: SurrogateOptions,
+                 **args: Unpack[StrategyArgs]):
+        super().__init__(space, feasible, options, **args)
         o = self.options
-        self.model = Surrogate(self, float(o["noise"]), int(o["refit"]), relevance=bool(o["relevance"]))
+        self.model = Surrogate(self, o.noise, o.refit, relevance=o.relevance)
+
+    @property
+    def compile_cost(self) -> float:
+        return self.options.compile_cost
 
     def _propose(self) -> int | None:
-        if len(self.values) < int(self.options["startup"]):
-            return self.startup_row(int(self.options["startup"]))
+        if len(self.values) < self.options.startup:
+            return self.startup_row(self.options.startup)
         return self.model_row()
 
     def model_row(self) -> int | None:
@@ -52,14 +75,14 @@ class GaussianProcess(Strategy):
         ei = self.model.expected_improvement(rows)
         if ei is None:
             return self.random_fresh()
-        cost = float(self.options["compile_cost"])
+        cost = self.options.compile_cost
         if self.kernels is not None and cost:  # improvement per evaluation's worth of time, a compile counted in
             ei = ei / (1.0 + cost * self.kernels.new(rows))
         return int(rows[int(np.argmax(ei))])
 
+    @abstractmethod
     def candidates(self, free: np.ndarray) -> np.ndarray:
-        """The rows scored for one proposal: ``candidates`` of the ``free`` rows at random."""
-        return self.random_subset(free, int(self.options["candidates"]))
+        """The rows scored for one proposal, of the ``free`` ones."""
 
     def random_subset(self, free: np.ndarray, n: int) -> np.ndarray:
         return self.rng.choice(free, size=n, replace=False) if len(free) > n else free
@@ -67,3 +90,19 @@ class GaussianProcess(Strategy):
     def fastest(self, n: int) -> list[int]:
         """The ``n`` fastest measured rows, fastest first."""
         return [r for _, r in sorted((v, r) for r, v in self.values.items() if v is not None)[:n]]
+
+
+class GaussianProcess(SurrogateSearch):
+    """Expected improvement over a random subset of the fresh points."""
+
+    name = "gp"
+    Options = GPOptions
+    options: GPOptions
+
+    def __init__(self, space: SearchSpace, feasible: FeasibleSet, options: GPOptions | None = None,
+                 **args: Unpack[StrategyArgs]):
+        super().__init__(space, feasible, options or GPOptions(), **args)
+
+    def candidates(self, free: np.ndarray) -> np.ndarray:
+        """``candidates`` of the ``free`` rows at random."""
+        return self.random_subset(free, self.options.candidates)

@@ -16,12 +16,15 @@ Example::
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from dataclasses import dataclass
+from typing import Unpack
 
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
-from evotune.search.strategies.base import Option, Strategy
+from evotune.core.space import FeasibleSet, SearchSpace
+from evotune.search.strategies.base import Strategy, StrategyArgs
+from evotune.search.strategies.options import StrategyOptions, option
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -29,8 +32,9 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 class OptunaStrategy(Strategy):
     """Base for strategies that wrap an ``optuna.samplers.BaseSampler``."""
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
+    def __init__(self, space: SearchSpace, feasible: FeasibleSet, options: StrategyOptions | None = None,
+                 **args: Unpack[StrategyArgs]):
+        super().__init__(space, feasible, options, **args)
         self.dists: dict[str, BaseDistribution] = {
             p.name: IntDistribution(0, len(p.choices) - 1) if p.ordered
             else CategoricalDistribution(list(range(len(p.choices))))
@@ -41,8 +45,13 @@ class OptunaStrategy(Strategy):
             self.study = optuna.create_study(direction="minimize", sampler=self.make_sampler())
         self.pending: dict[int, optuna.trial.Trial] = {}
         if self.seeding == "hardware":
-            for row in self.seed_rows(int(self.options.get("startup") or 10)):
+            for row in self.seed_rows(self.hardware_seeds):
                 self.study.enqueue_trial(self._params(row))
+
+    @property
+    def hardware_seeds(self) -> int:
+        """How many points ``seeding = "hardware"`` puts first: the sampler's start-up trials, else 10."""
+        return 10
 
     def make_sampler(self) -> optuna.samplers.BaseSampler:
         raise NotImplementedError
@@ -76,34 +85,74 @@ class OptunaStrategy(Strategy):
                     params=self._params(row), distributions=self.dists, value=score))
 
 
+@dataclass(frozen=True, kw_only=True)
+class TPEOptions(StrategyOptions):
+    startup: int = option(10, low=0)  # random trials before the sampler models
+    multivariate: bool = option(True)  # one density over all parameters, not one per parameter
+
+
 class TPE(OptunaStrategy):
     name = "tpe"
-    schema = {"startup": Option(10, int, 0), "multivariate": Option(True, bool)}
+    Options = TPEOptions
+    options: TPEOptions
+
+    def __init__(self, space: SearchSpace, feasible: FeasibleSet, options: TPEOptions | None = None,
+                 **args: Unpack[StrategyArgs]):
+        super().__init__(space, feasible, options or TPEOptions(), **args)
+
+    @property
+    def hardware_seeds(self) -> int:
+        return self.options.startup or 10
 
     def make_sampler(self) -> optuna.samplers.BaseSampler:
         return optuna.samplers.TPESampler(
-            seed=self.seed, n_startup_trials=int(self.options["startup"]),
-            multivariate=bool(self.options["multivariate"]), constant_liar=True)
+            seed=self.seed, n_startup_trials=self.options.startup,
+            multivariate=self.options.multivariate, constant_liar=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CMAESOptions(StrategyOptions):
+    startup: int = option(1, low=0)  # random trials before the first generation
+    popsize: int | None = option(None, low=2)  # a generation's size (None: the sampler's own rule)
 
 
 class CMAES(OptunaStrategy):
     """CMA-ES with margin (Hamano et al. 2022), which keeps integer variables from stalling."""
 
     name = "cmaes"
-    schema = {"startup": Option(1, int, 0), "popsize": Option(None, int, 2, optional=True)}
+    Options = CMAESOptions
+    options: CMAESOptions
+
+    def __init__(self, space: SearchSpace, feasible: FeasibleSet, options: CMAESOptions | None = None,
+                 **args: Unpack[StrategyArgs]):
+        super().__init__(space, feasible, options or CMAESOptions(), **args)
+
+    @property
+    def hardware_seeds(self) -> int:
+        return self.options.startup or 10
 
     def make_sampler(self) -> optuna.samplers.BaseSampler:
         return optuna.samplers.CmaEsSampler(
-            seed=self.seed, n_startup_trials=int(self.options["startup"]), with_margin=True,
-            popsize=self.options["popsize"], warn_independent_sampling=False)
+            seed=self.seed, n_startup_trials=self.options.startup, with_margin=True,
+            popsize=self.options.popsize, warn_independent_sampling=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NSGA2Options(StrategyOptions):
+    population: int = option(20, low=2)  # a generation's size
 
 
 class NSGA2(OptunaStrategy):
     name = "nsga2"
-    schema = {"population": Option(20, int, 2)}
+    Options = NSGA2Options
+    options: NSGA2Options
+
+    def __init__(self, space: SearchSpace, feasible: FeasibleSet, options: NSGA2Options | None = None,
+                 **args: Unpack[StrategyArgs]):
+        super().__init__(space, feasible, options or NSGA2Options(), **args)
 
     def make_sampler(self) -> optuna.samplers.BaseSampler:
-        return optuna.samplers.NSGAIISampler(seed=self.seed, population_size=int(self.options["population"]))
+        return optuna.samplers.NSGAIISampler(seed=self.seed, population_size=self.options.population)
 
 
 class QMC(OptunaStrategy):
@@ -116,15 +165,29 @@ class QMC(OptunaStrategy):
                                           warn_independent_sampling=False)
 
 
+@dataclass(frozen=True, kw_only=True)
+class OptunaGPOptions(StrategyOptions):
+    startup: int = option(10, low=1)  # random trials before the GP models
+
+
 class OptunaGP(OptunaStrategy):
     """Optuna's own GPSampler; needs torch (the ``gpu`` extra). ``gp`` works without it."""
 
     name = "optuna-gp"
-    schema = {"startup": Option(10, int, 1)}
+    Options = OptunaGPOptions
+    options: OptunaGPOptions
+
+    def __init__(self, space: SearchSpace, feasible: FeasibleSet, options: OptunaGPOptions | None = None,
+                 **args: Unpack[StrategyArgs]):
+        super().__init__(space, feasible, options or OptunaGPOptions(), **args)
+
+    @property
+    def hardware_seeds(self) -> int:
+        return self.options.startup
 
     def make_sampler(self) -> optuna.samplers.BaseSampler:
         try:
             import torch  # noqa: F401
         except ImportError as exc:
             raise ValueError("strategy 'optuna-gp' needs torch; use 'gp', which needs only numpy") from exc
-        return optuna.samplers.GPSampler(seed=self.seed, n_startup_trials=int(self.options["startup"]))
+        return optuna.samplers.GPSampler(seed=self.seed, n_startup_trials=self.options.startup)
