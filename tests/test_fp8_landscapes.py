@@ -1,7 +1,7 @@
 """Sampled fp8 landscapes (the decode family scaled per tensor and per row, the block-scaled family): the record
 experiments that make them on a GPU, and what a CPU replay needs of them, checked on landscapes written here from a
-stand-in (the space's own estimate as the time of each sampled point) and on the recorded ones under
-evotune/landscapes/h100_fp8 once they are there."""
+stand-in (the space's own estimate as the time of each sampled point) and on the recorded ones, shipped as the
+package's landscapes folder h100_fp8, once they are there."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from conftest import ROOT, replay_experiment
 
 from evotune.cli import main
 from evotune.core.hardware import get_hardware
+from evotune.core.landscape import SHIPPED as PACKAGED
 from evotune.core.landscape import landscape_document, load_landscape, write_landscape
 from evotune.core.plugins import load_space
 from evotune.core.problem import Problem
@@ -23,7 +24,7 @@ from evotune.running.experiment import load_experiment
 
 RECORD = {"triton_decode_gemm": ROOT / "experiments" / "h100_record_fp8_decode.toml",
           "triton_block_fp8": ROOT / "experiments" / "h100_record_block_fp8.toml"}
-SHIPPED = ROOT / "evotune" / "landscapes" / "h100_fp8"
+SHIPPED = PACKAGED / "h100_fp8"  # where the recorded ones ship
 SAMPLE = 32  # the --sample of the record commands
 H100 = get_hardware("H100")
 
@@ -42,7 +43,7 @@ def test_the_record_experiments_sample_both_fp8_families_cheaply():
     for space, path in RECORD.items():
         exp = load_experiment(path)
         assert exp.spaces == [space] and exp.oracle == "gpu" and exp.oracle_options.confirm.top_k > 0
-        assert f"--sample {SAMPLE} --out evotune/landscapes/h100_fp8" in path.read_text()
+        assert f"--sample {SAMPLE} --out runs/landscapes/h100_fp8" in path.read_text()
         for p in exp.problems:  # each problem has more feasible points than the sample draws
             assert len(load_space(space).feasible(Context(H100, p))) > SAMPLE, p.key
 
