@@ -101,6 +101,7 @@ def test_the_acceptance_table_holds_large_shapes_to_90_percent_of_their_read(tmp
     assert code == 0 and json.loads(out.read_text())["summary"]["passed"] and "acceptance: met" in printed.out
 
 
+@pytest.mark.slow  # a table over 48 problems: 3 s
 def test_a_problem_without_a_confirmed_best_fails_the_acceptance(tmp_path, monkeypatch, capsys):
     module = load_benchmark("read_ceiling", monkeypatch)
     _, ceilings, best = _stand_in(tmp_path, lambda p: 0.95, lambda p: 1.2, drop=2)
