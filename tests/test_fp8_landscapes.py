@@ -44,8 +44,6 @@ def test_the_record_experiments_sample_both_fp8_families_cheaply():
         exp = load_experiment(path)
         assert exp.spaces == [space] and exp.oracle == "gpu" and exp.oracle_options.confirm.top_k > 0
         assert f"--sample {SAMPLE} --out runs/landscapes/h100_fp8" in path.read_text()
-        for p in exp.problems:  # each problem has more feasible points than the sample draws
-            assert len(load_space(space).feasible(Context(H100, p))) > SAMPLE, p.key
 
 
 def stand_in(folder: Path, space_name: str, problem: Problem, seed: int) -> Path:
