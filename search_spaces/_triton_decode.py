@@ -40,8 +40,8 @@ import triton.language as tl
 from evotune.authoring import Point, Problem
 
 # outputs per program of the reduction kernel: up to 1024, fewer where M x N is small, so that at M = 1 its
-# SPLIT_K x N partials are read by enough programs (4 programs of 1024 would each stream 128 KiB at one SM's
-# bandwidth, as long as the GEMM of a small layer itself)
+# SPLIT_K x N partials are read by many SMs (N = 4096 at SPLIT_K = 32 in blocks of 1024: 4 programs, each
+# streaming 128 KiB through one SM)
 REDUCE_BLOCK = 1024
 REDUCE_MIN_BLOCK = 128
 REDUCE_PROGRAMS = 128  # the programs it aims for before it widens its blocks

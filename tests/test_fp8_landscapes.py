@@ -1,7 +1,7 @@
 """Sampled fp8 landscapes (the decode family scaled per tensor and per row, the block-scaled family): the record
 experiments that make them on a GPU, and what a CPU replay needs of them, checked on landscapes written here from a
-stand-in (the space's own estimate as the time of each sampled point) and on the recorded ones under
-evotune/landscapes/h100_fp8 once they are there."""
+stand-in (the space's own estimate as the time of each sampled point) and on the recorded ones, shipped as the
+package's landscapes folder h100_fp8, once they are there."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from conftest import ROOT, replay_experiment
 
 from evotune.cli import main
 from evotune.core.hardware import get_hardware
+from evotune.core.landscape import SHIPPED as PACKAGED
 from evotune.core.landscape import landscape_document, load_landscape, write_landscape
 from evotune.core.plugins import load_space
 from evotune.core.problem import Problem
@@ -23,7 +24,7 @@ from evotune.running.experiment import load_experiment
 
 RECORD = {"triton_decode_gemm": ROOT / "experiments" / "h100_record_fp8_decode.toml",
           "triton_block_fp8": ROOT / "experiments" / "h100_record_block_fp8.toml"}
-SHIPPED = ROOT / "evotune" / "landscapes" / "h100_fp8"
+SHIPPED = PACKAGED / "h100_fp8"  # where the recorded ones ship
 SAMPLE = 32  # the --sample of the record commands
 H100 = get_hardware("H100")
 
@@ -42,9 +43,7 @@ def test_the_record_experiments_sample_both_fp8_families_cheaply():
     for space, path in RECORD.items():
         exp = load_experiment(path)
         assert exp.spaces == [space] and exp.oracle == "gpu" and exp.oracle_options.confirm.top_k > 0
-        assert f"--sample {SAMPLE} --out evotune/landscapes/h100_fp8" in path.read_text()
-        for p in exp.problems:  # each problem has more feasible points than the sample draws
-            assert len(load_space(space).feasible(Context(H100, p))) > SAMPLE, p.key
+        assert f"--sample {SAMPLE} --out runs/landscapes/h100_fp8" in path.read_text()
 
 
 def stand_in(folder: Path, space_name: str, problem: Problem, seed: int) -> Path:
@@ -88,31 +87,39 @@ def check_landscape(path: Path) -> None:
     assert ls.flush == ("clean", True) and ls.baselines and "confirmation" in ls.meta
 
 
-def replay(tmp_path: Path, space: str, files: list[Path]) -> list[dict]:
-    best = tmp_path / f"{space}_best.json"
-    exp = replay_experiment(tmp_path / f"replay_{space}.toml", name=f"replay_{space}", space=space,
-                            url=f"journal:{tmp_path / f'{space}.journal'}", trials=SAMPLE, landscapes=tuple(files),
+def replay(folder: Path, space: str, files: list[Path]) -> list[dict]:
+    """``evotune run`` with a replay oracle over ``files``: every recorded point (``trials`` = the sample), the best
+    rows it exports."""
+    folder.mkdir(parents=True, exist_ok=True)
+    best = folder / f"{space}_best.json"
+    exp = replay_experiment(folder / f"replay_{space}.toml", name=f"replay_{space}", space=space,
+                            url=f"journal:{folder / f'{space}.journal'}", trials=SAMPLE, landscapes=tuple(files),
                             strategy="default", extra=f'[outputs]\nbest = "{best}"')
     assert main(["run", str(exp), "--no-plots", "--no-progress"]) == 0
     return json.loads(best.read_text())
 
 
+def check_replay(folder: Path, files: list[Path]) -> None:
+    """Each file checked, then each space's files replayed together: one best per file, its landscape's fastest."""
+    for path in files:
+        check_landscape(path)
+    for space in RECORD:
+        mine = [p for p in files if load_landscape(p).space_name == space]
+        rows = replay(folder, space, mine)
+        assert len(rows) == len(mine) > 0, space
+        for row in rows:  # every recorded point replayed (the failed one too): each best is its landscape's fastest
+            ls = next(load_landscape(p) for p in mine if load_landscape(p).problem.key == row["problem_key"])
+            assert row["time_ms"] == ls.optimum_ms and row["trials"] == SAMPLE, row
+
+
 @pytest.mark.slow  # four replayed runs: 7 s
 def test_sampled_fp8_landscapes_replay_on_the_cpu(tmp_path):
-    folder = tmp_path / "h100_fp8"
     problems = recorded_problems()
-    written = {space: [stand_in(folder, space, p, seed) for seed, p in enumerate(ps[:2])]
-               for space, ps in problems.items()}
+    stand_ins = [stand_in(tmp_path / "stand_in", space, p, seed) for space, ps in problems.items()
+                 for seed, p in enumerate(ps[:2])]
+    check_replay(tmp_path / "stand_in_runs", stand_ins)
     # the recorded landscapes, once they are shipped: all of them, each as the record commands write it
     shipped = sorted(SHIPPED.glob("*.json.gz"))
     assert len(shipped) in (0, sum(map(len, problems.values())))
-    for space in written:
-        written[space] += [p for p in shipped if load_landscape(p).space_name == space]
-    for space, files in written.items():
-        for path in files:
-            check_landscape(path)
-        rows = replay(tmp_path, space, files)
-        assert len(rows) == len(files)
-        for row in rows:  # every recorded point replayed (the failed one too): each best is its landscape's fastest
-            ls = next(load_landscape(p) for p in files if load_landscape(p).problem.key == row["problem_key"])
-            assert row["time_ms"] == ls.optimum_ms and row["trials"] == SAMPLE, row
+    if shipped:
+        check_replay(tmp_path / "shipped_runs", shipped)

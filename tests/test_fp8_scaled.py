@@ -79,8 +79,13 @@ trials = 4
     return path
 
 
-@pytest.mark.parametrize("command", [["record"], ["record", "--compile-only"], ["worker"], ["best"]])
-@pytest.mark.parametrize("case", sorted(BAD_FP8))
+# every case through `record`, and each through one more of the commands that read an experiment
+COMMANDS = [(case, ["record"]) for case in sorted(BAD_FP8)] + [
+    ("fp8-on-an-a100", ["record", "--compile-only"]), ("scaling-on-bf16", ["worker"]),
+    ("block-scaling-n-not-128", ["best"])]
+
+
+@pytest.mark.parametrize(("case", "command"), COMMANDS, ids=[f"{c}-{'-'.join(cmd)}" for c, cmd in COMMANDS])
 def test_a_bad_fp8_experiment_is_one_line_exit_2_and_nothing_created(tmp_path, monkeypatch, capsys, command, case):
     from evotune.cli import main
 

@@ -54,8 +54,8 @@ def test_triton_matmul_takes_fp8_scaled_per_tensor_and_only_that_scaling():
                                                                               "block")))
 
 
-@pytest.mark.parametrize("m", [1024, 2048, 4096])
-def test_every_prefill_problem_has_both_grids_and_hoppers_fp8_choices(m):
+def test_every_prefill_problem_has_both_grids_and_hoppers_fp8_choices():
+    m = 1024  # no rule of the space reads M
     for n, k in LLAMA3_NK:
         ctx = Context(H100, Problem.gemm(m, n, k, "fp8", "tn", "tensor"))
         fs = SPACE.feasible(ctx)
