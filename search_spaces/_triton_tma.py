@@ -56,7 +56,7 @@ def _tma_matmul(a_desc, w_desc, c_desc, sa_ptr, sb_ptr, M, N, K, BLOCK_M: tl.con
 
 def programs(point: Point, problem: Problem, sms: int) -> int:
     """Programs of the launch: one per tile, or (persistent) one per SM, no more than there are tiles."""
-    tiles = triton.cdiv(problem.m, point["BLOCK_M"]) * triton.cdiv(problem.n, point["BLOCK_N"])
+    tiles = int(triton.cdiv(problem.m, int(point["BLOCK_M"])) * triton.cdiv(problem.n, int(point["BLOCK_N"])))
     return min(tiles, sms) if point["GRID"] == "persistent" else tiles
 
 
@@ -73,7 +73,7 @@ def launcher(point: Point, problem: Problem, sms: int | None = None) -> tuple[An
     meta = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=point["GROUP_M"], FLATTEN=bool(point["FLATTEN"]),
                 SCALE=problem.scaling == "tensor", num_warps=point["num_warps"], num_stages=point["num_stages"])
 
-    def args(tensors: tuple[torch.Tensor, ...]) -> tuple:
+    def args(tensors: tuple[torch.Tensor, ...]) -> tuple[object, ...]:
         a, b, *scales, c = tensors
         scale_a, scale_b = scales or (c, c)  # unscaled: the kernel reads no scales
         return (TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b.t(), [bn, bk]),
@@ -88,7 +88,7 @@ def launcher(point: Point, problem: Problem, sms: int | None = None) -> tuple[An
     return launch, warmup
 
 
-def specialization(problem: Problem) -> tuple:
+def specialization(problem: Problem) -> tuple[object, ...]:
     """What of the shape a binary depends on: M, N and K are runtime integers (specialised on divisibility by 16
     and on being 1), the descriptors' shapes and strides runtime values too, and so is the grid's width."""
     m, n, k = problem.m, problem.n, problem.k

@@ -58,7 +58,7 @@ def _problem(ctx: Context) -> Problem:
 
 def smem_bytes(p: Point, problem: Problem) -> int:
     """The operand stages and C's tile, staged for the TMA store."""
-    return TILE.smem_bytes(p, problem) + p["BLOCK_M"] * p["BLOCK_N"] * OUT_BYTES.get(problem.dtype, 2)
+    return TILE.smem_bytes(p, problem) + int(p["BLOCK_M"]) * int(p["BLOCK_N"]) * OUT_BYTES.get(problem.dtype, 2)
 
 
 def _tma_ok(p: Point, ctx: Context) -> bool:
@@ -82,7 +82,7 @@ def _aligned(p: Point, ctx: Context) -> bool:
 
 
 def _flatten_ok(p: Point, ctx: Context) -> bool:
-    return p["GRID"] == "persistent" or p["FLATTEN"] == 0
+    return bool(p["GRID"] == "persistent" or p["FLATTEN"] == 0)
 
 
 def estimate(point: Point, ctx: Context) -> float:
