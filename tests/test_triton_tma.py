@@ -140,6 +140,8 @@ def test_on_a_gpu_the_scaled_kernels_verify_and_match_torch_scaled_mm(space, tmp
             torch.cuda.synchronize()
             ok, _, message = verify_scaled(problem, inputs)
             assert ok, (m, n, k, point, message)
+            if n % 16 or k % 16:  # cuBLASLt takes no such shape (torch refuses it): the reference alone judges
+                continue
             ours = inputs[-1].float().clone()
             scaled_mm(*inputs)
             theirs = inputs[-1].float()
