@@ -11,8 +11,10 @@ study holds: nothing is timed twice. After the decision the chosen configuration
 server runs (``triton.testing.do_bench``, the two side by side): vLLM's default configuration for the fused MoE,
 cuBLAS (``torch.matmul``) for a dense GEMM.
 
-The kernels: the fused MoE of ``examples/triton_autotune/fused_moe.py`` (16-bit, vLLM's grid as its space) and the
-dense GEMM of ``examples/triton_autotune/matmul_space.py``. A key of another kind (fp8 or int8 kernels, the
+The kernels are shipped with the package (``search_spaces``, imported by module name, so an installed evotune finds
+them): the fused MoE of ``search_spaces/_triton_fused_moe.py`` (16-bit, vLLM's grid as its space) and the dense
+GEMM of ``search_spaces/_triton_matmul_example.py``, both plain ``@triton.jit`` kernels given their space and key
+here. A key of another kind (fp8 or int8 kernels, the
 decode family and block-fp8 kernels, which are timed by ``python -m evotune run`` experiments) is refused before
 anything is tuned (:func:`check_supported`).
 """
@@ -30,8 +32,8 @@ from evotune.model.models import ModelError
 from evotune.model.outcome import Outcome
 from evotune.model.plan import Family, Key, Plan
 
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "examples" / "triton_autotune"
+MOE_MODULE = "search_spaces._triton_fused_moe"
+GEMM_MODULE = "search_spaces._triton_matmul_example"
 TORCH_DTYPES = {"bf16": "bfloat16"}
 
 
@@ -46,12 +48,11 @@ class KernelSource:
 
 
 SOURCES = {
-    Family.FUSED_MOE: KernelSource(f"{EXAMPLES / 'fused_moe.py'}:moe_gemm_kernel", f"{EXAMPLES / 'fused_moe.py'}:SPACE",
-                                   "M,N,K,E"),
-    Family.GEMM: KernelSource(f"{EXAMPLES / 'matmul_space.py'}:matmul_space_kernel", None, None),
+    Family.FUSED_MOE: KernelSource(f"{MOE_MODULE}:moe_gemm_kernel", f"{MOE_MODULE}:SPACE", "M,N,K,E"),
+    Family.GEMM: KernelSource(f"{GEMM_MODULE}:matmul_space_plain", f"{GEMM_MODULE}:SPACE", "M,N,K"),
 }
 
-#: the search spaces of the two kernels, by the names they carry (fused_moe.py's SPACE, matmul_space.py's SPACE)
+#: the search spaces of the two kernels, by the names they carry (the SPACE of each module)
 SPACES = {Family.FUSED_MOE: "vllm_fused_moe", Family.GEMM: "matmul_example"}
 #: the layout of the GEMM kernel's operands: x (M x K) times a K x N weight, both row-major
 GEMM_LAYOUT = "nn"
@@ -69,7 +70,7 @@ def check_supported(plan: Plan) -> None:
 
 class AutotuneTuner:
     """Tunes keys with ``evotune.autotune`` into ``cache`` (decode keys with the GEMM kernel, at their M), each
-    within its kernel's budget (autotune's default, 64 evaluations a key; 40 for the GEMM example's)."""
+    within autotune's default budget (64 evaluations a key)."""
 
     def __init__(self, plan: Plan, out: Path):
         check_supported(plan)
@@ -94,7 +95,7 @@ class AutotuneTuner:
                 raise ModelError(str(exc)) from None
         done = events[-1]
         chosen = {k: int(v) for k, v in config.all_kwargs().items() if isinstance(v, int)}
-        tuned_ms, untuned_ms = _against_untuned(source, family, key, fields, chosen, self.cache)
+        tuned_ms, untuned_ms = _against_untuned(source, family, key, fields, chosen)
         import triton
 
         return Outcome(key.ident, key.shape.name, key.shape.family.value, key.fields(), chosen, done.evaluations,
@@ -111,8 +112,8 @@ def _device() -> str:
 
 
 def _against_untuned(source: KernelSource, family: Family, key: Key, fields: dict[str, Any],
-                     chosen: dict[str, int], cache: str) -> tuple[float | None, float | None]:
-    """(tuned ms, untuned ms), timed side by side on the GPU (the tuned kernel reads its decision from ``cache``);
+                     chosen: dict[str, int]) -> tuple[float | None, float | None]:
+    """(tuned ms, untuned ms), timed side by side on the GPU (the plain kernel launched with the decision);
     (None, None) under the interpreter."""
     if os.environ.get("TRITON_INTERPRET") == "1":
         return None, None
@@ -130,11 +131,10 @@ def _against_untuned(source: KernelSource, family: Family, key: Key, fields: dic
                 "untuned": lambda: plain[grid](*args, **kwargs, **default)}
     else:
         grid, args = module.make_args(key.m, key.shape.n, key.shape.k, fields["dtype"])
-        tuned = module.matmul_space_kernel
-        tuned.use_cache(cache)
-        tuned.mode = "cache-only"  # the decision just made; nothing is tuned again
+        gemm = module.matmul_space_plain
+        config = {p.name: chosen[p.name] for p in module.SPACE.params}  # the decision just made, as launched
         a, b = args[0], args[1]
-        runs = {"tuned": lambda: tuned[grid](*args), "untuned": lambda: torch.matmul(a, b)}
+        runs = {"tuned": lambda: gemm[grid](*args, **config), "untuned": lambda: torch.matmul(a, b)}
     best: dict[str, float] = {}
     for _ in range(3):  # alternated rounds: a clock or thermal drift reaches both
         for name, run in runs.items():
