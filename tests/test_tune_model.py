@@ -332,6 +332,13 @@ def test_the_default_tuner_on_a_gpu(tmp_path) -> None:
     doc = json.loads((out / "report.json").read_text())
     assert all(k["decided"] == k["keys"] and k["measured"] == k["keys"] for k in doc["kernels"])
     assert [p.name for p in exports.check_folder(out)] and (out / "autotune.db").is_file()
+    # decode keys by the decode family, confirmed beside cuBLAS, found by lookup() in tuned.json
+    decode = [o for o in doc["outcomes"] if o["family"] == "triton_decode_gemm"]
+    assert decode and all(o["space"] == "triton_decode_gemm" and o["how"] == "confirmed" for o in decode)
+    for o in decode:
+        f = o["fields"]
+        assert lookup(Problem.gemm(f["M"], f["N"], f["K"], "bf16", "tn"), space="triton_decode_gemm",
+                      path=out / "tuned.json").exact
     # a second run times nothing
     again = subprocess.run([sys.executable, "-m", "evotune", "tune-model", str(TINY), "--batch-sizes", "1,128",
                             "--gpus", "1", "--out", str(out), "--no-progress"], env=env, capture_output=True,

@@ -101,7 +101,7 @@ def tune_model(args: TuneModelArgs, say: Callable[[str], None] = print) -> int:
     if progress is not None:
         sys.stderr.write("\n")
     written = exports.write(outcomes.values(), out, plan.dtype, model.fp8_block)
-    tuned = exports.write_tuned(outcomes.values(), out, plan.dtype, gemm_layout(args.tuner), plan.ident)
+    tuned = exports.write_tuned(outcomes.values(), out, plan.dtype, gemm_layouts(args.tuner), plan.ident)
     rep = report.build(plan, outcomes, [str(p.relative_to(out)) for p in [*written, *([tuned] if tuned else [])]])
     md, js = report.write(rep, out)
     missing = len(plan.keys) - len(outcomes)
@@ -111,14 +111,14 @@ def tune_model(args: TuneModelArgs, say: Callable[[str], None] = print) -> int:
     return 0
 
 
-def gemm_layout(tuner: str) -> str:
-    """The operand layout of the dense GEMMs the tuner times: the default tuner's kernel, else ``tn`` (y = x W^T,
-    the layer's own)."""
+def gemm_layouts(tuner: str) -> dict[str, str]:
+    """The operand layout of the dense GEMMs the tuner times, by space: the default tuner's kernels', else none
+    (``tn``: y = x W^T, the layer's own)."""
     if tuner == DEFAULT_TUNER:
-        from evotune.model.tuning import GEMM_LAYOUT
+        from evotune.model.tuning import LAYOUTS
 
-        return GEMM_LAYOUT
-    return "tn"
+        return dict(LAYOUTS)
+    return {}
 
 
 def _progress_printer() -> Callable[[Progress], None]:

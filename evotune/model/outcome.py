@@ -21,7 +21,7 @@ class Outcome:
     kernel: str  # Shape.name
     family: str  # Family.value
     fields: dict[str, int]  # M, N, K (and E, top_k)
-    config: dict[str, int]  # the chosen configuration, under the kernel's parameter names
+    config: dict[str, Any]  # the chosen configuration, under the kernel's parameter names (as a study stores it)
     evaluations: int  # configurations measured for the key, by any process, ever
     new: int  # of those, by this run
     gpu_s: float  # seconds the key held its GPU in this run

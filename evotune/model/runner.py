@@ -121,6 +121,16 @@ def work(options: RunOptions, index: int, workers: int, tuner: KeyTuner | None =
         return set(ledger.outcomes())
 
     ledger.claims.begin(look(), look)
+    try:
+        return _deal(plan, index, tuner, ledger, look)
+    finally:
+        close = getattr(tuner, "close", None)  # a tuner holding processes (a GPU evaluator's) lets them go
+        if callable(close):
+            close()
+
+
+def _deal(plan: Plan, index: int, tuner: KeyTuner, ledger: Ledger, look: Callable[[], set[str]]) -> int:
+    """Claim undecided keys, worker ``index``'s kernels first, tune and record each; how many were decided."""
     kernels = plan.kernels[index % len(plan.kernels):] + plan.kernels[:index % len(plan.kernels)]
     decided = 0
     idle = 0  # passes in a row that took no key while no other live worker held one

@@ -14,9 +14,10 @@ cuBLAS (``torch.matmul``) for a dense GEMM.
 The kernels are shipped with the package (``search_spaces``, imported by module name, so an installed evotune finds
 them): the fused MoE of ``search_spaces/_triton_fused_moe.py`` (16-bit, vLLM's grid as its space) and the dense
 GEMM of ``search_spaces/_triton_matmul_example.py``, both plain ``@triton.jit`` kernels given their space and key
-here. A key of another kind (fp8 or int8 kernels, the
-decode family and block-fp8 kernels, which are timed by ``python -m evotune run`` experiments) is refused before
-anything is tuned (:func:`check_supported`).
+here. Decode keys (M <= 64) are the ``triton_decode_gemm``
+family's, tuned in evotune's one tuning loop with the GPU evaluator and confirmed beside cuBLAS (``decode.py``). A key
+of another kind (fp8 or int8 kernels, block-fp8 kernels) is refused before anything is tuned
+(:func:`check_supported`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from evotune.model.autotune_api import VLLM_FIELDS, AheadError, KeyProgress, load_module, tune_kernel
+from evotune.model.decode import LAYOUT as DECODE_LAYOUT
+from evotune.model.decode import DecodeTuner
 from evotune.model.models import ModelError
 from evotune.model.outcome import Outcome
 from evotune.model.plan import Family, Key, Plan
@@ -54,8 +57,9 @@ SOURCES = {
 
 #: the search spaces of the two kernels, by the names they carry (the SPACE of each module)
 SPACES = {Family.FUSED_MOE: "vllm_fused_moe", Family.GEMM: "matmul_example"}
-#: the layout of the GEMM kernel's operands: x (M x K) times a K x N weight, both row-major
-GEMM_LAYOUT = "nn"
+#: the layout of each dense kernel's operands, by its space: the GEMM kernel's x (M x K) times a K x N weight, both
+#: row-major; the decode kernel's K-contiguous weight (N x K), as a linear layer keeps it
+LAYOUTS = {SPACES[Family.GEMM]: "nn", Family.DECODE.value: DECODE_LAYOUT}
 
 
 def check_supported(plan: Plan) -> None:
@@ -69,16 +73,20 @@ def check_supported(plan: Plan) -> None:
 
 
 class AutotuneTuner:
-    """Tunes keys with ``evotune.autotune`` into ``cache`` (decode keys with the GEMM kernel, at their M), each
-    within autotune's default budget (64 evaluations a key)."""
+    """Tunes fused-MoE and GEMM keys with ``evotune.autotune`` into ``cache``, decode keys with the decode family
+    (:class:`~evotune.model.decode.DecodeTuner`, in the same ``OUT/autotune.db``), each within the default budget
+    (64 evaluations a key)."""
 
-    def __init__(self, plan: Plan, out: Path):
+    def __init__(self, plan: Plan, out: Path, decode: DecodeTuner | None = None):
         check_supported(plan)
         self.plan, self.out = plan, out
         self.cache = f"sqlite:///{(out / 'autotune.db').resolve()}"
+        self.decode = decode or DecodeTuner(out, plan.dtype, plan.ident)
 
     def tune(self, key: Key) -> Outcome:
-        family = Family.GEMM if key.shape.family is Family.DECODE else key.shape.family
+        if key.shape.family is Family.DECODE:
+            return self.decode.tune(key)
+        family = key.shape.family
         source = SOURCES[family]
         fields: dict[str, Any] = {"M": key.m, "N": key.shape.n, "K": key.shape.k,
                                   "dtype": TORCH_DTYPES[self.plan.dtype]}
@@ -103,6 +111,10 @@ class AutotuneTuner:
                        (None if decision is None else decision.time_ms), untuned_ms,
                        "single" if decision is None else decision.how, _device(), str(triton.__version__),
                        SPACES[family])
+
+
+    def close(self) -> None:
+        self.decode.close()
 
 
 def _device() -> str:
