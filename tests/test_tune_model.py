@@ -166,8 +166,9 @@ def test_report_per_kernel(tmp_path) -> None:
     plan = make_plan(load_model(str(TINY)), 1, batch_sizes=(1, 2))
     moe = next(k for k in plan.kernels if k.shape.family is Family.FUSED_MOE)
     done = {key.ident: Outcome(key.ident, key.shape.name, key.shape.family.value, key.fields(),
-                               model_standin.CONFIGS[0], 5, 5, 2.5, 1.0, untuned, "confirmed", "cpu", "3.4.0")
-            for key, untuned in zip(moe.keys, (2.0, 8.0), strict=True)}
+                               model_standin.CONFIGS[0], 5, 5, 2.5, 1.0, untuned, "confirmed", "cpu", "3.4.0",
+                               "vllm_fused_moe", compiles, 5 - compiles)
+            for key, untuned, compiles in zip(moe.keys, (2.0, 8.0), (5, 1), strict=True)}
     rep = report.build(plan, done, ["vllm/x.json"])
     row = next(r for r in rep.kernels if r.family == "fused_moe")
     assert (row.decided, row.keys, row.evaluations, row.gpu_s, row.measured) == (2, 2, 10, 5.0, 2)
@@ -177,7 +178,11 @@ def test_report_per_kernel(tmp_path) -> None:
     assert all(r.decided == 0 and r.ratio_geomean is None and r.untuned == "cuBLAS" for r in dense)
     md, js = report.write(rep, tmp_path)
     assert "| 2/2 | 10 | 5.0 |" in md.read_text() and "4.000x" in md.read_text()
-    assert json.loads(js.read_text())["kernels"][0]["ratio_geomean"] == pytest.approx(4.0)
+    assert "| 2.000x - 8.000x | 5, 1 |" in md.read_text()  # compiles per key, in batch-size order
+    doc = json.loads(js.read_text())
+    assert doc["kernels"][0]["ratio_geomean"] == pytest.approx(4.0)
+    assert (doc["kernels"][0]["compiles"], doc["kernels"][0]["loads"]) == ([5, 1], [0, 4])
+    assert [o["compiles"] for o in doc["outcomes"]] == [5, 1]
 
 
 @pytest.fixture

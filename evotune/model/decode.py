@@ -19,7 +19,7 @@ space="triton_decode_gemm")`` finds it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,6 +86,14 @@ def decide(measured: list[tuple[float, Point]], record: dict[str, Any] | None, k
     return Decided(point, value, None, "searched")
 
 
+def _compiled(before: dict[str, int], after: Mapping[str, int]) -> tuple[int | None, int | None]:
+    """(compiles, loads) of the kernel cache between two of its counts; (None, None) where it counts nothing."""
+    if not after:
+        return None, None
+    return (after.get("miss", 0) - before.get("miss", 0),
+            after.get("hit", 0) - before.get("hit", 0))
+
+
 class DecodeTuner:
     """Tunes decode keys of a plan into the run's ``OUT/autotune.db``, ``budget`` evaluations a key.
 
@@ -137,6 +145,7 @@ class DecodeTuner:
                  "space_size": self.space.size}
         store = StudyStore.open(storage, name, self.space, attrs)
         before = len(store.history())
+        stats = dict(self.evaluator.cache_stats)  # the kernel cache's hits and misses (compiles) so far
         sources = from_studies(storage, self.space, problem, self.hardware.name, experiment=self.run)
         strategy = make_strategy(STRATEGY, self.space, feasible, seed=self.seed, ctx=ctx, sources=sources)
         tune_study(self.space, ctx, self.evaluator, strategy, store, Budget(trials=min(self.budget, len(feasible))),
@@ -157,7 +166,8 @@ class DecodeTuner:
                        time.perf_counter() - started, decided.time_ms, decided.untuned_ms, decided.how,
                        # a time not measured on the GPU is never kept as the GPU's (tuned.json's oracle)
                        self.hardware.name if self.evaluator.kind == "gpu" else f"cpu-{self.evaluator.kind}",
-                       str(triton.__version__), self.space.name)
+                       str(triton.__version__), self.space.name,
+                       *_compiled(stats, self.evaluator.cache_stats))
 
     def close(self) -> None:
         if self._evaluator is not None:

@@ -31,6 +31,8 @@ class Outcome:
     device: str  # torch.cuda.get_device_name(), or what the tuner runs on
     triton_version: str
     space: str = ""  # the search space the tuner searched (its name), for the tuning-result cache
+    compiles: int | None = None  # configurations compiled while the key was searched (None: not counted)
+    loads: int | None = None  # configurations found built (by an earlier key, any worker) in the on-disk cache
 
     @property
     def ratio(self) -> float | None:

@@ -9,7 +9,8 @@ key's study holds. A second run skips every decided key.
 
 Workers: ``--gpus N`` starts N processes of ``python -m evotune.model.worker``, each seeing one GPU
 (``CUDA_VISIBLE_DEVICES``); worker ``i`` walks the kernels from the ``i``-th on, each kernel's keys in increasing
-batch size, so workers start on different kernels and each key after a kernel's first has a tuned neighbour. On a
+batch size, so workers start on different kernels and each key after a kernel's first has a tuned neighbour. Every
+worker uses one Triton cache directory, so a configuration one compiled is loaded by the others. On a
 host without a GPU, under the Triton interpreter (``TRITON_INTERPRET=1``), the N workers are CPU processes.
 
 The parent process prints one progress line (keys done, evaluations, an ETA from this run's pace) and waits for
@@ -33,6 +34,7 @@ from pathlib import Path
 
 import optuna
 
+from evotune.measurement.kernel_cache import cache_root
 from evotune.model.models import ModelError, load_model
 from evotune.model.outcome import KeyTuner, Outcome
 from evotune.model.plan import Plan, make_plan, parse_batch_sizes
@@ -238,9 +240,12 @@ def run(options: RunOptions, devices: tuple[int, list[str] | None],
     procs = []
     payload = json.dumps(asdict(options))
     started = time.monotonic()
+    # one Triton cache for every worker (the one the GPU evaluator's processes use): a configuration compiled for
+    # one key is loaded, not compiled again, by every worker's keys of the same specialisation
+    triton_cache = os.environ.get("TRITON_CACHE_DIR") or str(cache_root() / "triton")
     try:
         for i in range(count):
-            env = dict(os.environ)
+            env = {**os.environ, "TRITON_CACHE_DIR": triton_cache}
             if ids is not None:
                 env["CUDA_VISIBLE_DEVICES"] = ids[i]
             procs.append(subprocess.Popen([sys.executable, "-m", "evotune.model.worker", payload, str(i),

@@ -29,11 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from evotune.model.autotune_api import VLLM_FIELDS, AheadError, KeyProgress, load_module, tune_kernel
+from evotune.model.compiles import CompileCount
 from evotune.model.decode import LAYOUT as DECODE_LAYOUT
 from evotune.model.decode import DecodeTuner
 from evotune.model.models import ModelError
 from evotune.model.outcome import Outcome
-from evotune.model.plan import Family, Key, Plan
+from evotune.model.plan import BUILD_S, EVAL_S, Family, Key, Plan
 
 MOE_MODULE = "search_spaces._triton_fused_moe"
 GEMM_MODULE = "search_spaces._triton_matmul_example"
@@ -54,6 +55,10 @@ SOURCES = {
     Family.FUSED_MOE: KernelSource(f"{MOE_MODULE}:moe_gemm_kernel", f"{MOE_MODULE}:SPACE", "M,N,K,E"),
     Family.GEMM: KernelSource(f"{GEMM_MODULE}:matmul_space_plain", f"{GEMM_MODULE}:SPACE", "M,N,K"),
 }
+
+#: a configuration's compile in evaluations' worth of GPU time: a key's search weighs the configurations not built
+#: for an earlier key of the same specialisation (Triton's: M is 1, a multiple of 16, or neither) by it
+COMPILE_COST = BUILD_S / EVAL_S
 
 #: the search spaces of the two kernels, by the names they carry (the SPACE of each module)
 SPACES = {Family.FUSED_MOE: "vllm_fused_moe", Family.GEMM: "matmul_example"}
@@ -93,12 +98,12 @@ class AutotuneTuner:
         if family is Family.FUSED_MOE:
             fields.update(E=key.shape.experts, top_k=key.shape.top_k)
         events: list[KeyProgress] = []
-        with tempfile.TemporaryDirectory(dir=self.out) as tmp:
+        with tempfile.TemporaryDirectory(dir=self.out) as tmp, CompileCount() as count:
             keys = Path(tmp) / "key.toml"
             keys.write_text("[[key]]\n" + "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in fields.items()))
             try:
                 ((_, config, decision),) = tune_kernel(source.ref, keys, self.cache, source.space, source.key,
-                                                       events.append)
+                                                       events.append, COMPILE_COST)
             except AheadError as exc:
                 raise ModelError(str(exc)) from None
         done = events[-1]
@@ -110,8 +115,7 @@ class AutotuneTuner:
                        done.new, done.seconds, tuned_ms if tuned_ms is not None else
                        (None if decision is None else decision.time_ms), untuned_ms,
                        "single" if decision is None else decision.how, _device(), str(triton.__version__),
-                       SPACES[family])
-
+                       SPACES[family], count.compiles, count.loads)
 
     def close(self) -> None:
         self.decode.close()
