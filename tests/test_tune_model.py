@@ -82,6 +82,12 @@ def test_deepseek_v3_at_tp8_is_block_fp8_with_latent_attention() -> None:
     assert len(plan.keys) == 10 * 18
 
 
+def test_kernels_keeps_the_families_named(capsys) -> None:
+    assert main(["tune-model", "Mixtral-8x7B", "--tp", "2", "--kernels", "fused_moe", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "1 kernels, 18 keys" in out and "triton_decode_gemm" not in out
+
+
 def test_a_config_json_not_shipped() -> None:
     model = load_model(str(TINY))
     assert (model.name, model.head_dim, model.kv_heads) == ("tiny_moe_config", 32, 2)
@@ -226,6 +232,10 @@ def test_bad_inputs_say_one_line_exit_2_and_create_nothing(tmp_path, bad) -> Non
     cfg = _config(tmp_path, intermediate_size=510)
     assert "--tp 4: does not divide intermediate_size 510" in bad([cfg, "--tp", "4"])
     assert "--tp 3: does not divide num_attention_heads 32" in bad(["Llama-3-8B", "--tp", "3"])
+    assert "--kernels: expected all or families of triton_decode_gemm, triton_matmul" in \
+        bad(["Llama-3-8B", "--kernels", "moe", "--dry-run"])
+    assert "--kernels: Llama-3-8B at tp 1, bf16, has no kernel of fused_moe" in \
+        bad(["Llama-3-8B", "--kernels", "fused_moe", "--dry-run"])
     assert "MODEL: Llama-9: neither a config.json path nor a shipped model (DeepSeek-V3, Llama-3-70B" in \
         bad(["Llama-9", "--dry-run"])
     assert "missing.json: no such file" in bad(["missing.json"])

@@ -23,7 +23,9 @@ from evotune.model.plan import (
     estimate,
     estimate_kernel,
     make_plan,
+    only,
     parse_batch_sizes,
+    parse_kernels,
 )
 from evotune.model.runner import DEFAULT_TUNER, Progress, RunOptions, run, worker_count
 from evotune.storage.url import StorageError, with_driver
@@ -41,6 +43,7 @@ class TuneModelArgs:
     dry_run: bool = False
     progress: bool = True
     tuner: str = DEFAULT_TUNER
+    kernels: str = "all"
 
 
 def _hours(s: float) -> str:
@@ -75,7 +78,8 @@ def default_out(plan: Plan) -> Path:
 
 def tune_model(args: TuneModelArgs, say: Callable[[str], None] = print) -> int:
     model = load_model(args.model)
-    plan = make_plan(model, args.tp, args.dtype, parse_batch_sizes(args.batch_sizes))
+    plan = only(make_plan(model, args.tp, args.dtype, parse_batch_sizes(args.batch_sizes)),
+                parse_kernels(args.kernels))
     if args.dry_run:
         say(plan_text(plan))
         return 0
@@ -94,7 +98,7 @@ def tune_model(args: TuneModelArgs, say: Callable[[str], None] = print) -> int:
         except StorageError as exc:
             raise ModelError(f"--storage: {exc}") from None
     options = RunOptions(args.model, args.tp, plan.dtype, args.batch_sizes, storage, str(out.resolve()),
-                         args.tuner)
+                         args.tuner, args.kernels)
     out.mkdir(parents=True, exist_ok=True)
     progress = _progress_printer() if args.progress else None
     outcomes = run(options, devices, progress)

@@ -37,7 +37,7 @@ import optuna
 from evotune.measurement.kernel_cache import cache_root
 from evotune.model.models import ModelError, load_model
 from evotune.model.outcome import KeyTuner, Outcome
-from evotune.model.plan import Plan, make_plan, parse_batch_sizes
+from evotune.model.plan import Plan, make_plan, only, parse_batch_sizes, parse_kernels
 from evotune.storage.claims import Claim, make_claims
 from evotune.storage.study import make_storage
 
@@ -58,9 +58,11 @@ class RunOptions:
     storage: str
     out: str
     tuner: str = DEFAULT_TUNER
+    kernels: str = "all"  # the families tuned (--kernels)
 
     def plan(self) -> Plan:
-        return make_plan(load_model(self.model), self.tp, self.dtype, parse_batch_sizes(self.batch_sizes))
+        return only(make_plan(load_model(self.model), self.tp, self.dtype, parse_batch_sizes(self.batch_sizes)),
+                    parse_kernels(self.kernels))
 
 
 class Ledger:
