@@ -38,6 +38,11 @@ cap and options that make its job smaller, so that each fits in minutes:
   replayed alternately; each tuned GEMM checked against cuBLAS first. Cap: ``--max-seconds`` (no new batch after
   it). ``decode_step.json``.
 
+``startup``: what a worker does before its first evaluation, spawned as the run spawns it (the run's environment:
+  one Triton cache, the storages made and checked once by the parent): per worker, the seconds from its process's
+  start to its first evaluation's start (a probe ends it there), on every GPU of ``--gpus`` at once; with
+  ``--importtime``, each module's import time (``python -X importtime``), the slowest listed. ``startup.json``.
+
 Run on the GPU host, in this order (the scaling and decode-step runs need no grid)::
 
     python benchmarks/tune_model.py grid --model Mixtral-8x7B --tp 2 --out runs/tm_grid
@@ -394,6 +399,92 @@ def scaling(args: argparse.Namespace) -> dict[str, Any]:
     return {"model": args.model, "tp": args.tp, "runs": rows, "prediction": prediction}
 
 
+# -- startup ---------------------------------------------------------------------------------------------------
+#: run as ``python -c PROBE PAYLOAD INDEX COUNT``: the worker, ended at its first evaluation, which it reports in
+#: seconds since its process started; the evaluators are patched when their modules are first imported, so that
+#: the worker imports nothing it would not import anyway
+PROBE = """
+import importlib.abc, importlib.machinery, os, runpy, sys, time
+def _started():
+    ticks = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19])
+    uptime = float(open("/proc/uptime").read().split()[0])
+    return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
+START = _started()
+def _first(*args, **kwargs):
+    print(f"FIRST_EVALUATION {time.time() - START:.3f}", flush=True)
+    os._exit(0)
+PATCH = {"evotune.triton_tuning.search": "LaunchEvaluator", "evotune.measurement.gpu": "GpuEvaluator"}
+class _Probe(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name not in PATCH:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        run = spec.loader.exec_module
+        def exec_module(module, run=run, cls=PATCH[name]):
+            run(module)
+            getattr(module, cls).evaluate = _first
+        spec.loader.exec_module = exec_module
+        return spec
+sys.meta_path.insert(0, _Probe())
+sys.argv = ["evotune.model.worker", *sys.argv[1:]]
+runpy.run_module("evotune.model.worker", run_name="__main__", alter_sys=True)
+"""
+
+
+def _imports(log: str) -> list[tuple[int, str]]:
+    """(cumulative microseconds, name) of each package and each ``evotune.model`` module in a ``-X importtime``
+    log (a package's figure holds its modules': where it was first imported)."""
+    out: dict[str, int] = {}
+    for line in log.splitlines():
+        if not line.startswith("import time:") or "cumulative" in line:
+            continue
+        _, cumulative, name = line.removeprefix("import time:").split("|")
+        name = name.strip()
+        if "." not in name or name.startswith("evotune.model."):
+            out[name] = max(out.get(name, 0), int(cumulative))
+    return [(us, name) for name, us in out.items()]
+
+
+def startup(args: argparse.Namespace) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    from evotune.model.runner import RunOptions, worker_env
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    run = out / "run"
+    gpus = args.gpus or max(1, visible_gpus())
+    options = RunOptions(args.model, args.tp, None, args.batch_sizes, f"sqlite:///{(run / 'tune_model.db').resolve()}",
+                         str(run.resolve()), args.tuner, args.kernels)
+    plan = options.plan()
+    Ledger(options.storage, plan.ident)  # as the run makes it before its workers start
+    env = {**os.environ, **worker_env(options),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    ids = None if interpreted() else [str(i) for i in range(gpus)]
+    payload = json.dumps(asdict(options))
+    procs = []
+    for i in range(gpus):
+        penv = {**env, **({"CUDA_VISIBLE_DEVICES": ids[i]} if ids else {})}
+        cmd = [sys.executable, *(["-X", "importtime"] if args.importtime else []), "-c", PROBE, payload, str(i),
+               str(gpus)]
+        procs.append(subprocess.Popen(cmd, env=penv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True))
+    workers = []
+    for i, proc in enumerate(procs):
+        stdout, stderr = proc.communicate(timeout=args.max_seconds)
+        first = [float(line.split()[1]) for line in stdout.splitlines() if line.startswith("FIRST_EVALUATION")]
+        imports = sorted(_imports(stderr), reverse=True)
+        workers.append({"worker": i, "first_evaluation_s": first[0] if first else None,
+                        "slowest_imports_ms": [[n, c / 1000] for c, n in imports[:args.top]]})
+        if not first:
+            print(stderr[-2000:], file=sys.stderr)
+    print(table([[w["worker"], w["first_evaluation_s"]] for w in workers], ["worker", "first evaluation s"]))
+    for w in workers[:1]:
+        for name, ms in w["slowest_imports_ms"]:
+            print(f"  {ms:8.1f} ms  {name}")
+    return {"model": args.model, "tp": args.tp, "gpus": gpus, "kernels": args.kernels, "workers": workers}
+
+
 # -- decode-step -----------------------------------------------------------------------------------------------
 def decode_step(args: argparse.Namespace) -> dict[str, Any]:
     import torch
@@ -504,7 +595,8 @@ def main(argv: list[str] | None = None) -> int:
     helps = {"grid": "tune-model's fused-MoE picks against vLLM's grid, run the grid's way on the same GPUs",
              "scaling": "the same tune-model job on 1, 2, 4 GPUs, and the cost model's prediction",
              "decode-step": "one decoder layer's GEMMs in one CUDA graph, tuned against cuBLAS"}
-    for name in ("grid", "scaling", "decode-step"):
+    helps["startup"] = "each worker's seconds from its start to its first evaluation, spawned as the run does"
+    for name in ("grid", "scaling", "decode-step", "startup"):
         s = sub.add_parser(name, help=helps[name], description=helps[name])
         s.add_argument("--model", required=True, help="a shipped model or a config.json (as tune-model takes it)")
         s.add_argument("--tp", type=int, default=1)
@@ -538,9 +630,17 @@ def main(argv: list[str] | None = None) -> int:
     ds.add_argument("--replays", type=int, default=20, help="steps per graph")
     ds.add_argument("--rounds", type=int, default=50)
     ds.add_argument("--max-seconds", type=float, default=120.0, help="no batch is started after this")
+    st = sub.choices["startup"]
+    st.add_argument("--gpus", type=int, default=0, help="workers, one a GPU, started together (default every GPU)")
+    st.add_argument("--batch-sizes", default="vllm")
+    st.add_argument("--kernels", default="all", help="tune-model's --kernels: which kernel the workers start on")
+    st.add_argument("--tuner", default=DEFAULT_TUNER)
+    st.add_argument("--importtime", action="store_true", help="list the slowest imports (python -X importtime)")
+    st.add_argument("--top", type=int, default=15, help="imports listed")
+    st.add_argument("--max-seconds", type=float, default=300.0, help="cap of each worker")
     args = p.parse_args(argv)
     try:
-        result = {"grid": grid, "scaling": scaling, "decode-step": decode_step}[args.what](args)
+        result = {"grid": grid, "scaling": scaling, "decode-step": decode_step, "startup": startup}[args.what](args)
     except ModelError as exc:
         print(f"tune_model.py: error: {exc}", file=sys.stderr)
         return 2

@@ -225,13 +225,14 @@ def reference(x: torch.Tensor, gate: torch.Tensor, w: torch.Tensor, top_k: int) 
 
 def make_inputs(M: int, N: int, K: int, E: int, dtype: str = "float16",
                 seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Seeded random (x, gate, w) of a key, on the GPU when there is one."""
+    """Seeded random (x, gate, w) of a key, on the GPU when there is one. Drawn where they live: a model's expert
+    weights are a gigabyte or more, seconds of the CPU's generator before a key's first launch."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     dt = getattr(torch, dtype)
-    x = torch.randn(M, K, generator=g).to(device, dt)
-    gate = torch.randn(K, E, generator=g).to(device, dt)
-    w = (torch.randn(E, N, K, generator=g) / K**0.5).to(device, dt)
+    x = torch.randn(M, K, generator=g, device=device).to(dt)
+    gate = torch.randn(K, E, generator=g, device=device).to(dt)
+    w = (torch.randn(E, N, K, generator=g, device=device) / K**0.5).to(dt)
     return x, gate, w
 
 

@@ -35,6 +35,7 @@ from evotune.measurement.base import Evaluator
 from evotune.measurement.options import ConfirmOptions, OracleOptions
 from evotune.model.outcome import Outcome
 from evotune.model.plan import DEFAULT_BUDGET, Family, Key
+from evotune.model.runner import autotune_cache
 from evotune.running.confirmation import confirm_best
 from evotune.running.tuner import tune_study
 from evotune.search.strategies import make_strategy
@@ -102,7 +103,7 @@ class DecodeTuner:
 
     def __init__(self, out: Path, dtype: str, run: str, budget: int = DEFAULT_BUDGET,
                  evaluator: EvaluatorFactory = gpu_evaluator, hardware: Hardware | None = None, seed: int = 0):
-        self.url = f"sqlite:///{(out / 'autotune.db').resolve()}"
+        self.url = autotune_cache(out)
         self.dtype, self.run, self.budget, self.seed = dtype, run, budget, seed
         self.space = load_space(SPACE_NAME)
         self._make_evaluator = evaluator

@@ -39,12 +39,17 @@ from evotune.model.models import ModelError, load_model
 from evotune.model.outcome import KeyTuner, Outcome
 from evotune.model.plan import Plan, make_plan, only, parse_batch_sizes, parse_kernels
 from evotune.storage.claims import Claim, make_claims
-from evotune.storage.study import make_storage
+from evotune.storage.study import checked_for_children, make_storage
 
 OUTCOME = "outcome:"  # the record's attribute prefix, then the key's ident
 DEFAULT_TUNER = "evotune.model.tuning:autotune_tuner"
 POLL_S = 0.5
 INTERRUPT_GRACE_S = 5.0
+
+
+def autotune_cache(out: Path) -> str:
+    """The run's autotune cache (``OUT/autotune.db``): the default tuner's studies and decisions."""
+    return f"sqlite:///{(out / 'autotune.db').resolve()}"
 
 
 @dataclass(frozen=True)
@@ -242,16 +247,13 @@ def run(options: RunOptions, devices: tuple[int, list[str] | None],
     procs = []
     payload = json.dumps(asdict(options))
     started = time.monotonic()
-    # one Triton cache for every worker (the one the GPU evaluator's processes use): a configuration compiled for
-    # one key is loaded, not compiled again, by every worker's keys of the same specialisation
-    triton_cache = os.environ.get("TRITON_CACHE_DIR") or str(cache_root() / "triton")
+    shared = worker_env(options)
     try:
         for i in range(count):
-            env = {**os.environ, "TRITON_CACHE_DIR": triton_cache}
+            env = {**os.environ, **shared}
             if ids is not None:
                 env["CUDA_VISIBLE_DEVICES"] = ids[i]
-            procs.append(subprocess.Popen([sys.executable, "-m", "evotune.model.worker", payload, str(i),
-                                           str(count)], env=env))
+            procs.append(subprocess.Popen(worker_command(payload, i, count), env=env))
         last = None
         while True:
             # every worker polled (not any(): a worker that ended must be reaped, or its pid stays a zombie that
@@ -284,6 +286,22 @@ def run(options: RunOptions, devices: tuple[int, list[str] | None],
         raise WorkerError(f"worker {failed[0]} ended with exit code {procs[failed[0]].returncode}; "
                           f"{len(outcomes)}/{total} keys are decided and kept: run the same command to go on")
     return outcomes
+
+
+def worker_env(options: RunOptions) -> dict[str, str]:
+    """What every worker's environment adds: one Triton cache for all of them (the one the GPU evaluator's
+    processes use: a configuration compiled for one key is loaded, not compiled again, by every worker's keys of the
+    same specialisation), and the storages made and checked here once, not in each worker (about a second of
+    Alembic a process)."""
+    triton_cache = os.environ.get("TRITON_CACHE_DIR") or str(cache_root() / "triton")
+    checked = checked_for_children([options.storage, *([autotune_cache(Path(options.out))]
+                                                       if options.tuner == DEFAULT_TUNER else [])])
+    return {"TRITON_CACHE_DIR": triton_cache, **checked}
+
+
+def worker_command(payload: str, index: int, count: int) -> list[str]:
+    """How the run starts worker ``index`` of ``count`` (``payload``: its :class:`RunOptions` as JSON)."""
+    return [sys.executable, "-m", "evotune.model.worker", payload, str(index), str(count)]
 
 
 class WorkerError(RuntimeError):

@@ -26,15 +26,17 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evotune.model.autotune_api import VLLM_FIELDS, AheadError, KeyProgress, load_module, tune_kernel
 from evotune.model.compiles import CompileCount
-from evotune.model.decode import LAYOUT as DECODE_LAYOUT
-from evotune.model.decode import DecodeTuner
 from evotune.model.models import ModelError
 from evotune.model.outcome import Outcome
 from evotune.model.plan import BUILD_S, EVAL_S, Family, Key, Plan
+from evotune.model.runner import autotune_cache
+
+if TYPE_CHECKING:
+    from evotune.model.decode import DecodeTuner
 
 MOE_MODULE = "search_spaces._triton_fused_moe"
 GEMM_MODULE = "search_spaces._triton_matmul_example"
@@ -64,7 +66,7 @@ COMPILE_COST = BUILD_S / EVAL_S
 SPACES = {Family.FUSED_MOE: "vllm_fused_moe", Family.GEMM: "matmul_example"}
 #: the layout of each dense kernel's operands, by its space: the GEMM kernel's x (M x K) times a K x N weight, both
 #: row-major; the decode kernel's K-contiguous weight (N x K), as a linear layer keeps it
-LAYOUTS = {SPACES[Family.GEMM]: "nn", Family.DECODE.value: DECODE_LAYOUT}
+LAYOUTS = {SPACES[Family.GEMM]: "nn", Family.DECODE.value: "tn"}
 
 
 def check_supported(plan: Plan) -> None:
@@ -85,8 +87,17 @@ class AutotuneTuner:
     def __init__(self, plan: Plan, out: Path, decode: DecodeTuner | None = None):
         check_supported(plan)
         self.plan, self.out = plan, out
-        self.cache = f"sqlite:///{(out / 'autotune.db').resolve()}"
-        self.decode = decode or DecodeTuner(out, plan.dtype, plan.ident)
+        self.cache = autotune_cache(out)
+        self._decode = decode
+
+    @property
+    def decode(self) -> DecodeTuner:
+        """The decode keys' tuner, made on the first (its imports, the run machinery's, wait for it)."""
+        if self._decode is None:
+            from evotune.model.decode import DecodeTuner
+
+            self._decode = DecodeTuner(self.out, self.plan.dtype, self.plan.ident)
+        return self._decode
 
     def tune(self, key: Key) -> Outcome:
         if key.shape.family is Family.DECODE:
@@ -118,7 +129,8 @@ class AutotuneTuner:
                        SPACES[family], count.compiles, count.loads)
 
     def close(self) -> None:
-        self.decode.close()
+        if self._decode is not None:
+            self._decode.close()
 
 
 def _device() -> str:
