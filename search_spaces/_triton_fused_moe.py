@@ -8,6 +8,11 @@ expert's run padded to a multiple of the block size (vLLM's ``moe_align_block_si
 program multiplies one ``BLOCK_SIZE_M`` block of sorted slots (all of one expert) by that expert's weight, scales
 each row by its routing weight and writes it to the slot's row; torch then sums each token's ``top_k`` rows.
 
+fp8 (``FP8``, vLLM's ``fp8_w8a8``): e4m3 activations and weights, one scale for the activations and one per expert's
+weights (per tensor), applied to each tile's fp32 product before the routing weight; the output is bf16
+(:func:`make_args` with ``dtype="float8_e4m3fn"`` quantizes bf16 inputs, :func:`dequantized` gives what they stand
+for).
+
 The padding depends on ``BLOCK_SIZE_M``, a tuned parameter, so the launch carries the alignment for every
 ``BLOCK_SIZE_M`` of the space and the kernel reads its own (``align_all``): each configuration runs exactly what
 vLLM would run for it.
@@ -32,6 +37,7 @@ import triton.language as tl
 from evotune.authoring import Context, SearchSpace, constraint, ordinal
 
 BLOCK_M_CHOICES = (16, 32, 64, 128, 256)
+FP8_DTYPE = torch.float8_e4m3fn  # vLLM's fp8_w8a8
 #: shared memory a Hopper block may use (227 KiB); the compiled-kernel check catches what this model misses
 SHARED_BYTES = 232_448
 
@@ -79,10 +85,10 @@ SPACE = SearchSpace(
 
 
 @triton.jit
-def moe_gemm_kernel(a, w, c, slot_ids, block_expert, align_offsets, weights, M, N, K, E,
+def moe_gemm_kernel(a, w, c, slot_ids, block_expert, align_offsets, weights, a_scale, w_scale, M, N, K, E,
                     stride_am, stride_ak, stride_we, stride_wn, stride_wk, stride_cm, stride_cn,
-                    top_k: tl.constexpr, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr,
-                    BLOCK_SIZE_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr):
+                    top_k: tl.constexpr, FP8: tl.constexpr, BLOCK_SIZE_M: tl.constexpr,
+                    BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr):
     # this BLOCK_SIZE_M's alignment: align_offsets holds (slot start, block start, padded slots) per choice
     if BLOCK_SIZE_M == 16:
         variant = 0
@@ -123,6 +129,8 @@ def moe_gemm_kernel(a, w, c, slot_ids, block_expert, align_offsets, weights, M, 
         wt = tl.load(w + expert * stride_we + kk[:, None] * stride_wk + rn[None, :] * stride_wn,
                      mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
         acc += tl.dot(x, wt)
+    if FP8:  # e4m3 activations and weights: the product scaled by the activations' scale and the expert's
+        acc = acc * (tl.load(a_scale) * tl.load(w_scale + expert))
     acc = acc * tl.load(weights + slots, mask=live, other=0.0)[:, None]
     tl.store(c + slots[:, None] * stride_cm + rn[None, :] * stride_cn, acc.to(c.dtype.element_ty),
              mask=live[:, None] & (rn[None, :] < N))
@@ -169,21 +177,25 @@ def align_all(ids: torch.Tensor, experts: int,
             torch.tensor(table, dtype=torch.int32, device=device), padded)
 
 
-def make_launch(x: torch.Tensor, w: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, top_k: int):
-    """(grid, args, kwargs) of one launch; the output (tokens x top_k, N) is args[2]."""
+def make_launch(x: torch.Tensor, w: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, top_k: int,
+                scales: tuple[torch.Tensor, torch.Tensor] | None = None):
+    """(grid, args, kwargs) of one launch; the output (tokens x top_k, N) is args[2]. ``scales``: fp8 inputs'
+    (the activations' one scale, each expert's weight scale: per tensor, as vLLM's ``fp8_w8a8`` MoE), the output
+    then bf16."""
     tokens, k = x.shape
     experts, n, _ = w.shape
     slot_ids, block_expert, offsets, padded = align_all(ids, experts, x.device)
-    c = torch.zeros(tokens * top_k, n, device=x.device, dtype=x.dtype)
+    c = torch.zeros(tokens * top_k, n, device=x.device, dtype=x.dtype if scales is None else torch.bfloat16)
     flat_w = weights.flatten().to(torch.float32)
+    a_scale, w_scale = scales if scales is not None else (flat_w, flat_w)  # unread without FP8
 
     def grid(meta: dict) -> tuple[int]:
         bm, bn = meta["BLOCK_SIZE_M"], meta["BLOCK_SIZE_N"]
         return (triton.cdiv(padded[bm], bm) * triton.cdiv(n, bn),)
 
-    args = (x, w, c, slot_ids, block_expert, offsets, flat_w, tokens, n, k, experts,
+    args = (x, w, c, slot_ids, block_expert, offsets, flat_w, a_scale, w_scale, tokens, n, k, experts,
             x.stride(0), x.stride(1), w.stride(0), w.stride(1), w.stride(2), c.stride(0), c.stride(1))
-    return grid, args, {"top_k": top_k}
+    return grid, args, {"top_k": top_k, "FP8": scales is not None}
 
 
 def default_config(M: int, E: int) -> dict[str, int]:
@@ -236,11 +248,33 @@ def make_inputs(M: int, N: int, K: int, E: int, dtype: str = "float16",
     return x, gate, w
 
 
+def quantize_fp8(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(x in e4m3, its scale, w in e4m3, each expert's scale): per-tensor scales, the largest magnitude mapped to
+    e4m3's largest (448), as vLLM's dynamic per-tensor quantization of an ``fp8_w8a8`` MoE."""
+    top = torch.finfo(FP8_DTYPE).max
+    a_scale = (x.float().abs().max() / top).clamp(min=1e-12).reshape(1)
+    w_scale = (w.float().abs().amax(dim=(1, 2)) / top).clamp(min=1e-12)
+    xq = (x.float() / a_scale).clamp(-top, top).to(FP8_DTYPE)
+    wq = (w.float() / w_scale[:, None, None]).clamp(-top, top).to(FP8_DTYPE)
+    return xq, a_scale, wq, w_scale
+
+
+def dequantized(xq: torch.Tensor, a_scale: torch.Tensor, wq: torch.Tensor,
+                w_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fp32 values fp8 inputs stand for: what an fp8 launch is checked against."""
+    return xq.float() * a_scale, wq.float() * w_scale[:, None, None]
+
+
 def make_args(M: int, N: int, K: int, E: int, top_k: int = 2, dtype: str = "float16", seed: int = 0):
-    """A key's launch for ``tune-kernel`` (grid, args, kwargs), on :func:`make_inputs`."""
-    x, gate, w = make_inputs(M, N, K, E, dtype, seed)
+    """A key's launch for ``tune-kernel`` (grid, args, kwargs), on :func:`make_inputs`; ``float8_e4m3fn``: bf16
+    inputs routed, then quantized (:func:`quantize_fp8`)."""
+    fp8 = dtype == str(FP8_DTYPE).removeprefix("torch.")
+    x, gate, w = make_inputs(M, N, K, E, "bfloat16" if fp8 else dtype, seed)
     weights, ids = route(x, gate, top_k)
-    return make_launch(x, w, weights, ids, top_k)
+    if not fp8:
+        return make_launch(x, w, weights, ids, top_k)
+    xq, a_scale, wq, w_scale = quantize_fp8(x, w)
+    return make_launch(xq, wq, weights, ids, top_k, (a_scale, w_scale))
 
 
 def make_vllm_args(M: int, N: int, K: int, E: int, top_k: int = 2, dtype: str = "float16", seed: int = 0):
