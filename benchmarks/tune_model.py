@@ -1,62 +1,119 @@
-"""``tune-model`` on a GPU host: its scaling over GPUs, its fused-MoE picks against vLLM's grid, and a decode step.
+"""``tune-model`` on a GPU host: its fused-MoE picks against vLLM's grid, its scaling over GPUs, and a decode step.
 
-Three subcommands; each writes JSON under ``--out``:
+Three subcommands, one measurement each; each writes ``OUT/<name>.json``, prints a short table, and takes a time
+cap and options that make its job smaller, so that each fits in minutes:
 
-* ``scaling``: ``python -m evotune tune-model MODEL --tp T --gpus G`` for each G of ``--gpus`` (1,2,4), each in
-  a fresh folder ``OUT/gpusG`` (cold: its own storage and autotune cache); per G the wall time, keys, evaluations
-  and GPU-seconds (the run's report), and the speed-up over the smallest G. ``scaling.json``.
-* ``grid``: the plan's fused-MoE keys written in ``tune-kernel``'s keys format (``OUT/moe_keys.toml``: M, N, K, E,
-  top_k, dtype), then ``benchmarks/autotune_moe.py`` run on them: evotune's autotune as tune-model runs it, and
-  vLLM's grid timed the grid's way (``benchmark_moe.py``'s 1,920 configurations), with its report of each batch
-  size's pick against the grid's best and the GPU time of both.
-* ``decode-step``: one decoder layer's dense GEMMs at batch ``--m`` (QKV, O, gate-up, down per shard), back to
-  back in one CUDA graph: the tuned kernel (the run's decisions, ``OUT_OF_RUN/autotune.db``, read in cache-only
-  mode) against cuBLAS (``torch.matmul``), the two graphs replayed alternately. ``decode_step.json``: the
-  layers, each graph's median time and the ratio untuned / tuned.
+``grid``: the plan's fused-MoE keys (Mixtral-8x7B at tp 2: E = 8, N = 14336, K = 4096, vLLM's 18 batch sizes)
+  1. timed the grid's way (``benchmarks/autotune_moe.py --phase grid``: vLLM's ``benchmark_moe.py`` grid of 1,920
+     configurations, each compiled once per Triton specialisation of M in a compile pool of ``--jobs`` processes
+     a GPU, checked, then timed by evotune's oracle): every configuration for the ``--exhaustive`` batch sizes
+     (one process a GPU, side by side), and for the others a seeded sample (``--sample``, ``--seed``) plus the
+     ``--nearest`` fastest of the nearest exhaustive size, spread over the GPUs; one Triton cache for the grid's
+     processes (``OUT/grid/triton_cache``, cold). Measured: its wall clock, its GPU time (the configurations'
+     timing), its compiles and their seconds; estimated from those per-configuration costs: the whole grid's GPU
+     time, compile time and wall clock on these GPUs (every configuration at every batch size);
+  2. ``python -m evotune tune-model MODEL --kernels fused_moe`` on the same GPUs (``--gpus``), cold (its own Triton
+     cache, ``OUT/tune/triton_cache``), the same compile pool per worker: its wall clock, evaluations, GPU time and
+     compiles per key;
+  3. per batch size, tune-model's pick and the grid's three fastest re-timed side by side on one GPU (the
+     confirmation's interleaved rounds, evotune's oracle); ``fraction``: the fastest's median over the pick's
+     (1: the pick is the fastest).
+  Caps: ``--grid-seconds`` (each of the grid's two phases, 140 s), ``--tune-seconds`` (150 s; tune-model is
+  interrupted then: its decided keys are kept and compared), ``--retime-seconds`` (75 s, ``--retime-each`` 3 s a
+  batch size): the defaults fit one 10-minute call with the start-ups. The same command again goes on where the caps
+  stopped it (the grid's finished sizes and tune-model's decided keys are kept; the re-timing is redone). Smaller:
+  ``--batch-sizes``, ``--exhaustive``, ``--sample``. ``grid.json``.
 
-::
+``scaling``: the same tune-model job on each GPU count of ``--gpus`` (1,2,4), each in a fresh folder ``OUT/gpusG``
+  (cold: its own storage, autotune cache and Triton cache): per count the wall clock of the whole command, keys,
+  evaluations, GPU-seconds, the points timed twice (trials of one configuration in one key's study: 0 expected),
+  the speed-up over the first count; and the cost model's prediction of the largest count's wall clock from the
+  first two (:class:`evotune.running.cost_model.CostModel`: start-up, per-evaluation cost, contention learnt from
+  the second). Caps: ``--max-seconds`` per run (interrupted; what it decided is counted). Smaller:
+  ``--batch-sizes``, ``--kernels``. ``scaling.json``.
 
-    python benchmarks/tune_model.py scaling --model Mixtral-8x7B --tp 2 --gpus 1,2,4 --out runs/tune_model_scaling
-    python benchmarks/tune_model.py grid --model Mixtral-8x7B --tp 2 --out runs/tune_model_grid -- --max-seconds 540
-    python benchmarks/tune_model.py decode-step --model Llama-3-8B --tp 1 --m 16 \\
-        --run runs/tune_model/Llama-3-8B-tp1-bf16 --out runs/tune_model_decode
+``decode-step``: one decoder layer's dense GEMMs (QKV, O, gate-up, down per shard) back to back in one CUDA graph,
+  at each batch of ``--ms`` (1,16,64): the tuned kernels (a tune-model run's ``tuned.json``, ``--run``: the decode
+  family's decisions at M <= 64, the GEMM kernel's above) against cuBLAS (``torch.matmul``), the two graphs
+  replayed alternately; each tuned GEMM checked against cuBLAS first. Cap: ``--max-seconds`` (no new batch after
+  it). ``decode_step.json``.
 
-``scaling`` takes ``--tuner`` and ``--batch-sizes`` as tune-model does (the CPU test runs it with a stand-in tuner
-under the Triton interpreter).
+``startup``: what a worker does before its first evaluation, spawned as the run spawns it (the run's environment:
+  one Triton cache, the storages made and checked once by the parent): per worker, the seconds from its process's
+  start to its first evaluation's start (a probe ends it there), on every GPU of ``--gpus`` at once; with
+  ``--importtime``, each module's import time (``python -X importtime``), the slowest listed. ``startup.json``.
+
+Run on the GPU host, in this order (the scaling and decode-step runs need no grid)::
+
+    python benchmarks/tune_model.py grid --model Mixtral-8x7B --tp 2 --out runs/tm_grid
+    python benchmarks/tune_model.py scaling --model Mixtral-8x7B --tp 2 --kernels fused_moe \\
+        --batch-sizes 1,16,64,256,1024,4096 --out runs/tm_scaling
+    python benchmarks/tune_model.py decode-step --model Llama-3-8B --tp 1 --ms 1,16,64 --run RUN --out runs/tm_decode
+
+where RUN is the ``--out`` of ``python -m evotune tune-model Llama-3-8B --kernels triton_decode_gemm
+--batch-sizes 1,16,64 --out RUN``. On the CPU (``TRITON_INTERPRET=1``) ``--tuner`` names a stand-in and
+``--grid-limit`` cuts the grid (the tests).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evotune.model.models import load_model  # noqa: E402
-from evotune.model.plan import Family, Plan, make_plan, parse_batch_sizes  # noqa: E402
-from evotune.model.runner import DEFAULT_TUNER  # noqa: E402
+from evotune.model.models import ModelError, load_model  # noqa: E402
+from evotune.model.plan import Family, Key, Plan, make_plan, only, parse_batch_sizes  # noqa: E402
+from evotune.model.runner import DEFAULT_TUNER, Ledger, visible_gpus  # noqa: E402
 
 TORCH_DTYPES = {"bf16": "bfloat16"}
+MOE_FIELDS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
+GRID_CONFIGS = 1920  # vLLM's grid: 5 x 4 x 3 x 4 x 2 x 4
 
 
-def moe_keys_toml(plan: Plan) -> str:
-    """The plan's fused-MoE keys in tune-kernel's keys format (fused_moe.py's make_args)."""
+def interpreted() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def specialization(m: int) -> str:
+    """Triton compiles one kernel per class of the integer M: 1, a multiple of 16, anything else."""
+    return "1" if m == 1 else "16n" if m % 16 == 0 else "other"
+
+
+def torch_dtype(plan: Plan) -> str:
+    """The keys' activations: the plan's dtype; float32 under the interpreter (numpy has no bfloat16)."""
+    return "float32" if interpreted() else TORCH_DTYPES[plan.dtype]
+
+
+def moe_plan(model: str, tp: int, batch_sizes: str) -> Plan:
+    return only(make_plan(load_model(model), tp, "bf16", parse_batch_sizes(batch_sizes)),
+                frozenset({Family.FUSED_MOE}))
+
+
+def moe_keys_toml(plan: Plan, ms: set[int] | None = None) -> str:
+    """The plan's fused-MoE keys (those at ``ms``, when given) in tune-kernel's keys format (the kernel's
+    ``make_args``)."""
     lines = ['launch = "make_args"', ""]
     for kernel in plan.kernels:
         if kernel.shape.family is not Family.FUSED_MOE:
             continue
         for key in kernel.keys:
+            if ms is not None and key.m not in ms:
+                continue
             lines += ["[[key]]", f"M = {key.m}", f"N = {key.shape.n}", f"K = {key.shape.k}",
                       f"E = {key.shape.experts}", f"top_k = {key.shape.top_k}",
-                      f'dtype = "{TORCH_DTYPES[plan.dtype]}"', ""]
+                      f'dtype = "{torch_dtype(plan)}"', ""]
     return "\n".join(lines)
 
 
@@ -66,74 +123,446 @@ def dense_layers(plan: Plan, m: int) -> list[tuple[str, int, int]]:
             if k.shape.family in (Family.DECODE, Family.GEMM) and any(key.m == m for key in k.keys)]
 
 
-def scaling(args: argparse.Namespace) -> dict[str, Any]:
-    out = Path(args.out)
-    rows = []
-    for g in [int(x) for x in args.gpus.split(",")]:
-        folder = out / f"gpus{g}"
-        cmd = [sys.executable, "-m", "evotune", "tune-model", args.model, "--tp", str(args.tp), "--gpus", str(g),
-               "--batch-sizes", args.batch_sizes, "--out", str(folder), "--no-progress", "--tuner", args.tuner]
-        started = time.perf_counter()
-        subprocess.run(cmd, check=True, cwd=ROOT)
-        wall = time.perf_counter() - started
-        rep = json.loads((folder / "report.json").read_text())
-        rows.append({"gpus": g, "wall_s": wall, "keys": sum(k["decided"] for k in rep["kernels"]),
-                     "evaluations": sum(k["evaluations"] for k in rep["kernels"]),
-                     "gpu_s": sum(k["gpu_s"] for k in rep["kernels"]), "command": " ".join(cmd[1:])})
-    for r in rows:
-        r["speedup"] = rows[0]["wall_s"] / r["wall_s"]
-    return {"model": args.model, "tp": args.tp, "runs": rows}
+def run_capped(cmd: list[str], env: dict[str, str], seconds: float | None) -> tuple[float, bool]:
+    """Run ``cmd``; past ``seconds``, interrupt it (SIGINT to its process group, as Ctrl-C: tune-model keeps what
+    it decided) and wait. (wall seconds, whether it was interrupted)."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, start_new_session=True)
+    try:
+        proc.wait(timeout=seconds)
+        cut = False
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        cut = True
+    wall = time.perf_counter() - started
+    if not cut and proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd[:4])}...: exit code {proc.returncode}")
+    return wall, cut
+
+
+def tune_model_cmd(model: str, tp: int, batch_sizes: str, gpus: int, out: Path, tuner: str,
+                   kernels: str) -> list[str]:
+    return [sys.executable, "-m", "evotune", "tune-model", model, "--tp", str(tp), "--gpus", str(gpus),
+            "--batch-sizes", batch_sizes, "--kernels", kernels, "--out", str(out), "--no-progress",
+            "--tuner", tuner]
+
+
+def outcomes_of(run: Path, plan: Plan) -> dict[str, Any]:
+    """The run's decided keys (from its record: there even when the run was interrupted)."""
+    db = run / "tune_model.db"
+    return Ledger(f"sqlite:///{db.resolve()}", plan.ident).outcomes() if db.is_file() else {}
+
+
+def points_timed_twice(run: Path) -> int | None:
+    """Trials of a configuration already measured in the same study (key), over every study of the run's
+    autotune cache; None when the run kept none there (a stand-in tuner)."""
+    db = run / "autotune.db"
+    if not db.is_file():
+        return None
+    import optuna
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{db.resolve()}")
+    twice = 0
+    for summary in optuna.study.get_all_study_summaries(storage):
+        trials = optuna.load_study(study_name=summary.study_name, storage=storage).get_trials(deepcopy=False)
+        keys = [json.dumps(t.params, sort_keys=True) for t in trials if t.state.is_finished()]
+        twice += len(keys) - len(set(keys))
+    return twice
+
+
+def table(rows: list[list[Any]], head: list[str]) -> str:
+    cells = [head] + [["-" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v) for v in r]
+                      for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(head))]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in cells)
+
+
+# -- grid ------------------------------------------------------------------------------------------------------
+def _grid_processes(out: Path, plan: Plan, groups: list[set[int]], opts: argparse.Namespace, seed_doc: dict[str, Any],
+                    env: dict[str, str], seconds: float) -> list[dict[str, Any]]:
+    """One ``autotune_moe.py --phase grid`` process a GPU, on its group of batch sizes (its grid.json first holding
+    ``seed_doc``'s sizes, so that its sampled sizes add the nearest exhaustive size's fastest); their grid.json."""
+    procs = []
+    gpu_ids = opts.gpu_ids
+    for i, ms in enumerate(groups):
+        folder = out / f"gpu{i}"
+        folder.mkdir(parents=True, exist_ok=True)
+        keys = folder / "keys.toml"
+        keys.write_text(moe_keys_toml(plan, ms | set(seed_doc.get("exhaustive_ms", []))))
+        if seed_doc.get("sizes"):
+            mine = json.loads((folder / "grid.json").read_text()) if (folder / "grid.json").is_file() else {}
+            sizes = {**seed_doc["sizes"], **mine.get("sizes", {})}
+            (folder / "grid.json").write_text(json.dumps({**mine, "sizes": sizes, "command": "tune_model.py grid",
+                                                          "timing": seed_doc.get("timing", {})}))
+        cmd = [sys.executable, str(ROOT / "benchmarks" / "autotune_moe.py"), "--phase", "grid", "--keys", str(keys),
+               "--out", str(folder), "--exhaustive", ",".join(map(str, sorted(opts.exhaustive))), "--sample",
+               str(opts.sample), "--nearest", str(opts.nearest), "--seed", str(opts.seed), "--jobs", str(opts.jobs),
+               "--max-seconds", str(seconds), *(["--grid-limit", str(opts.grid_limit)] if opts.grid_limit else [])]
+        penv = {**env, **({"CUDA_VISIBLE_DEVICES": gpu_ids[i % len(gpu_ids)]} if gpu_ids else {})}
+        procs.append(subprocess.Popen(cmd, env=penv, cwd=ROOT))
+    failed = [i for i, p in enumerate(procs) if p.wait() != 0]
+    if failed:
+        raise SystemExit(f"grid process {failed[0]} ended with exit code {procs[failed[0]].returncode}")
+    return [json.loads((out / f"gpu{i}" / "grid.json").read_text()) for i in range(len(groups))]
+
+
+def _merge_sizes(docs: list[dict[str, Any]], skip: dict[str, Any]) -> dict[str, Any]:
+    """The batch sizes the processes timed (each in one process's grid.json), less those of ``skip``."""
+    return {name: size for doc in docs for name, size in doc.get("sizes", {}).items() if name not in skip}
 
 
 def grid(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.out)
-    plan = make_plan(load_model(args.model), args.tp, None, parse_batch_sizes(args.batch_sizes))
+    plan = moe_plan(args.model, args.tp, args.batch_sizes)
+    ms = [k.m for k in plan.keys]
+    args.exhaustive = {m for m in args.exhaustive if m in ms}
+    gpus = args.gpus or max(1, visible_gpus())
+    env_ids = os.environ.get("CUDA_VISIBLE_DEVICES")
+    args.gpu_ids = None if interpreted() else ([d.strip() for d in env_ids.split(",") if d.strip()] if env_ids
+                                               else [str(i) for i in range(gpus)])[:gpus]
+    args.jobs = args.jobs or max(1, ((os.cpu_count() or 4) - 2 * gpus) // gpus)
+    grid_dir = out / "grid"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+           "TRITON_CACHE_DIR": str((grid_dir / "triton_cache").resolve())}
+    # 1a. the exhaustive sizes side by side, one a GPU; 1b. the others spread over the GPUs
+    began = time.perf_counter()
+    exhaustive = sorted(args.exhaustive)
+    groups_a = [set(exhaustive[i::gpus]) for i in range(min(gpus, len(exhaustive)))]
+    docs_a = _grid_processes(grid_dir / "exhaustive", plan, groups_a, args, {}, env, args.grid_seconds) \
+        if groups_a else []
+    seed = _merge_sizes(docs_a, {})
+    rest = [m for m in ms if m not in args.exhaustive]
+    groups_b = [set(rest[i::gpus]) for i in range(min(gpus, len(rest)))]
+    # a sampled size adds the fastest of its nearest exhaustive size where that one is complete (a size cut by
+    # --grid-seconds is not timed again)
+    complete = {name: size for name, size in seed.items() if size.get("complete")}
+    seed_doc = {"sizes": complete, "exhaustive_ms": [int(s["key"]["M"]) for s in complete.values()],
+                "timing": docs_a[0].get("timing", {}) if docs_a else {}}
+    docs_b = _grid_processes(grid_dir / "sampled", plan, groups_b, args, seed_doc, env, args.grid_seconds) \
+        if groups_b else []
+    grid_wall = time.perf_counter() - began
+    sizes = {**seed, **_merge_sizes(docs_b, seed)}
+    measured, estimate, rows_by_m = _grid_costs(sizes, ms, gpus, args.jobs, grid_wall, args.grid_limit)
+    # 2. tune-model, cold, on the same GPUs
+    tune_dir = out / "tune"
+    tenv = {**env, "TRITON_CACHE_DIR": str((tune_dir / "triton_cache").resolve())}
+    cmd = tune_model_cmd(args.model, args.tp, args.batch_sizes, gpus, tune_dir, args.tuner, Family.FUSED_MOE.value)
+    tune_wall, cut = run_capped(cmd, tenv, args.tune_seconds)
+    outcomes = outcomes_of(tune_dir, plan)
+    tune = {"wall_s": tune_wall, "interrupted": cut, "keys": len(plan.keys), "decided": len(outcomes),
+            "evaluations": sum(o.evaluations for o in outcomes.values()),
+            "gpu_s": sum(o.gpu_s for o in outcomes.values()),
+            "compiles": {str(o.fields["M"]): o.compiles for o in outcomes.values()},
+            "command": " ".join(cmd[1:])}
+    # 3. side by side: tune-model's pick against the grid's fastest, per batch size
+    retimed = _retime(plan, outcomes, rows_by_m, args)
+    fractions = [r["fraction"] for r in retimed]
+    summary = {"batch_sizes": len(ms), "compared": len(retimed), "min_fraction": min(fractions, default=None),
+               "geomean_fraction": math.exp(statistics.fmean(math.log(f) for f in fractions)) if fractions else None,
+               "tune_wall_s": tune_wall, "grid_wall_s_measured": grid_wall,
+               "grid_wall_s_estimated": estimate["wall_s"], "tune_gpu_s": tune["gpu_s"],
+               "grid_gpu_s_estimated": estimate["gpu_s"]}
+    rows = [[r["M"], r["grid_timed"], r["tuned_ms"], r["grid_best_ms"], r["fraction"],
+             tune["compiles"].get(str(r["M"]))] for r in retimed]
+    print(table(rows, ["M", "grid timed", "tuned ms", "grid best ms", "fraction", "compiles"]))
+    print(f"tune-model: {tune['decided']}/{tune['keys']} keys in {tune_wall:.0f} s wall on {gpus} GPUs, "
+          f"{tune['gpu_s']:.0f} GPU-s; the grid: {grid_wall:.0f} s measured, whole grid estimated "
+          f"{estimate['wall_s']:.0f} s wall, {estimate['gpu_s']:.0f} GPU-s, {estimate['compile_s']:.0f} compile-s")
+    return {"model": args.model, "tp": args.tp, "gpus": gpus, "jobs": args.jobs, "exhaustive": exhaustive,
+            "sample": args.sample, "seed": args.seed, "grid": {"measured": measured, "estimate": estimate,
+                                                                "sizes": {n: {k: v for k, v in s.items() if k != "rows"}
+                                                                          for n, s in sizes.items()}},
+            "tune": tune, "retime": retimed, "summary": summary}
+
+
+def _grid_costs(sizes: dict[str, Any], ms: list[int], gpus: int, jobs: int, wall: float,
+                limit: int) -> tuple[dict[str, Any], dict[str, Any], dict[int, list[tuple[float, int]]]]:
+    """What the grid's run measured, the whole grid's costs estimated from its per-configuration costs, and each
+    batch size's timed configurations (time, grid index), fastest first."""
+    configs = limit or GRID_CONFIGS
+    compiled: dict[tuple[str, str], float] = {}  # (specialisation, index) -> compile seconds, counted once
+    gpu_s, timed, per_m_timing = 0.0, 0, {}
+    rows_by_m: dict[int, list[tuple[float, int]]] = {}
+    for size in sizes.values():
+        m = int(size["key"]["M"])
+        rows = size.get("rows", {})
+        bench = [float(r["bench_s"] or 0.0) for r in rows.values()]
+        gpu_s += sum(bench)
+        timed += len(rows)
+        if rows:
+            per_m_timing[m] = statistics.fmean(bench)
+        for i, r in rows.items():
+            compiled.setdefault((specialization(m), i), float(r["compile_s"] or 0.0))
+        rows_by_m[m] = sorted((float(r["time_ms"]), int(i)) for i, r in rows.items() if r["status"] == "ok")
+    compile_s = sum(compiled.values())
+    measured = {"wall_s": wall, "gpu_s": gpu_s, "configs_timed": timed, "compiled": len(compiled),
+                "compile_s": compile_s}
+    per_compile = compile_s / len(compiled) if compiled else 0.0
+    mean_timing = statistics.fmean(per_m_timing.values()) if per_m_timing else 0.0
+    est_gpu = sum(per_m_timing.get(m, mean_timing) for m in ms) * configs
+    est_compile = per_compile * configs * len({specialization(m) for m in ms})
+    # the grid's way overlaps the compiles (a pool of `jobs` a GPU) with the timing (one GPU each)
+    estimate = {"gpu_s": est_gpu, "compile_s": est_compile, "per_config_timing_s": mean_timing,
+                "per_config_compile_s": per_compile, "configs": configs * len(ms),
+                "wall_s": max(est_gpu / gpus, est_compile / (gpus * jobs))}
+    return measured, estimate, rows_by_m
+
+
+def _retime(plan: Plan, outcomes: dict[str, Any], rows_by_m: dict[int, list[tuple[float, int]]],
+            args: argparse.Namespace) -> list[dict[str, Any]]:
+    if not outcomes:
+        return []
+    import itertools
+
+    from evotune.measurement.retiming import confirm_rounds
+    from evotune.triton_tuning.timers import OracleTimer, Timer, WallClockTimer
+    from search_spaces import _triton_fused_moe as moe
+
+    names = [p.name for p in moe.SPACE.params]
+    points = [dict(zip(names, v, strict=True)) for v in itertools.product(*(p.choices for p in moe.SPACE.params))]
+    timer: Timer = WallClockTimer() if interpreted() else OracleTimer()
+    deadline = time.perf_counter() + args.retime_seconds
+    out = []
+    for key in plan.keys:
+        outcome = outcomes.get(key.ident)
+        ranked = rows_by_m.get(key.m, [])
+        if outcome is None or not ranked:
+            continue
+        if time.perf_counter() > deadline:
+            print(f"retime: --retime-seconds reached before M={key.m}", flush=True)
+            break
+        grid_, launch_args, kwargs = moe.make_args(key.m, key.shape.n, key.shape.k, key.shape.experts,
+                                                   key.shape.top_k, torch_dtype(plan))
+        configs = {"tuned": {f: outcome.config[f] for f in MOE_FIELDS}}
+        for rank, (_, i) in enumerate(ranked[:3]):
+            configs[f"grid#{rank + 1}"] = points[i]
+
+        def call_of(config: dict[str, int], key: Key = key, grid_: Any = grid_, launch: Any = launch_args,
+                    kw: Any = kwargs) -> Any:
+            return lambda: moe.moe_gemm_kernel[grid_](*launch, **kw, **config)
+
+        calls = {n: call_of(c) for n, c in configs.items()}
+        # the confirmation's interleaved rounds, each batch size within --retime-each seconds
+        conf = confirm_rounds(list(calls), lambda name, n, calls=calls: timer.samples(calls[name], n),
+                              replace(timer.confirm_options(len(calls)), max_seconds=args.retime_each),
+                              warm=getattr(timer, "warm", None))
+        medians = {n: conf.items[n].median_ms for n in calls}
+        best = min(v for n, v in medians.items() if n != "tuned")
+        out.append({"M": key.m, "grid_timed": len(ranked), "tuned": configs["tuned"], "medians_ms": medians,
+                    "tuned_ms": medians["tuned"], "grid_best_ms": best,
+                    "fraction": min(medians.values()) / medians["tuned"]})
+    return out
+
+
+# -- scaling ---------------------------------------------------------------------------------------------------
+def scaling(args: argparse.Namespace) -> dict[str, Any]:
+    from evotune.running.cost_model import CostModel
+
+    out = Path(args.out)
+    plan = only(make_plan(load_model(args.model), args.tp, None, parse_batch_sizes(args.batch_sizes)),
+                None if args.kernels == "all" else frozenset(Family(k) for k in args.kernels.split(",")))
+    rows = []
+    for g in [int(x) for x in args.gpus.split(",")]:
+        folder = out / f"gpus{g}"
+        env = {**os.environ, "TRITON_CACHE_DIR": str((folder / "triton_cache").resolve()),
+               "EVOTUNE_KERNEL_CACHE": str((folder / "kernels").resolve())}
+        cmd = tune_model_cmd(args.model, args.tp, args.batch_sizes, g, folder, args.tuner, args.kernels)
+        wall, cut = run_capped(cmd, env, args.max_seconds)
+        outcomes = outcomes_of(folder, plan)
+        rows.append({"gpus": g, "wall_s": wall, "interrupted": cut, "keys": len(outcomes),
+                     "evaluations": sum(o.evaluations for o in outcomes.values()),
+                     "gpu_s": sum(o.gpu_s for o in outcomes.values()),
+                     "points_timed_twice": points_timed_twice(folder), "command": " ".join(cmd[1:])})
+    for r in rows:
+        r["speedup"] = rows[0]["wall_s"] / r["wall_s"]
+    prediction = None
+    if len(rows) >= 3 and rows[0]["gpus"] == 1 and all(r["evaluations"] and r["keys"] for r in rows[:2]):
+        one, two = rows[0], rows[1]
+        per_eval = one["gpu_s"] / one["evaluations"]
+        model = CostModel(startup_s=max(0.0, one["wall_s"] - one["gpu_s"]), per_problem_s=0.0, per_eval_s=per_eval)
+        model = model.learn(two["gpus"], two["gpu_s"] / two["evaluations"])
+        last = rows[-1]
+        predicted = model.wall_s(one["keys"], max(1, round(one["evaluations"] / one["keys"])), last["gpus"])
+        prediction = {"gpus": last["gpus"], "predicted_wall_s": predicted, "measured_wall_s": last["wall_s"],
+                      "error": predicted / last["wall_s"] - 1.0, "model": model.__dict__}
+    print(table([[r["gpus"], r["wall_s"], r["keys"], r["evaluations"], r["gpu_s"], r["points_timed_twice"],
+                  r["speedup"]] for r in rows],
+                ["GPUs", "wall s", "keys", "evaluations", "GPU-s", "timed twice", "speed-up"]))
+    if prediction is not None:
+        print(f"cost model from {rows[0]['gpus']} and {rows[1]['gpus']} GPUs: {prediction['predicted_wall_s']:.0f} s "
+              f"on {prediction['gpus']} (measured {prediction['measured_wall_s']:.0f} s)")
+    return {"model": args.model, "tp": args.tp, "runs": rows, "prediction": prediction}
+
+
+# -- startup ---------------------------------------------------------------------------------------------------
+#: run as ``python -c PROBE PAYLOAD INDEX COUNT``: the worker, ended at its first evaluation, which it reports in
+#: seconds since its process started; the evaluators are patched when their modules are first imported, so that
+#: the worker imports nothing it would not import anyway
+PROBE = """
+import importlib.abc, importlib.machinery, os, runpy, sys, time
+def _started():
+    ticks = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19])
+    uptime = float(open("/proc/uptime").read().split()[0])
+    return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
+START = _started()
+def _first(*args, **kwargs):
+    print(f"FIRST_EVALUATION {time.time() - START:.3f}", flush=True)
+    os._exit(0)
+PATCH = {"evotune.triton_tuning.search": "LaunchEvaluator", "evotune.measurement.gpu": "GpuEvaluator"}
+class _Probe(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name not in PATCH:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        run = spec.loader.exec_module
+        def exec_module(module, run=run, cls=PATCH[name]):
+            run(module)
+            getattr(module, cls).evaluate = _first
+        spec.loader.exec_module = exec_module
+        return spec
+sys.meta_path.insert(0, _Probe())
+sys.argv = ["evotune.model.worker", *sys.argv[1:]]
+runpy.run_module("evotune.model.worker", run_name="__main__", alter_sys=True)
+"""
+
+
+def _imports(log: str) -> list[tuple[int, str]]:
+    """(cumulative microseconds, name) of each package and each ``evotune.model`` module in a ``-X importtime``
+    log (a package's figure holds its modules': where it was first imported)."""
+    out: dict[str, int] = {}
+    for line in log.splitlines():
+        if not line.startswith("import time:") or "cumulative" in line:
+            continue
+        _, cumulative, name = line.removeprefix("import time:").split("|")
+        name = name.strip()
+        if "." not in name or name.startswith("evotune.model."):
+            out[name] = max(out.get(name, 0), int(cumulative))
+    return [(us, name) for name, us in out.items()]
+
+
+def startup(args: argparse.Namespace) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    from evotune.model.runner import RunOptions, worker_env
+
+    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    keys = out / "moe_keys.toml"
-    keys.write_text(moe_keys_toml(plan))
-    rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "autotune_moe.py"), "--keys", str(keys), "--out", str(out),
-           *rest]
-    subprocess.run(cmd, check=True, cwd=ROOT)
-    return {"model": args.model, "tp": args.tp, "keys": str(keys), "command": " ".join(cmd[1:])}
+    run = out / "run"
+    gpus = args.gpus or max(1, visible_gpus())
+    options = RunOptions(args.model, args.tp, None, args.batch_sizes, f"sqlite:///{(run / 'tune_model.db').resolve()}",
+                         str(run.resolve()), args.tuner, args.kernels)
+    plan = options.plan()
+    Ledger(options.storage, plan.ident)  # as the run makes it before its workers start
+    env = {**os.environ, **worker_env(options),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    ids = None if interpreted() else [str(i) for i in range(gpus)]
+    payload = json.dumps(asdict(options))
+    procs = []
+    for i in range(gpus):
+        penv = {**env, **({"CUDA_VISIBLE_DEVICES": ids[i]} if ids else {})}
+        cmd = [sys.executable, *(["-X", "importtime"] if args.importtime else []), "-c", PROBE, payload, str(i),
+               str(gpus)]
+        procs.append(subprocess.Popen(cmd, env=penv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True))
+    workers = []
+    for i, proc in enumerate(procs):
+        stdout, stderr = proc.communicate(timeout=args.max_seconds)
+        first = [float(line.split()[1]) for line in stdout.splitlines() if line.startswith("FIRST_EVALUATION")]
+        imports = sorted(_imports(stderr), reverse=True)
+        workers.append({"worker": i, "first_evaluation_s": first[0] if first else None,
+                        "slowest_imports_ms": [[n, c / 1000] for c, n in imports[:args.top]]})
+        if not first:
+            print(stderr[-2000:], file=sys.stderr)
+    print(table([[w["worker"], w["first_evaluation_s"]] for w in workers], ["worker", "first evaluation s"]))
+    for w in workers[:1]:
+        for name, ms in w["slowest_imports_ms"]:
+            print(f"  {ms:8.1f} ms  {name}")
+    return {"model": args.model, "tp": args.tp, "gpus": gpus, "kernels": args.kernels, "workers": workers}
 
 
+# -- decode-step -----------------------------------------------------------------------------------------------
 def decode_step(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    from evotune.model.autotune_api import load_module
+    from evotune.core.problem import Problem
+    from evotune.reporting.lookup import lookup
+    from search_spaces import _triton_decode, _triton_matmul_example
+    from search_spaces.triton_decode_gemm import SPACE as DECODE
 
-    plan = make_plan(load_model(args.model), args.tp, "bf16", (args.m,))
-    layers = dense_layers(plan, args.m)
-    module = load_module(str(ROOT / "examples" / "triton_autotune" / "matmul_space.py"))
-    kernel = module.matmul_space_kernel
-    kernel.use_cache(f"sqlite:///{(Path(args.run) / 'autotune.db').resolve()}")
-    kernel.mode = "cache-only"  # the run's decisions; nothing is timed here
-    inputs = []
-    for _, n, k in layers:
-        a = torch.randn(args.m, k, device="cuda", dtype=torch.bfloat16)
-        b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16) / k**0.5
-        inputs.append((a, b, torch.empty(args.m, n, device="cuda", dtype=torch.bfloat16)))
+    tuned_json = Path(args.run) / "tuned.json"
+    if not tuned_json.is_file():
+        raise ModelError(f"--run {args.run}: no tuned.json (the --out of a tune-model run)")
+    deadline = time.perf_counter() + args.max_seconds
+    results = []
+    for m in args.ms:
+        if time.perf_counter() > deadline:
+            print(f"decode-step: --max-seconds reached before M={m}", flush=True)
+            break
+        plan = make_plan(load_model(args.model), args.tp, "bf16", (m,))
+        layers = dense_layers(plan, m)
+        steps = []
+        for names, n, k in layers:
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5  # (N, K): the layer's weight
+            c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+            if m <= 64:
+                problem = Problem.gemm(m, n, k, "bf16", "tn")
+                found = _lookup(lookup, problem, DECODE.name, tuned_json)
+                tuned = _decode_call(_triton_decode.launcher(dict(found.config), problem)[0], x, w.t(), c)
+            else:
+                problem = Problem.gemm(m, n, k, "bf16", "nn")
+                found = _lookup(lookup, problem, "matmul_example", tuned_json)
+                # (K, N) row-major: the GEMM kernel's layout
+                tuned = _gemm_call(_triton_matmul_example, dict(found.config), x, w.t().contiguous(), c)
+            tuned()
+            torch.testing.assert_close(c, x @ w.t(), rtol=2e-2, atol=2e-2)
+            steps.append((names, n, k, tuned, (lambda x=x, w=w, c=c: torch.matmul(x, w.t(), out=c)),
+                           dict(found.config)))
+        results.append(_graphs(m, steps, args))
+    rows = [[r["m"], r["tuned_ms"], r["untuned_ms"], r["ratio"]] for r in results]
+    print(table(rows, ["M", "tuned ms", "cuBLAS ms", "cuBLAS / tuned"]))
+    return {"model": args.model, "tp": args.tp, "device": torch.cuda.get_device_name(), "run": str(args.run),
+            "steps": results}
 
-    def tuned() -> None:
-        for a, b, c in inputs:
-            kernel[module.grid(a.shape[0], b.shape[1])](*module.launch_args(a, b, c))
 
-    def untuned() -> None:
-        for a, b, c in inputs:
-            torch.matmul(a, b, out=c)
+def _decode_call(launch: Any, x: Any, b: Any, c: Any) -> Any:
+    """The decode kernel's launch on ``x`` (M, K) and ``b`` (K, N), K-contiguous (the (N, K) weight's view)."""
+    return lambda: launch(x, b, c)
 
-    for a, b, c in inputs:  # the tuned kernel agrees with cuBLAS before anything is timed
-        kernel[module.grid(a.shape[0], b.shape[1])](*module.launch_args(a, b, c))
-        torch.testing.assert_close(c, a @ b, rtol=2e-2, atol=2e-2)
+
+def _gemm_call(mm: Any, config: dict[str, Any], x: Any, b: Any, c: Any) -> Any:
+    grid = mm.grid(x.shape[0], b.shape[1])
+    return lambda: mm.matmul_space_plain[grid](*mm.launch_args(x, b, c), **config)
+
+
+def _lookup(lookup: Any, problem: Any, space: str, path: Path) -> Any:
+    try:
+        found = lookup(problem, space=space, path=path)
+    except LookupError:
+        raise ModelError(f"--run {path}: no {space} configuration for {problem.key}") from None
+    if not found.exact:
+        raise ModelError(f"--run {path}: {problem.key} was not tuned ({space})")
+    return found
+
+
+def _graphs(m: int, steps: list[Any], args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
     graphs = {}
-    for name, step in (("tuned", tuned), ("untuned", untuned)):
-        step()
+    for name, index in (("tuned", 3), ("untuned", 4)):
+        for step in steps:
+            step[index]()
         torch.cuda.synchronize()
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             for _ in range(args.replays):
-                step()
+                for step in steps:
+                    step[index]()
         graphs[name] = g
     samples: dict[str, list[float]] = {"tuned": [], "untuned": []}
     for _ in range(args.rounds):  # alternated: a clock or thermal drift reaches both
@@ -145,42 +574,83 @@ def decode_step(args: argparse.Namespace) -> dict[str, Any]:
             end.synchronize()
             samples[name].append(start.elapsed_time(end) / args.replays)
     med = {k: statistics.median(v) for k, v in samples.items()}
-    return {"model": args.model, "tp": args.tp, "m": args.m, "device": torch.cuda.get_device_name(),
-            "layers": [{"layers": n, "N": nn, "K": k} for n, nn, k in layers],
+    return {"m": m, "layers": [{"layers": s[0], "N": s[1], "K": s[2], "config": s[5]} for s in steps],
             "tuned_ms": med["tuned"], "untuned_ms": med["untuned"], "ratio": med["untuned"] / med["tuned"],
             "samples_ms": samples}
 
 
+def _ints(text: str) -> list[int]:
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}") from None
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, got {text!r}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="what", required=True)
-    for name in ("scaling", "grid", "decode-step"):
-        s = sub.add_parser(name)
-        s.add_argument("--model", required=True)
+    helps = {"grid": "tune-model's fused-MoE picks against vLLM's grid, run the grid's way on the same GPUs",
+             "scaling": "the same tune-model job on 1, 2, 4 GPUs, and the cost model's prediction",
+             "decode-step": "one decoder layer's GEMMs in one CUDA graph, tuned against cuBLAS"}
+    helps["startup"] = "each worker's seconds from its start to its first evaluation, spawned as the run does"
+    for name in ("grid", "scaling", "decode-step", "startup"):
+        s = sub.add_parser(name, help=helps[name], description=helps[name])
+        s.add_argument("--model", required=True, help="a shipped model or a config.json (as tune-model takes it)")
         s.add_argument("--tp", type=int, default=1)
-        s.add_argument("--out", required=True)
-        s.add_argument("--batch-sizes", default="vllm")
+        s.add_argument("--out", required=True, help="where the JSON and the runs go")
+    g = sub.choices["grid"]
+    g.add_argument("--batch-sizes", default="vllm", help="the fused-MoE keys (default vLLM's 18)")
+    g.add_argument("--gpus", type=int, default=0, help="GPUs for the grid and for tune-model (default every one)")
+    g.add_argument("--exhaustive", type=lambda t: set(_ints(t)), default={16, 256, 2048},
+                   help="batch sizes timed over the whole grid (default 16,256,2048)")
+    g.add_argument("--sample", type=int, default=128, help="grid configurations (seeded) for the other sizes")
+    g.add_argument("--nearest", type=int, default=16, help="... plus the nearest exhaustive size's fastest")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--jobs", type=int, default=0, help="compile processes a GPU (default the host's cores, less "
+                                                        "two a GPU, shared out)")
+    g.add_argument("--grid-seconds", type=float, default=140.0, help="cap of each grid phase (exhaustive, sampled)")
+    g.add_argument("--tune-seconds", type=float, default=150.0, help="cap of the tune-model run")
+    g.add_argument("--retime-seconds", type=float, default=75.0, help="no batch size is re-timed after this")
+    g.add_argument("--retime-each", type=float, default=3.0, help="seconds of rounds a batch size is re-timed for")
+    g.add_argument("--grid-limit", type=int, default=0, help="only the first N grid configurations (CPU tests)")
+    g.add_argument("--tuner", default=DEFAULT_TUNER, help="tune-model's --tuner (a stand-in on the CPU)")
     sc = sub.choices["scaling"]
     sc.add_argument("--gpus", default="1,2,4", help="the GPU counts to run, comma-separated")
+    sc.add_argument("--batch-sizes", default="vllm")
+    sc.add_argument("--kernels", default="all", help="tune-model's --kernels: a smaller job")
+    sc.add_argument("--max-seconds", type=float, default=None, help="cap of each run (interrupted; counted as far "
+                                                                    "as it got)")
     sc.add_argument("--tuner", default=DEFAULT_TUNER)
-    sub.choices["grid"].add_argument("rest", nargs=argparse.REMAINDER, help="after --: more arguments for "
-                                                                              "autotune_moe.py")
     ds = sub.choices["decode-step"]
-    ds.add_argument("--m", type=int, default=16, help="the batch (tokens of the decode step)")
-    ds.add_argument("--run", required=True, help="the tune-model run's --out (its autotune.db)")
+    ds.add_argument("--ms", type=_ints, default=[1, 16, 64], help="the batches (tokens of the decode step)")
+    ds.add_argument("--run", required=True, help="a tune-model run's --out (its tuned.json)")
     ds.add_argument("--replays", type=int, default=20, help="steps per graph")
     ds.add_argument("--rounds", type=int, default=50)
+    ds.add_argument("--max-seconds", type=float, default=120.0, help="no batch is started after this")
+    st = sub.choices["startup"]
+    st.add_argument("--gpus", type=int, default=0, help="workers, one a GPU, started together (default every GPU)")
+    st.add_argument("--batch-sizes", default="vllm")
+    st.add_argument("--kernels", default="all", help="tune-model's --kernels: which kernel the workers start on")
+    st.add_argument("--tuner", default=DEFAULT_TUNER)
+    st.add_argument("--importtime", action="store_true", help="list the slowest imports (python -X importtime)")
+    st.add_argument("--top", type=int, default=15, help="imports listed")
+    st.add_argument("--max-seconds", type=float, default=300.0, help="cap of each worker")
     args = p.parse_args(argv)
-    result = {"scaling": scaling, "grid": grid, "decode-step": decode_step}[args.what](args)
+    try:
+        result = {"grid": grid, "scaling": scaling, "decode-step": decode_step, "startup": startup}[args.what](args)
+    except ModelError as exc:
+        print(f"tune_model.py: error: {exc}", file=sys.stderr)
+        return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{args.what.replace('-', '_')}.json"
-    path.write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps({k: v for k, v in result.items() if k != "samples_ms"}, indent=1))
+    path.write_text(json.dumps(result, indent=1, default=str) + "\n")
     print(path)
     return 0
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("PYTHONPATH", str(ROOT))
     sys.exit(main())

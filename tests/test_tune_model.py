@@ -82,6 +82,12 @@ def test_deepseek_v3_at_tp8_is_block_fp8_with_latent_attention() -> None:
     assert len(plan.keys) == 10 * 18
 
 
+def test_kernels_keeps_the_families_named(capsys) -> None:
+    assert main(["tune-model", "Mixtral-8x7B", "--tp", "2", "--kernels", "fused_moe", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "1 kernels, 18 keys" in out and "triton_decode_gemm" not in out
+
+
 def test_a_config_json_not_shipped() -> None:
     model = load_model(str(TINY))
     assert (model.name, model.head_dim, model.kv_heads) == ("tiny_moe_config", 32, 2)
@@ -166,8 +172,9 @@ def test_report_per_kernel(tmp_path) -> None:
     plan = make_plan(load_model(str(TINY)), 1, batch_sizes=(1, 2))
     moe = next(k for k in plan.kernels if k.shape.family is Family.FUSED_MOE)
     done = {key.ident: Outcome(key.ident, key.shape.name, key.shape.family.value, key.fields(),
-                               model_standin.CONFIGS[0], 5, 5, 2.5, 1.0, untuned, "confirmed", "cpu", "3.4.0")
-            for key, untuned in zip(moe.keys, (2.0, 8.0), strict=True)}
+                               model_standin.CONFIGS[0], 5, 5, 2.5, 1.0, untuned, "confirmed", "cpu", "3.4.0",
+                               "vllm_fused_moe", compiles, 5 - compiles)
+            for key, untuned, compiles in zip(moe.keys, (2.0, 8.0), (5, 1), strict=True)}
     rep = report.build(plan, done, ["vllm/x.json"])
     row = next(r for r in rep.kernels if r.family == "fused_moe")
     assert (row.decided, row.keys, row.evaluations, row.gpu_s, row.measured) == (2, 2, 10, 5.0, 2)
@@ -177,7 +184,11 @@ def test_report_per_kernel(tmp_path) -> None:
     assert all(r.decided == 0 and r.ratio_geomean is None and r.untuned == "cuBLAS" for r in dense)
     md, js = report.write(rep, tmp_path)
     assert "| 2/2 | 10 | 5.0 |" in md.read_text() and "4.000x" in md.read_text()
-    assert json.loads(js.read_text())["kernels"][0]["ratio_geomean"] == pytest.approx(4.0)
+    assert "| 2.000x - 8.000x | 5, 1 |" in md.read_text()  # compiles per key, in batch-size order
+    doc = json.loads(js.read_text())
+    assert doc["kernels"][0]["ratio_geomean"] == pytest.approx(4.0)
+    assert (doc["kernels"][0]["compiles"], doc["kernels"][0]["loads"]) == ([5, 1], [0, 4])
+    assert [o["compiles"] for o in doc["outcomes"]] == [5, 1]
 
 
 @pytest.fixture
@@ -221,6 +232,10 @@ def test_bad_inputs_say_one_line_exit_2_and_create_nothing(tmp_path, bad) -> Non
     cfg = _config(tmp_path, intermediate_size=510)
     assert "--tp 4: does not divide intermediate_size 510" in bad([cfg, "--tp", "4"])
     assert "--tp 3: does not divide num_attention_heads 32" in bad(["Llama-3-8B", "--tp", "3"])
+    assert "--kernels: expected all or families of triton_decode_gemm, triton_matmul" in \
+        bad(["Llama-3-8B", "--kernels", "moe", "--dry-run"])
+    assert "--kernels: Llama-3-8B at tp 1, bf16, has no kernel of fused_moe" in \
+        bad(["Llama-3-8B", "--kernels", "fused_moe", "--dry-run"])
     assert "MODEL: Llama-9: neither a config.json path nor a shipped model (DeepSeek-V3, Llama-3-70B" in \
         bad(["Llama-9", "--dry-run"])
     assert "missing.json: no such file" in bad(["missing.json"])
@@ -332,6 +347,13 @@ def test_the_default_tuner_on_a_gpu(tmp_path) -> None:
     doc = json.loads((out / "report.json").read_text())
     assert all(k["decided"] == k["keys"] and k["measured"] == k["keys"] for k in doc["kernels"])
     assert [p.name for p in exports.check_folder(out)] and (out / "autotune.db").is_file()
+    # decode keys by the decode family, confirmed beside cuBLAS, found by lookup() in tuned.json
+    decode = [o for o in doc["outcomes"] if o["family"] == "triton_decode_gemm"]
+    assert decode and all(o["space"] == "triton_decode_gemm" and o["how"] == "confirmed" for o in decode)
+    for o in decode:
+        f = o["fields"]
+        assert lookup(Problem.gemm(f["M"], f["N"], f["K"], "bf16", "tn"), space="triton_decode_gemm",
+                      path=out / "tuned.json").exact
     # a second run times nothing
     again = subprocess.run([sys.executable, "-m", "evotune", "tune-model", str(TINY), "--batch-sizes", "1,128",
                             "--gpus", "1", "--out", str(out), "--no-progress"], env=env, capture_output=True,

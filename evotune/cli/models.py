@@ -17,7 +17,7 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
 
     try:
         return tune_model(TuneModelArgs(args.model, args.tp, args.dtype, args.batch_sizes, args.gpus, args.storage,
-                                        args.out, args.dry_run, not args.no_progress, args.tuner))
+                                        args.out, args.dry_run, not args.no_progress, args.tuner, args.kernels))
     except ModelError as exc:
         raise UsageError(str(exc)) from None
     except (WorkerError, ExportError) as exc:
@@ -55,6 +55,9 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     tm.add_argument("--storage", metavar="URL", help="where the run's record and its claims live (default "
                                                      "sqlite under --out; postgresql://... to share across hosts; "
                                                      "each host keeps its keys' trials in its OUT/autotune.db)")
+    tm.add_argument("--kernels", default="all", metavar="all|LIST",
+                    help="the kernel families to tune, comma-separated: fused_moe, triton_decode_gemm, "
+                         "triton_matmul, triton_block_fp8 (default all)")
     tm.add_argument("--out", metavar="DIR", help="outputs folder (default runs/tune_model/MODEL-tpN-DTYPE)")
     tm.add_argument("--dry-run", action="store_true", help="print the kernels, keys and estimated GPU time "
                                                            "beside the grid's; create nothing")

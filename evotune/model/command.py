@@ -23,7 +23,9 @@ from evotune.model.plan import (
     estimate,
     estimate_kernel,
     make_plan,
+    only,
     parse_batch_sizes,
+    parse_kernels,
 )
 from evotune.model.runner import DEFAULT_TUNER, Progress, RunOptions, run, worker_count
 from evotune.storage.url import StorageError, with_driver
@@ -41,6 +43,7 @@ class TuneModelArgs:
     dry_run: bool = False
     progress: bool = True
     tuner: str = DEFAULT_TUNER
+    kernels: str = "all"
 
 
 def _hours(s: float) -> str:
@@ -75,7 +78,8 @@ def default_out(plan: Plan) -> Path:
 
 def tune_model(args: TuneModelArgs, say: Callable[[str], None] = print) -> int:
     model = load_model(args.model)
-    plan = make_plan(model, args.tp, args.dtype, parse_batch_sizes(args.batch_sizes))
+    plan = only(make_plan(model, args.tp, args.dtype, parse_batch_sizes(args.batch_sizes)),
+                parse_kernels(args.kernels))
     if args.dry_run:
         say(plan_text(plan))
         return 0
@@ -94,14 +98,14 @@ def tune_model(args: TuneModelArgs, say: Callable[[str], None] = print) -> int:
         except StorageError as exc:
             raise ModelError(f"--storage: {exc}") from None
     options = RunOptions(args.model, args.tp, plan.dtype, args.batch_sizes, storage, str(out.resolve()),
-                         args.tuner)
+                         args.tuner, args.kernels)
     out.mkdir(parents=True, exist_ok=True)
     progress = _progress_printer() if args.progress else None
     outcomes = run(options, devices, progress)
     if progress is not None:
         sys.stderr.write("\n")
     written = exports.write(outcomes.values(), out, plan.dtype, model.fp8_block)
-    tuned = exports.write_tuned(outcomes.values(), out, plan.dtype, gemm_layout(args.tuner), plan.ident)
+    tuned = exports.write_tuned(outcomes.values(), out, plan.dtype, gemm_layouts(args.tuner), plan.ident)
     rep = report.build(plan, outcomes, [str(p.relative_to(out)) for p in [*written, *([tuned] if tuned else [])]])
     md, js = report.write(rep, out)
     missing = len(plan.keys) - len(outcomes)
@@ -111,14 +115,14 @@ def tune_model(args: TuneModelArgs, say: Callable[[str], None] = print) -> int:
     return 0
 
 
-def gemm_layout(tuner: str) -> str:
-    """The operand layout of the dense GEMMs the tuner times: the default tuner's kernel, else ``tn`` (y = x W^T,
-    the layer's own)."""
+def gemm_layouts(tuner: str) -> dict[str, str]:
+    """The operand layout of the dense GEMMs the tuner times, by space: the default tuner's kernels', else none
+    (``tn``: y = x W^T, the layer's own)."""
     if tuner == DEFAULT_TUNER:
-        from evotune.model.tuning import GEMM_LAYOUT
+        from evotune.model.tuning import LAYOUTS
 
-        return GEMM_LAYOUT
-    return "tn"
+        return dict(LAYOUTS)
+    return {}
 
 
 def _progress_printer() -> Callable[[Progress], None]:

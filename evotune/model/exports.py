@@ -26,7 +26,7 @@ from __future__ import annotations
 import enum
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -222,15 +222,17 @@ class TunedRow:
     study: str
 
 
-def write_tuned(outcomes: Iterable[Outcome], out: Path, dtype: str, layout: str, experiment: str) -> Path | None:
+def write_tuned(outcomes: Iterable[Outcome], out: Path, dtype: str, layouts: Mapping[str, str],
+                experiment: str) -> Path | None:
     """``OUT/tuned.json``: each dense GEMM key's configuration in the tuning-result cache's format, so that
-    ``evotune.lookup(Problem.gemm(M, N, K, dtype, layout), space=..., path=OUT/tuned.json)`` answers it (an
-    interpreter's times as oracle ``cpu``, never standing for a GPU's). None when no dense key was timed."""
+    ``evotune.lookup(Problem.gemm(M, N, K, dtype, layout), space=..., path=OUT/tuned.json)`` answers it, the
+    layout being its space's kernel's (``layouts``, by space name; ``tn``, a linear layer's, for any other); an
+    interpreter's times as oracle ``cpu``, never standing for a GPU's. None when no dense key was timed."""
     rows = []
     for o in outcomes:
         if Family(o.family) not in (Family.DECODE, Family.GEMM) or o.time_ms is None or not o.space:
             continue
-        problem = Problem.gemm(o.fields["M"], o.fields["N"], o.fields["K"], dtype, layout)
+        problem = Problem.gemm(o.fields["M"], o.fields["N"], o.fields["K"], dtype, layouts.get(o.space, "tn"))
         rows.append(TunedRow(o.space, o.device, "cpu" if o.device.startswith("cpu") else "gpu", problem.key,
                              problem.to_dict(), o.config, o.time_ms, experiment, o.key))
     if not rows:

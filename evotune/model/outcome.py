@@ -21,7 +21,7 @@ class Outcome:
     kernel: str  # Shape.name
     family: str  # Family.value
     fields: dict[str, int]  # M, N, K (and E, top_k)
-    config: dict[str, int]  # the chosen configuration, under the kernel's parameter names
+    config: dict[str, Any]  # the chosen configuration, under the kernel's parameter names (as a study stores it)
     evaluations: int  # configurations measured for the key, by any process, ever
     new: int  # of those, by this run
     gpu_s: float  # seconds the key held its GPU in this run
@@ -31,6 +31,8 @@ class Outcome:
     device: str  # torch.cuda.get_device_name(), or what the tuner runs on
     triton_version: str
     space: str = ""  # the search space the tuner searched (its name), for the tuning-result cache
+    compiles: int | None = None  # configurations compiled while the key was searched (None: not counted)
+    loads: int | None = None  # configurations found built (by an earlier key, any worker) in the on-disk cache
 
     @property
     def ratio(self) -> float | None:

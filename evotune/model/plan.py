@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from evotune.model.models import ModelError, ModelSpec
 
@@ -157,6 +157,31 @@ def parse_batch_sizes(text: str) -> tuple[int, ...]:
     if not parts or not all(p.isdigit() and int(p) > 0 for p in parts):
         raise ModelError(f"--batch-sizes: expected vllm or positive integers separated by commas, got {text!r}")
     return tuple(sorted({int(p) for p in parts}))
+
+
+def parse_kernels(text: str) -> frozenset[Family] | None:
+    """``all`` (None) or families by name separated by commas; :class:`ModelError` naming ``--kernels``."""
+    if text == "all":
+        return None
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    known = {f.value: f for f in Family}
+    bad = [n for n in names if n not in known]
+    if not names or bad:
+        raise ModelError(f"--kernels: expected all or families of {', '.join(known)} separated by commas, got "
+                         f"{text!r}")
+    return frozenset(known[n] for n in names)
+
+
+def only(plan: Plan, families: frozenset[Family] | None) -> Plan:
+    """``plan`` with the kernels of ``families`` alone (None: every kernel); :class:`ModelError` when none is
+    left."""
+    if families is None:
+        return plan
+    kept = [k for k in plan.kernels if k.shape.family in families]
+    if not kept:
+        raise ModelError(f"--kernels: {plan.model.name} at tp {plan.tp}, {plan.dtype}, has no kernel of "
+                         f"{', '.join(sorted(f.value for f in families))}")
+    return replace(plan, kernels=kept)
 
 
 def _divides(tp: int, value: int, what: str, model: ModelSpec) -> int:

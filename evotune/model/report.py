@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from evotune.model.outcome import Outcome
@@ -29,6 +29,10 @@ class KernelRow:
     ratio_min: float | None
     ratio_max: float | None
     measured: int  # keys with both times
+    #: configurations compiled for each key, in batch-size order (None: not counted, e.g. under the interpreter)
+    compiles: list[int | None] = field(default_factory=list)
+    #: of the configurations timed, those found built (for an earlier key, by any worker) in the on-disk cache
+    loads: list[int | None] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,8 @@ def build(plan: Plan, outcomes: dict[str, Outcome], files: list[str]) -> Report:
                               round(estimate_kernel(kernel, DEFAULT_BUDGET).grid_gpu_s, 1),
                               kernel.shape.family.untuned,
                               None if not ratios else math.exp(sum(math.log(r) for r in ratios) / len(ratios)),
-                              min(ratios, default=None), max(ratios, default=None), len(ratios)))
+                              min(ratios, default=None), max(ratios, default=None), len(ratios),
+                              [o.compiles for o in got], [o.loads for o in got]))
     devices = sorted({o.device for o in outcomes.values()})
     ordered = [outcomes[k.ident].to_json() for k in plan.keys if k.ident in outcomes]
     return Report(plan.model.name, plan.tp, plan.dtype, ", ".join(devices) or "-", rows, ordered, files)
@@ -62,18 +67,24 @@ def _r(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}x"
 
 
+def _counts(values: list[int | None]) -> str:
+    return "-" if all(v is None for v in values) else ", ".join("-" if v is None else str(v) for v in values)
+
+
 def markdown(report: Report) -> str:
     lines = [f"# tune-model: {report.model}, tp {report.tp}, {report.dtype}", "",
              f"Device: {report.device}. The grid's GPU-seconds are estimated from its size: every configuration "
              f"at every key, {EVAL_S} s an evaluation plus one build per configuration. Ratio: the untuned "
              "default's time over the tuned configuration's, geometric mean over the keys where both were timed "
-             "(min - max).", "",
-             "| kernel | layers | keys | evaluations | GPU-s | grid GPU-s (est.) | vs | ratio | min - max |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "(min - max). Compiles: configurations the compiler built for each key in batch-size order (a "
+             "configuration built for an earlier key of the same specialisation is loaded, not built).", "",
+             "| kernel | layers | keys | evaluations | GPU-s | grid GPU-s (est.) | vs | ratio | min - max | "
+             "compiles per key |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in report.kernels:
         lines.append(f"| {r.kernel} | {', '.join(r.layers)} | {r.decided}/{r.keys} | {r.evaluations} | "
                      f"{r.gpu_s:.1f} | {r.grid_gpu_s:.0f} | {r.untuned} | {_r(r.ratio_geomean)} | "
-                     f"{_r(r.ratio_min)} - {_r(r.ratio_max)} |")
+                     f"{_r(r.ratio_min)} - {_r(r.ratio_max)} | {_counts(r.compiles)} |")
     lines += ["", "## Files", ""] + [f"- `{f}`" for f in report.files] + [""]
     return "\n".join(lines)
 

@@ -9,7 +9,8 @@ key's study holds. A second run skips every decided key.
 
 Workers: ``--gpus N`` starts N processes of ``python -m evotune.model.worker``, each seeing one GPU
 (``CUDA_VISIBLE_DEVICES``); worker ``i`` walks the kernels from the ``i``-th on, each kernel's keys in increasing
-batch size, so workers start on different kernels and each key after a kernel's first has a tuned neighbour. On a
+batch size, so workers start on different kernels and each key after a kernel's first has a tuned neighbour. Every
+worker uses one Triton cache directory, so a configuration one compiled is loaded by the others. On a
 host without a GPU, under the Triton interpreter (``TRITON_INTERPRET=1``), the N workers are CPU processes.
 
 The parent process prints one progress line (keys done, evaluations, an ETA from this run's pace) and waits for
@@ -33,16 +34,22 @@ from pathlib import Path
 
 import optuna
 
+from evotune.measurement.kernel_cache import cache_root
 from evotune.model.models import ModelError, load_model
 from evotune.model.outcome import KeyTuner, Outcome
-from evotune.model.plan import Plan, make_plan, parse_batch_sizes
+from evotune.model.plan import Plan, make_plan, only, parse_batch_sizes, parse_kernels
 from evotune.storage.claims import Claim, make_claims
-from evotune.storage.study import make_storage
+from evotune.storage.study import checked_for_children, make_storage
 
 OUTCOME = "outcome:"  # the record's attribute prefix, then the key's ident
 DEFAULT_TUNER = "evotune.model.tuning:autotune_tuner"
 POLL_S = 0.5
 INTERRUPT_GRACE_S = 5.0
+
+
+def autotune_cache(out: Path) -> str:
+    """The run's autotune cache (``OUT/autotune.db``): the default tuner's studies and decisions."""
+    return f"sqlite:///{(out / 'autotune.db').resolve()}"
 
 
 @dataclass(frozen=True)
@@ -56,9 +63,11 @@ class RunOptions:
     storage: str
     out: str
     tuner: str = DEFAULT_TUNER
+    kernels: str = "all"  # the families tuned (--kernels)
 
     def plan(self) -> Plan:
-        return make_plan(load_model(self.model), self.tp, self.dtype, parse_batch_sizes(self.batch_sizes))
+        return only(make_plan(load_model(self.model), self.tp, self.dtype, parse_batch_sizes(self.batch_sizes)),
+                    parse_kernels(self.kernels))
 
 
 class Ledger:
@@ -121,6 +130,16 @@ def work(options: RunOptions, index: int, workers: int, tuner: KeyTuner | None =
         return set(ledger.outcomes())
 
     ledger.claims.begin(look(), look)
+    try:
+        return _deal(plan, index, tuner, ledger, look)
+    finally:
+        close = getattr(tuner, "close", None)  # a tuner holding processes (a GPU evaluator's) lets them go
+        if callable(close):
+            close()
+
+
+def _deal(plan: Plan, index: int, tuner: KeyTuner, ledger: Ledger, look: Callable[[], set[str]]) -> int:
+    """Claim undecided keys, worker ``index``'s kernels first, tune and record each; how many were decided."""
     kernels = plan.kernels[index % len(plan.kernels):] + plan.kernels[:index % len(plan.kernels)]
     decided = 0
     idle = 0  # passes in a row that took no key while no other live worker held one
@@ -228,13 +247,13 @@ def run(options: RunOptions, devices: tuple[int, list[str] | None],
     procs = []
     payload = json.dumps(asdict(options))
     started = time.monotonic()
+    shared = worker_env(options)
     try:
         for i in range(count):
-            env = dict(os.environ)
+            env = {**os.environ, **shared}
             if ids is not None:
                 env["CUDA_VISIBLE_DEVICES"] = ids[i]
-            procs.append(subprocess.Popen([sys.executable, "-m", "evotune.model.worker", payload, str(i),
-                                           str(count)], env=env))
+            procs.append(subprocess.Popen(worker_command(payload, i, count), env=env))
         last = None
         while True:
             # every worker polled (not any(): a worker that ended must be reaped, or its pid stays a zombie that
@@ -267,6 +286,22 @@ def run(options: RunOptions, devices: tuple[int, list[str] | None],
         raise WorkerError(f"worker {failed[0]} ended with exit code {procs[failed[0]].returncode}; "
                           f"{len(outcomes)}/{total} keys are decided and kept: run the same command to go on")
     return outcomes
+
+
+def worker_env(options: RunOptions) -> dict[str, str]:
+    """What every worker's environment adds: one Triton cache for all of them (the one the GPU evaluator's
+    processes use: a configuration compiled for one key is loaded, not compiled again, by every worker's keys of the
+    same specialisation), and the storages made and checked here once, not in each worker (about a second of
+    Alembic a process)."""
+    triton_cache = os.environ.get("TRITON_CACHE_DIR") or str(cache_root() / "triton")
+    checked = checked_for_children([options.storage, *([autotune_cache(Path(options.out))]
+                                                       if options.tuner == DEFAULT_TUNER else [])])
+    return {"TRITON_CACHE_DIR": triton_cache, **checked}
+
+
+def worker_command(payload: str, index: int, count: int) -> list[str]:
+    """How the run starts worker ``index`` of ``count`` (``payload``: its :class:`RunOptions` as JSON)."""
+    return [sys.executable, "-m", "evotune.model.worker", payload, str(index), str(count)]
 
 
 class WorkerError(RuntimeError):

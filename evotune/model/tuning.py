@@ -11,10 +11,13 @@ study holds: nothing is timed twice. After the decision the chosen configuration
 server runs (``triton.testing.do_bench``, the two side by side): vLLM's default configuration for the fused MoE,
 cuBLAS (``torch.matmul``) for a dense GEMM.
 
-The kernels: the fused MoE of ``examples/triton_autotune/fused_moe.py`` (16-bit, vLLM's grid as its space) and the
-dense GEMM of ``examples/triton_autotune/matmul_space.py``. A key of another kind (fp8 or int8 kernels, the
-decode family and block-fp8 kernels, which are timed by ``python -m evotune run`` experiments) is refused before
-anything is tuned (:func:`check_supported`).
+The kernels are shipped with the package (``search_spaces``, imported by module name, so an installed evotune finds
+them): the fused MoE of ``search_spaces/_triton_fused_moe.py`` (16-bit, vLLM's grid as its space) and the dense
+GEMM of ``search_spaces/_triton_matmul_example.py``, both plain ``@triton.jit`` kernels given their space and key
+here. Decode keys (M <= 64) are the ``triton_decode_gemm``
+family's, tuned in evotune's one tuning loop with the GPU evaluator and confirmed beside cuBLAS (``decode.py``). A key
+of another kind (fp8 or int8 kernels, block-fp8 kernels) is refused before anything is tuned
+(:func:`check_supported`).
 """
 
 from __future__ import annotations
@@ -23,15 +26,20 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evotune.model.autotune_api import VLLM_FIELDS, AheadError, KeyProgress, load_module, tune_kernel
+from evotune.model.compiles import CompileCount
 from evotune.model.models import ModelError
 from evotune.model.outcome import Outcome
-from evotune.model.plan import Family, Key, Plan
+from evotune.model.plan import BUILD_S, EVAL_S, Family, Key, Plan
+from evotune.model.runner import autotune_cache
 
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "examples" / "triton_autotune"
+if TYPE_CHECKING:
+    from evotune.model.decode import DecodeTuner
+
+MOE_MODULE = "search_spaces._triton_fused_moe"
+GEMM_MODULE = "search_spaces._triton_matmul_example"
 TORCH_DTYPES = {"bf16": "bfloat16"}
 
 
@@ -46,15 +54,19 @@ class KernelSource:
 
 
 SOURCES = {
-    Family.FUSED_MOE: KernelSource(f"{EXAMPLES / 'fused_moe.py'}:moe_gemm_kernel", f"{EXAMPLES / 'fused_moe.py'}:SPACE",
-                                   "M,N,K,E"),
-    Family.GEMM: KernelSource(f"{EXAMPLES / 'matmul_space.py'}:matmul_space_kernel", None, None),
+    Family.FUSED_MOE: KernelSource(f"{MOE_MODULE}:moe_gemm_kernel", f"{MOE_MODULE}:SPACE", "M,N,K,E"),
+    Family.GEMM: KernelSource(f"{GEMM_MODULE}:matmul_space_plain", f"{GEMM_MODULE}:SPACE", "M,N,K"),
 }
 
-#: the search spaces of the two kernels, by the names they carry (fused_moe.py's SPACE, matmul_space.py's SPACE)
+#: a configuration's compile in evaluations' worth of GPU time: a key's search weighs the configurations not built
+#: for an earlier key of the same specialisation (Triton's: M is 1, a multiple of 16, or neither) by it
+COMPILE_COST = BUILD_S / EVAL_S
+
+#: the search spaces of the two kernels, by the names they carry (the SPACE of each module)
 SPACES = {Family.FUSED_MOE: "vllm_fused_moe", Family.GEMM: "matmul_example"}
-#: the layout of the GEMM kernel's operands: x (M x K) times a K x N weight, both row-major
-GEMM_LAYOUT = "nn"
+#: the layout of each dense kernel's operands, by its space: the GEMM kernel's x (M x K) times a K x N weight, both
+#: row-major; the decode kernel's K-contiguous weight (N x K), as a linear layer keeps it
+LAYOUTS = {SPACES[Family.GEMM]: "nn", Family.DECODE.value: "tn"}
 
 
 def check_supported(plan: Plan) -> None:
@@ -68,40 +80,57 @@ def check_supported(plan: Plan) -> None:
 
 
 class AutotuneTuner:
-    """Tunes keys with ``evotune.autotune`` into ``cache`` (decode keys with the GEMM kernel, at their M), each
-    within its kernel's budget (autotune's default, 64 evaluations a key; 40 for the GEMM example's)."""
+    """Tunes fused-MoE and GEMM keys with ``evotune.autotune`` into ``cache``, decode keys with the decode family
+    (:class:`~evotune.model.decode.DecodeTuner`, in the same ``OUT/autotune.db``), each within the default budget
+    (64 evaluations a key)."""
 
-    def __init__(self, plan: Plan, out: Path):
+    def __init__(self, plan: Plan, out: Path, decode: DecodeTuner | None = None):
         check_supported(plan)
         self.plan, self.out = plan, out
-        self.cache = f"sqlite:///{(out / 'autotune.db').resolve()}"
+        self.cache = autotune_cache(out)
+        self._decode = decode
+
+    @property
+    def decode(self) -> DecodeTuner:
+        """The decode keys' tuner, made on the first (its imports, the run machinery's, wait for it)."""
+        if self._decode is None:
+            from evotune.model.decode import DecodeTuner
+
+            self._decode = DecodeTuner(self.out, self.plan.dtype, self.plan.ident)
+        return self._decode
 
     def tune(self, key: Key) -> Outcome:
-        family = Family.GEMM if key.shape.family is Family.DECODE else key.shape.family
+        if key.shape.family is Family.DECODE:
+            return self.decode.tune(key)
+        family = key.shape.family
         source = SOURCES[family]
         fields: dict[str, Any] = {"M": key.m, "N": key.shape.n, "K": key.shape.k,
                                   "dtype": TORCH_DTYPES[self.plan.dtype]}
         if family is Family.FUSED_MOE:
             fields.update(E=key.shape.experts, top_k=key.shape.top_k)
         events: list[KeyProgress] = []
-        with tempfile.TemporaryDirectory(dir=self.out) as tmp:
+        with tempfile.TemporaryDirectory(dir=self.out) as tmp, CompileCount() as count:
             keys = Path(tmp) / "key.toml"
             keys.write_text("[[key]]\n" + "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in fields.items()))
             try:
                 ((_, config, decision),) = tune_kernel(source.ref, keys, self.cache, source.space, source.key,
-                                                       events.append)
+                                                       events.append, COMPILE_COST)
             except AheadError as exc:
                 raise ModelError(str(exc)) from None
         done = events[-1]
         chosen = {k: int(v) for k, v in config.all_kwargs().items() if isinstance(v, int)}
-        tuned_ms, untuned_ms = _against_untuned(source, family, key, fields, chosen, self.cache)
+        tuned_ms, untuned_ms = _against_untuned(source, family, key, fields, chosen)
         import triton
 
         return Outcome(key.ident, key.shape.name, key.shape.family.value, key.fields(), chosen, done.evaluations,
                        done.new, done.seconds, tuned_ms if tuned_ms is not None else
                        (None if decision is None else decision.time_ms), untuned_ms,
                        "single" if decision is None else decision.how, _device(), str(triton.__version__),
-                       SPACES[family])
+                       SPACES[family], count.compiles, count.loads)
+
+    def close(self) -> None:
+        if self._decode is not None:
+            self._decode.close()
 
 
 def _device() -> str:
@@ -111,8 +140,8 @@ def _device() -> str:
 
 
 def _against_untuned(source: KernelSource, family: Family, key: Key, fields: dict[str, Any],
-                     chosen: dict[str, int], cache: str) -> tuple[float | None, float | None]:
-    """(tuned ms, untuned ms), timed side by side on the GPU (the tuned kernel reads its decision from ``cache``);
+                     chosen: dict[str, int]) -> tuple[float | None, float | None]:
+    """(tuned ms, untuned ms), timed side by side on the GPU (the plain kernel launched with the decision);
     (None, None) under the interpreter."""
     if os.environ.get("TRITON_INTERPRET") == "1":
         return None, None
@@ -130,11 +159,10 @@ def _against_untuned(source: KernelSource, family: Family, key: Key, fields: dic
                 "untuned": lambda: plain[grid](*args, **kwargs, **default)}
     else:
         grid, args = module.make_args(key.m, key.shape.n, key.shape.k, fields["dtype"])
-        tuned = module.matmul_space_kernel
-        tuned.use_cache(cache)
-        tuned.mode = "cache-only"  # the decision just made; nothing is tuned again
+        gemm = module.matmul_space_plain
+        config = {p.name: chosen[p.name] for p in module.SPACE.params}  # the decision just made, as launched
         a, b = args[0], args[1]
-        runs = {"tuned": lambda: tuned[grid](*args), "untuned": lambda: torch.matmul(a, b)}
+        runs = {"tuned": lambda: gemm[grid](*args, **config), "untuned": lambda: torch.matmul(a, b)}
     best: dict[str, float] = {}
     for _ in range(3):  # alternated rounds: a clock or thermal drift reaches both
         for name, run in runs.items():

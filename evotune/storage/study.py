@@ -30,6 +30,7 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import json
+import os
 import time
 import warnings
 from collections.abc import Iterator, Mapping
@@ -117,11 +118,25 @@ def create_database(url: str) -> None:
         engine.dispose()
 
 
+#: the storage URLs (one a line) that a parent process opened for its child processes: their tables are made and
+#: checked against this Optuna, so a child skips both (Alembic's check costs a new process about 2 s)
+CHECKED_ENV = "EVOTUNE_STORAGES_CHECKED"
+
+
+def checked_for_children(urls: list[str]) -> dict[str, str]:
+    """Open each of ``urls`` (making its tables, checking its schema), and the environment entry that tells child
+    processes so (:data:`CHECKED_ENV`)."""
+    for url in urls:
+        make_storage(url)
+    return {CHECKED_ENV: "\n".join(with_driver(u) for u in urls)}
+
+
 def make_storage(url: str) -> optuna.storages.BaseStorage:
     """An Optuna storage for ``url``: RDB URLs (sqlite, postgresql, ...) or ``journal:PATH``, created when missing.
 
     :class:`~evotune.storage.url.StorageError` (one line) for an unknown URL, a server URL whose driver is not
-    installed, or an existing file that is not a sound storage (checked before anything is written to it).
+    installed, or an existing file that is not a sound storage (checked before anything is written to it). A URL
+    the parent process checked (:data:`CHECKED_ENV`) is opened without making or checking its tables again.
     """
     url = with_driver(url)
     if url.startswith("journal:"):
@@ -135,6 +150,10 @@ def make_storage(url: str) -> optuna.storages.BaseStorage:
             check_sqlite_file(db)
     # heartbeat-free RDB storage; a trial is added whole, so none can be left RUNNING
     import sqlalchemy
+
+    if (db is None or db.exists()) and url in os.environ.get(CHECKED_ENV, "").splitlines():
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs(url), skip_compatibility_check=True,
+                                          skip_table_creation=True)
 
     attempt = 0
     while True:

@@ -205,9 +205,12 @@ def check_device() -> None:
 
 def tune_kernel(ref: str, keys_path: Path, cache: str | None = None, space: str | None = None,
                 key_names: str | None = None, progress: Callable[[KeyProgress], None] | None = None,
-                ) -> list[tuple[dict[str, Any], Any, Decision | None]]:
-    """Tune every key of the file; (the key's fields, the chosen triton.Config, its decision) for each."""
+                compile_cost: float = 0.0) -> list[tuple[dict[str, Any], Any, Decision | None]]:
+    """Tune every key of the file; (the key's fields, the chosen triton.Config, its decision) for each.
+    ``compile_cost`` (evaluations' worth of time a compile takes): above 0, each key's search weighs the
+    configurations not built for an earlier key of the same specialisation by it."""
     kernel, module = load_kernel(ref, space, key_names)
+    kernel.compile_cost = float(compile_cost)
     keys = load_keys(keys_path, module)
     check_device()
     if cache is not None:

@@ -39,6 +39,7 @@ from typing import Any
 from evotune.core.result import EvalResult
 from evotune.core.space import FeasibleSet, Point, SearchSpace
 from evotune.search import launch
+from evotune.triton_tuning.builds import built_points
 from evotune.triton_tuning.cache import CacheArg, Decision, DecisionStore, KernelId, cache_url
 from evotune.triton_tuning.compile_ahead import compile_ahead
 from evotune.triton_tuning.configs import Candidates, LaunchContext, TritonConfig
@@ -99,6 +100,9 @@ class Autotuner:
         self.perf_model, self.top_k = self.prune_by.perf_model, self.prune_by.top_k
         self.early_config_prune = self.prune_by.early_config_prune
         self.budget, self.mode, self.confirm = int(budget), mode, int(confirm)
+        # a configuration's compile in evaluations' worth of time: above 0, a key's search weighs the configurations
+        # not built for an earlier key of the same specialisation by it (evotune.triton_tuning.builds)
+        self.compile_cost = 0.0
         # the GPU oracle always times CUDA graphs, and decisions always persist (where `cache` says): the two
         # flags of Triton's are kept as given and change nothing
         self.use_cuda_graph, self.cache_results = bool(use_cuda_graph), bool(cache_results)
@@ -234,7 +238,8 @@ class Autotuner:
                      compile_ahead=lambda points: compile_ahead(self.fn, args, kwargs,
                                                                 [candidates.config(p) for p in points]),
                      programs=None if counts is None else (lambda p: counts[space.key(p)]), sms=_sms(args),
-                     ctx=LaunchContext(args={**(self.nargs or {}), **kwargs}))
+                     ctx=LaunchContext(args={**(self.nargs or {}), **kwargs}), compile_cost=self.compile_cost,
+                     built=built_points(self.decision_store, fields, space) if self.compile_cost > 0 else frozenset())
         started = time.perf_counter()
         decision = tune_key(job)
         self.bench_time = time.perf_counter() - started

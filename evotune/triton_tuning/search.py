@@ -78,6 +78,11 @@ class KeyJob:
     sms: int | None = None
     #: what the space's constraints read of the launch (a :class:`~evotune.triton_tuning.configs.LaunchContext`)
     ctx: Context = field(default_factory=Context)
+    #: what compiling a configuration costs, in evaluations' worth of time; above 0, the search weighs a point not
+    #: in ``built`` by it (:mod:`evotune.search.compile_cost`)
+    compile_cost: float = 0.0
+    #: the points built already (``space.key``): measured for another key of the same specialisation
+    built: frozenset[str] = frozenset()
 
     @property
     def points(self) -> list[Point]:
@@ -182,8 +187,16 @@ def _search(job: KeyJob) -> Strategy:
     # weighs, as several are (dropping it after its first own result, as `default` does, cost the large space's
     # replay at the default budget 32 x 4096 x 4096: 9 -> 30 evaluations to 0.99, 256 x 4096 x 4096: 8 -> 31,
     # 4096^3: 8 -> 26; docs/STRATEGY_DESIGN.md)
-    return make_strategy("default", job.space, job.feasible, seed=job.seed, sources=srcs, lone_patience=0,
-                         launch=None if counts is None else launch.table(counts, job.sms))
+    table = None if counts is None else launch.table(counts, job.sms)
+    if job.compile_cost <= 0:
+        return make_strategy("default", job.space, job.feasible, seed=job.seed, sources=srcs, lone_patience=0,
+                             launch=table)
+    # every configuration is its own kernel: the space says which are built, so the search weighs the others'
+    # compile (and draws its first points among the built ones where there are enough)
+    space = replace(job.space, built=lambda point, problem: job.space.key(point) in job.built)
+    ctx = replace(job.ctx, problem=Problem(kind="triton", label=key_text(job.key)))
+    return make_strategy("default", space, job.feasible, seed=job.seed, ctx=ctx, sources=srcs, lone_patience=0,
+                         launch=table, compile_cost=job.compile_cost)
 
 
 def decide(job: KeyJob, store: StudyStore) -> Decision:

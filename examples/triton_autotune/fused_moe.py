@@ -1,10 +1,11 @@
 """A fused-MoE grouped GEMM tuned by ``evotune.autotune`` over vLLM's config grid, with a torch reference.
 
-The kernel is written as vLLM writes its own: a plain ``@triton.jit`` kernel, ``moe_gemm_kernel``,
-launched with its configuration as keyword arguments (:func:`invoke_moe_gemm`: ``BLOCK_SIZE_M=...,
-num_warps=...``, the configuration a caller reads from vLLM's JSON files, :func:`config_for`). It is
-tuned without editing it: ``moe_gemm_tuned`` is ``evotune.autotune(...)`` applied to it, and
-``tune-kernel`` takes the plain kernel with ``--space`` and ``--key``.
+The kernel is written as vLLM writes its own: a plain ``@triton.jit`` kernel, ``moe_gemm_kernel`` (shipped
+with evotune, as ``tune-model`` tunes it, in ``search_spaces/_triton_fused_moe.py`` with its launch helpers and
+space; this file imports them), launched with its configuration as keyword arguments
+(:func:`invoke_moe_gemm`: ``BLOCK_SIZE_M=..., num_warps=...``, the configuration a caller reads from vLLM's JSON
+files, :func:`config_for`). It is tuned without editing it: ``moe_gemm_tuned`` is ``evotune.autotune(...)``
+applied to it, and ``tune-kernel`` takes the plain kernel with ``--space`` and ``--key``.
 
 Routing is torch: the top-k experts of each token (softmax over a gate), the token
 slots sorted by expert and each expert's run padded to a multiple of the block size
@@ -38,188 +39,27 @@ import os
 import sys
 
 import torch
-import triton
-import triton.language as tl
 
 import evotune
-from evotune.authoring import SearchSpace, constraint, ordinal
-
-BLOCK_M_CHOICES = (16, 32, 64, 128, 256)
-#: shared memory a Hopper block may use (227 KiB); the compiled-kernel check catches what this model misses
-SHARED_BYTES = 232_448
-
-
-def _pow2_at_least(x: int) -> int:
-    return 1 << max(0, int(x - 1).bit_length())
-
-
-def _tokens_per_expert(args: dict) -> float:
-    return args["M"] * args["top_k"] / args["E"]
-
-
-SPACE = SearchSpace(
-    "vllm_fused_moe",
-    [ordinal("BLOCK_SIZE_M", BLOCK_M_CHOICES), ordinal("BLOCK_SIZE_N", (32, 64, 128, 256)),
-     ordinal("BLOCK_SIZE_K", (64, 128, 256)), ordinal("GROUP_SIZE_M", (1, 16, 32, 64)),
-     ordinal("num_warps", (4, 8)), ordinal("num_stages", (2, 3, 4, 5))],
-    constraints=[
-        constraint("block-n-within-n", lambda p, ctx: p["BLOCK_SIZE_N"] <= max(32, _pow2_at_least(ctx.args["N"])),
-                   "BLOCK_SIZE_N {BLOCK_SIZE_N} is larger than N rounded up to a power of two"),
-        constraint("block-k-within-k", lambda p, ctx: p["BLOCK_SIZE_K"] <= max(64, _pow2_at_least(ctx.args["K"])),
-                   "BLOCK_SIZE_K {BLOCK_SIZE_K} is larger than K rounded up to a power of two"),
-        constraint("block-m-vs-tokens-per-expert",
-                   lambda p, ctx: p["BLOCK_SIZE_M"] <= max(16, 2 * _pow2_at_least(int(_tokens_per_expert(ctx.args)))),
-                   "BLOCK_SIZE_M {BLOCK_SIZE_M} is over twice the tokens an expert gets on average: mostly padding"),
-        constraint("accumulator-registers",
-                   lambda p, ctx: p["BLOCK_SIZE_M"] * p["BLOCK_SIZE_N"] <= 128 * 32 * p["num_warps"],
-                   "a {BLOCK_SIZE_M}x{BLOCK_SIZE_N} fp32 accumulator needs over 128 registers a thread with "
-                   "{num_warps} warps"),
-        constraint("shared-memory",
-                   lambda p, ctx: (p["BLOCK_SIZE_M"] + p["BLOCK_SIZE_N"]) * p["BLOCK_SIZE_K"]
-                   * ctx.args["a"].element_size() * p["num_stages"] <= SHARED_BYTES,
-                   "{num_stages} stages of {BLOCK_SIZE_M}x{BLOCK_SIZE_K} and {BLOCK_SIZE_K}x{BLOCK_SIZE_N} tiles "
-                   "exceed the shared memory"),
-    ],
-    description="vLLM's fused-MoE config grid (benchmark_moe.py, get_configs_compute_bound)",
+from search_spaces._triton_fused_moe import (
+    BLOCK_M_CHOICES,
+    SPACE,
+    align,
+    align_all,
+    config_for,
+    default_config,
+    invoke_moe_gemm,
+    make_args,
+    make_inputs,
+    make_launch,
+    make_vllm_args,
+    moe_gemm_kernel,
+    reference,
+    route,
 )
-
-
-@triton.jit
-def moe_gemm_kernel(a, w, c, slot_ids, block_expert, align_offsets, weights, M, N, K, E,
-                    stride_am, stride_ak, stride_we, stride_wn, stride_wk, stride_cm, stride_cn,
-                    top_k: tl.constexpr, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr,
-                    BLOCK_SIZE_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr):
-    # this BLOCK_SIZE_M's alignment: align_offsets holds (slot start, block start, padded slots) per choice
-    if BLOCK_SIZE_M == 16:
-        variant = 0
-    elif BLOCK_SIZE_M == 32:
-        variant = 1
-    elif BLOCK_SIZE_M == 64:
-        variant = 2
-    elif BLOCK_SIZE_M == 128:
-        variant = 3
-    else:
-        variant = 4
-    slot_start = tl.load(align_offsets + 3 * variant)
-    block_start = tl.load(align_offsets + 3 * variant + 1)
-    padded = tl.load(align_offsets + 3 * variant + 2)
-
-    pid = tl.program_id(0)
-    num_m = (padded + BLOCK_SIZE_M - 1) // BLOCK_SIZE_M
-    num_n = (N + BLOCK_SIZE_N - 1) // BLOCK_SIZE_N
-    group = GROUP_SIZE_M * num_n
-    first_m = (pid // group) * GROUP_SIZE_M
-    size_m = tl.minimum(num_m - first_m, GROUP_SIZE_M)
-    pid_m = first_m + ((pid % group) % size_m)
-    pid_n = (pid % group) // size_m
-    if pid_m * BLOCK_SIZE_M >= padded:
-        return
-    valid = M * top_k
-    slots = tl.load(slot_ids + slot_start + pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M))
-    live = slots < valid
-    expert = tl.load(block_expert + block_start + pid_m)
-    rows = slots // top_k
-    rn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
-    rk = tl.arange(0, BLOCK_SIZE_K)
-    acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
-    for k0 in range(0, (K + BLOCK_SIZE_K - 1) // BLOCK_SIZE_K):
-        kk = k0 * BLOCK_SIZE_K + rk
-        x = tl.load(a + rows[:, None] * stride_am + kk[None, :] * stride_ak,
-                    mask=live[:, None] & (kk[None, :] < K), other=0.0)
-        wt = tl.load(w + expert * stride_we + kk[:, None] * stride_wk + rn[None, :] * stride_wn,
-                     mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
-        acc += tl.dot(x, wt)
-    acc = acc * tl.load(weights + slots, mask=live, other=0.0)[:, None]
-    tl.store(c + slots[:, None] * stride_cm + rn[None, :] * stride_cn, acc.to(c.dtype.element_ty),
-             mask=live[:, None] & (rn[None, :] < N))
-
 
 #: the kernel under evotune.autotune, its module left as it is (the same kernel: its studies are the plain one's)
 moe_gemm_tuned = evotune.autotune(space=SPACE, key=["M", "N", "K", "E"], budget=48)(moe_gemm_kernel)
-
-
-def route(x: torch.Tensor, gate: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(weights, expert ids) of each token's top-k experts, each of shape (tokens, top_k)."""
-    probs = torch.softmax(x.float() @ gate.float(), dim=-1)
-    weights, ids = torch.topk(probs, top_k, dim=-1)
-    return weights / weights.sum(dim=-1, keepdim=True), ids
-
-
-def align(ids: torch.Tensor, experts: int, block: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """vLLM's moe_align_block_size: the token slots sorted by expert, each expert's run padded with the
-    sentinel ``ids.numel()`` to a multiple of ``block``; and the expert of each block."""
-    flat = ids.flatten()
-    order = torch.argsort(flat, stable=True)
-    counts = torch.bincount(flat, minlength=experts).tolist()
-    slots, owners, start = [], [], 0
-    for e, n in enumerate(counts):
-        padded = -(-n // block) * block
-        run = torch.full((padded,), flat.numel(), dtype=torch.int32)
-        run[:n] = order[start:start + n].to(torch.int32)
-        slots.append(run)
-        owners += [e] * (padded // block)
-        start += n
-    return torch.cat(slots), torch.tensor(owners, dtype=torch.int32)
-
-
-def align_all(ids: torch.Tensor, experts: int, device: torch.device) -> tuple[torch.Tensor, ...]:
-    """The alignment for every BLOCK_SIZE_M choice, concatenated, with (slot start, block start, padded slots)
-    per choice; and the padded slots of each choice, for the grid."""
-    slots, owners, table, padded = [], [], [], {}
-    s0 = b0 = 0
-    for bm in BLOCK_M_CHOICES:
-        s, o = align(ids, experts, bm)
-        slots.append(s)
-        owners.append(o)
-        table += [s0, b0, len(s)]
-        padded[bm] = len(s)
-        s0, b0 = s0 + len(s), b0 + len(o)
-    return (torch.cat(slots).to(device), torch.cat(owners).to(device),
-            torch.tensor(table, dtype=torch.int32, device=device), padded)
-
-
-def make_launch(x: torch.Tensor, w: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, top_k: int):
-    """(grid, args, kwargs) of one launch; the output (tokens x top_k, N) is args[2]."""
-    tokens, k = x.shape
-    experts, n, _ = w.shape
-    slot_ids, block_expert, offsets, padded = align_all(ids, experts, x.device)
-    c = torch.zeros(tokens * top_k, n, device=x.device, dtype=x.dtype)
-    flat_w = weights.flatten().to(torch.float32)
-
-    def grid(meta: dict) -> tuple[int]:
-        bm, bn = meta["BLOCK_SIZE_M"], meta["BLOCK_SIZE_N"]
-        return (triton.cdiv(padded[bm], bm) * triton.cdiv(n, bn),)
-
-    args = (x, w, c, slot_ids, block_expert, offsets, flat_w, tokens, n, k, experts,
-            x.stride(0), x.stride(1), w.stride(0), w.stride(1), w.stride(2), c.stride(0), c.stride(1))
-    return grid, args, {"top_k": top_k}
-
-
-def default_config(M: int, E: int) -> dict[str, int]:
-    """The configuration a caller with no tuned file launches with: small tiles while an expert gets a token or
-    so, larger ones past that (the shape of vLLM's default)."""
-    if M <= E:
-        return {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 4,
-                "num_stages": 3}
-    return {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 16, "num_warps": 4,
-            "num_stages": 3}
-
-
-def config_for(M: int, E: int, configs: dict[int, dict[str, int]] | None = None) -> dict[str, int]:
-    """The configuration for M tokens from a vLLM-style file's ``{batch size: config}`` (the batch size nearest
-    M, as vLLM picks it; ``export-configs --format vllm-moe`` writes such files), else :func:`default_config`."""
-    if not configs:
-        return default_config(M, E)
-    return dict(configs[min(configs, key=lambda b: abs(b - M))])
-
-
-def invoke_moe_gemm(x: torch.Tensor, w: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, top_k: int,
-                    config: dict[str, int], kernel=moe_gemm_kernel) -> torch.Tensor:
-    """One launch of the plain kernel, its configuration passed as keyword arguments (as vLLM's
-    ``invoke_fused_moe_kernel`` launches its kernel); the output (tokens x top_k, N)."""
-    grid, args, kwargs = make_launch(x, w, weights, ids, top_k)
-    kernel[grid](*args, **kwargs, **config)
-    return args[2]
 
 
 def fused_moe(x: torch.Tensor, gate: torch.Tensor, w: torch.Tensor, top_k: int, kernel=moe_gemm_tuned,
@@ -231,40 +71,9 @@ def fused_moe(x: torch.Tensor, gate: torch.Tensor, w: torch.Tensor, top_k: int, 
     return out.view(x.shape[0], top_k, -1).float().sum(dim=1).to(x.dtype)
 
 
-def reference(x: torch.Tensor, gate: torch.Tensor, w: torch.Tensor, top_k: int) -> torch.Tensor:
-    weights, ids = route(x, gate, top_k)
-    out = torch.zeros(x.shape[0], w.shape[1], dtype=torch.float32, device=x.device)
-    for j in range(top_k):
-        for e in range(w.shape[0]):
-            rows = ids[:, j] == e
-            out[rows] += weights[rows, j, None] * (x[rows].float() @ w[e].float().T)
-    return out.to(x.dtype)
-
-
-def make_inputs(M: int, N: int, K: int, E: int, dtype: str = "float16",
-                seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Seeded random (x, gate, w) of a key, on the GPU when there is one."""
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    g = torch.Generator().manual_seed(seed)
-    dt = getattr(torch, dtype)
-    x = torch.randn(M, K, generator=g).to(device, dt)
-    gate = torch.randn(K, E, generator=g).to(device, dt)
-    w = (torch.randn(E, N, K, generator=g) / K**0.5).to(device, dt)
-    return x, gate, w
-
-
-def make_args(M: int, N: int, K: int, E: int, top_k: int = 2, dtype: str = "float16", seed: int = 0):
-    """A key's launch for ``tune-kernel`` (grid, args, kwargs), on :func:`make_inputs`."""
-    x, gate, w = make_inputs(M, N, K, E, dtype, seed)
-    weights, ids = route(x, gate, top_k)
-    return make_launch(x, w, weights, ids, top_k)
-
-
-def make_vllm_args(M: int, N: int, K: int, E: int, top_k: int = 2, dtype: str = "float16", seed: int = 0):
-    """A key's launch as a vLLM-style caller makes it for the plain kernel: :func:`make_args`'s, its keyword
-    arguments holding the default configuration too (``tune-kernel`` drops it: the tuner chooses it)."""
-    grid, args, kwargs = make_args(M, N, K, E, top_k, dtype, seed)
-    return grid, args, {**kwargs, **default_config(M, E)}
+__all__ = ["BLOCK_M_CHOICES", "SPACE", "align", "align_all", "config_for", "default_config", "fused_moe",
+           "invoke_moe_gemm", "make_args", "make_inputs", "make_launch", "make_vllm_args", "moe_gemm_kernel",
+           "moe_gemm_tuned", "reference", "route"]
 
 
 if __name__ == "__main__":

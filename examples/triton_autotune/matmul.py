@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 
 import evotune
+from search_spaces._triton_matmul_example import grid, launch_args, make_args, matmul_body
 
 #: a small list: no longer than the budget, so it is timed whole, as triton.autotune does
 CONFIGS = [
@@ -33,32 +34,6 @@ CONFIGS = [
 ]
 
 
-@triton.jit
-def matmul_body(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    pid = tl.program_id(0)
-    num_m = tl.cdiv(M, BLOCK_M)
-    num_n = tl.cdiv(N, BLOCK_N)
-    group = GROUP_M * num_n
-    first_m = (pid // group) * GROUP_M
-    size_m = min(num_m - first_m, GROUP_M)
-    pid_m = first_m + ((pid % group) % size_m)
-    pid_n = (pid % group) // size_m
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        kk = k * BLOCK_K + rk
-        a = tl.load(a_ptr + rm[:, None] * stride_am + kk[None, :] * stride_ak,
-                    mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
-        b = tl.load(b_ptr + kk[:, None] * stride_bk + rn[None, :] * stride_bn,
-                    mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
-        acc += tl.dot(a, b)
-    c = acc.to(c_ptr.dtype.element_ty)
-    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, c, mask=(rm[:, None] < M) & (rn[None, :] < N))
-
-
 @evotune.autotune(configs=CONFIGS, key=["M", "N", "K"])
 @triton.jit
 def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
@@ -67,30 +42,13 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
                 BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
 
 
-def grid(M: int, N: int):
-    return lambda META: (triton.cdiv(M, META["BLOCK_M"]) * triton.cdiv(N, META["BLOCK_N"]),)
-
-
-def launch_args(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> tuple:
-    M, K = a.shape
-    _, N = b.shape
-    return (a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
-
-
 def matmul(a: torch.Tensor, b: torch.Tensor, kernel=matmul_kernel) -> torch.Tensor:
     c = torch.empty((a.shape[0], b.shape[1]), device=a.device, dtype=a.dtype)
     kernel[grid(a.shape[0], b.shape[1])](*launch_args(a, b, c))
     return c
 
 
-def make_args(M: int, N: int, K: int, dtype: str = "float16"):
-    """A key's launch for ``tune-kernel``: (grid, args) on fresh random inputs."""
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    dt = getattr(torch, dtype)
-    a = torch.randn(M, K, device=device, dtype=dt)
-    b = torch.randn(K, N, device=device, dtype=dt)
-    c = torch.empty(M, N, device=device, dtype=dt)
-    return grid(M, N), launch_args(a, b, c)
+__all__ = ["CONFIGS", "grid", "launch_args", "make_args", "matmul", "matmul_body", "matmul_kernel"]
 
 
 if __name__ == "__main__":

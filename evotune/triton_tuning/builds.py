@@ -1,0 +1,54 @@
+"""Which configurations of a key are built already: measured for another key that Triton compiles the same.
+
+Triton specialises a kernel by its integer arguments only through their value class: 1, divisible by 16, or
+neither (and its tensors by dtype). A configuration measured for one key is in Triton's on-disk cache for every
+key whose values fall in the same classes (M = 16, 32 and 48 of one N, K share a binary; M = 1, 2 and 16 do not),
+so a search over a later key can count it as costing no compile (:mod:`evotune.search.compile_cost`).
+
+Example::
+
+    specialisation({"M": 48, "N": 4096, "a.dtype": "torch.float16"})   # ("16", "16", "torch.float16")
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from optuna.trial import TrialState
+
+from evotune.core.space import SearchSpace
+from evotune.triton_tuning.cache import DecisionStore
+
+DIVISIBILITY = 16  # Triton's specialisation of an integer argument
+
+
+def value_class(value: Any) -> str:
+    """What Triton's specialisation keeps of one key value: ``1``, ``16`` (divisible by 16), ``-`` (neither) for an
+    integer; any other value as it is."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return "1" if value == 1 else str(DIVISIBILITY) if value % DIVISIBILITY == 0 else "-"
+    return str(value)
+
+
+def specialisation(key: dict[str, Any]) -> tuple[str, ...]:
+    """The key as Triton's specialisation sees it: two keys with the same one share every compiled configuration."""
+    return tuple(f"{name}={value_class(value)}" for name, value in key.items())
+
+
+def built_points(cache: DecisionStore, key: dict[str, Any], space: SearchSpace) -> frozenset[str]:
+    """The points (``space.key``) measured for the other keys of ``cache``'s kernel that share ``key``'s
+    specialisation: built already, in the Triton cache every process of the host shares."""
+    mine = specialisation(key)
+    out: set[str] = set()
+    for other, _, _ in cache.tuned():
+        if other == key or list(other) != list(key) or specialisation(other) != mine:
+            continue
+        store = cache.existing(other, space)
+        if store is None:
+            continue
+        for t in store.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            try:
+                out.add(space.key(space.from_storage(t.params)))
+            except (KeyError, ValueError):
+                continue  # a parameter value this space no longer offers
+    return frozenset(out)

@@ -1,0 +1,137 @@
+"""Compiles across batch sizes: a fused-MoE configuration built for one key is built for every key Triton
+specialises the same (M = 1, a multiple of 16, or neither), and a key's search weighs the configurations not built
+yet by their compile (``compile_cost``). A stand-in measures each configuration on a synthetic landscape and counts
+a compile the first time a configuration is measured for a specialisation, as Triton's shared on-disk cache does."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from evotune.core.problem import Problem
+from evotune.core.result import EvalResult, Status
+from evotune.core.space import Context, FeasibleSet, Point, SearchSpace, ordinal
+from evotune.model.compiles import CompileCount
+from evotune.search.compile_cost import Kernels
+from evotune.triton_tuning.builds import built_points, specialisation
+from evotune.triton_tuning.cache import DecisionStore, KernelId
+from evotune.triton_tuning.configs import LaunchContext
+from evotune.triton_tuning.search import KeyJob, _search, tune_key
+from evotune.triton_tuning.timers import WallClockTimer
+
+pytest.importorskip("torch")
+from search_spaces._triton_fused_moe import SPACE
+
+N, K, E, TOP_K = 2 * 14336 // 2, 4096, 8, 2  # Mixtral-8x7B at tp 2: gate-up N = 2 x 14336 / 2
+BUDGET = 16
+COMPILE_COST = 7.5  # tune-model's: a 1.5 s build against a 0.2 s evaluation
+
+
+class Half:
+    """What the space's shared-memory rule reads of the activations: 16-bit elements."""
+
+    def element_size(self) -> int:
+        return 2
+
+
+class CountingCompiles:
+    """Times a configuration by a smooth landscape of the key (large tiles pay off with M); a configuration's first
+    measurement for a specialisation is a compile."""
+
+    def __init__(self) -> None:
+        self.built: set[tuple[tuple[str, ...], str]] = set()
+        self.compiles: dict[int, int] = {}
+
+    def measure(self, key: dict[str, Any], point: Point) -> EvalResult:
+        spec = (specialisation(key), SPACE.key(point))
+        if spec not in self.built:
+            self.built.add(spec)
+            self.compiles[key["M"]] = self.compiles.get(key["M"], 0) + 1
+        m = key["M"]
+        best_m = 16 if m <= 32 else 64
+        tile = math.log2(point["BLOCK_SIZE_M"] / best_m) ** 2 + math.log2(point["BLOCK_SIZE_N"] / 64) ** 2
+        extra = 0.05 * math.log2(point["BLOCK_SIZE_K"] / 128) ** 2 + 0.02 * abs(point["num_stages"] - 3) \
+            + 0.01 * (point["num_warps"] == 8) + 0.01 * math.log2(point["GROUP_SIZE_M"] + 1)
+        return EvalResult(Status.OK, 0.01 * (1 + m / 64) * (1 + 0.3 * tile + extra))
+
+
+def key_job(cache: DecisionStore, standin: CountingCompiles, m: int, compile_cost: float) -> KeyJob:
+    """The job ``evotune.autotune`` makes of a fused-MoE key (tune-model's compile cost, the built points)."""
+    key = {"M": m, "N": N, "K": K, "E": E}
+    ctx = LaunchContext(args={"M": m, "N": N, "K": K, "E": E, "top_k": TOP_K, "a": Half()})
+    return KeyJob(cache, key, SPACE, SPACE.feasible(ctx), None, BUDGET, lambda p: standin.measure(key, p),
+                  lambda p: lambda: None, WallClockTimer(), confirm=1, ctx=ctx, compile_cost=compile_cost,
+                  built=built_points(cache, key, SPACE) if compile_cost > 0 else frozenset())
+
+
+def store(tmp_path: Path) -> DecisionStore:
+    return DecisionStore(f"sqlite:///{tmp_path}/autotune.db", KernelId("moe", "0" * 16, "3", "cpu"))
+
+
+def tune_keys(tmp_path: Path, ms: list[int], compile_cost: float) -> dict[int, int]:
+    """Each key's compiles, the keys tuned in order."""
+    cache, standin = store(tmp_path), CountingCompiles()
+    for m in ms:
+        tune_key(key_job(cache, standin, m, compile_cost))
+    return standin.compiles
+
+
+def test_keys_of_one_specialisation_share_their_builds() -> None:
+    assert specialisation({"M": 16, "N": 7168}) == specialisation({"M": 48, "N": 7168})
+    assert len({specialisation({"M": m}) for m in (1, 2, 4, 16)}) == 3  # 1; 2 and 4 (neither); 16
+
+
+def test_a_space_that_compiles_every_parameter_counts_the_built_points() -> None:
+    space = SearchSpace("s", [ordinal("BLOCK", (16, 32, 64, 128))])
+    fs = FeasibleSet.from_codes(space, [space.encode({"BLOCK": b}) for b in (16, 32, 64, 128)])
+    assert Kernels.of(space, fs, Context()) is None  # nothing said about builds: nothing to weigh
+    done = {32, 128}
+    space.built = lambda p, problem: p["BLOCK"] in done
+    kernels = Kernels.of(space, fs, Context(problem=Problem(kind="triton", label="M=16")))
+    assert kernels is not None and kernels.count == 4
+    assert kernels.new(np.arange(4)).tolist() == [True, False, True, False]
+
+
+def test_a_later_keys_search_knows_which_configurations_an_earlier_key_built(tmp_path) -> None:
+    cache, standin = store(tmp_path), CountingCompiles()
+    first = key_job(cache, standin, 16, COMPILE_COST)
+    assert not first.built  # nothing tuned yet
+    tune_key(first)
+    measured = {k for _, k in standin.built}
+    later = key_job(cache, standin, 48, COMPILE_COST)  # M = 48: the specialisation of M = 16
+    assert later.built == measured and len(measured) == BUDGET
+    strategy = _search(later)
+    assert strategy.kernels is not None and float(strategy.options["compile_cost"]) == COMPILE_COST
+    built_rows = {r for r in range(len(later.feasible)) if SPACE.key(later.feasible.point(r)) in measured}
+    assert built_rows and set(np.flatnonzero(~strategy.kernels.new(np.arange(len(later.feasible))))) == built_rows
+    # M = 2 is specialised otherwise: nothing of M = 16's is built for it
+    assert not key_job(cache, standin, 2, COMPILE_COST).built
+
+
+@pytest.mark.slow  # four keys searched by the default strategy
+def test_later_keys_compile_fewer_configurations_than_the_first(tmp_path) -> None:
+    ms = [16, 32, 48, 64]  # one specialisation: M a multiple of 16
+    compiles = tune_keys(tmp_path, ms, COMPILE_COST)
+    assert compiles[16] == BUDGET  # the first key builds every configuration it measures
+    assert all(compiles.get(m, 0) < compiles[16] for m in ms[1:])
+
+
+def test_triton_compiles_are_counted_while_a_key_is_tuned(monkeypatch) -> None:
+    knobs = pytest.importorskip("triton").knobs
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    heard: list[bool] = []
+    monkeypatch.setattr(knobs.compilation, "listener", lambda **kw: heard.append(kw["cache_hit"]))
+    before = knobs.compilation.listener
+    with CompileCount() as count:
+        for hit in (False, False, True):  # as triton.compile calls it: two built, one found in the cache
+            knobs.compilation.listener(src=None, metadata={}, metadata_group={}, times=None, cache_hit=hit)
+    assert (count.compiles, count.loads) == (2, 1)
+    assert heard == [False, False, True] and knobs.compilation.listener is before  # the earlier listener kept
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    with CompileCount() as count:
+        pass
+    assert (count.compiles, count.loads) == (None, None)  # the interpreter compiles nothing: not counted
