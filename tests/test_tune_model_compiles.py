@@ -105,7 +105,7 @@ def test_a_later_keys_search_knows_which_configurations_an_earlier_key_built(tmp
     later = key_job(cache, standin, 48, COMPILE_COST)  # M = 48: the specialisation of M = 16
     assert later.built == measured and len(measured) == BUDGET
     strategy = _search(later)
-    assert strategy.kernels is not None and float(strategy.options["compile_cost"]) == COMPILE_COST
+    assert strategy.kernels is not None and float(strategy.options.compile_cost) == COMPILE_COST
     built_rows = {r for r in range(len(later.feasible)) if SPACE.key(later.feasible.point(r)) in measured}
     assert built_rows and set(np.flatnonzero(~strategy.kernels.new(np.arange(len(later.feasible))))) == built_rows
     # M = 2 is specialised otherwise: nothing of M = 16's is built for it
