@@ -124,16 +124,21 @@ class TritonTile:
         """Registers of the whole program, allocated in units of 8 per thread."""
         return -(-self.registers(point) // 8) * 8 * self.threads(point)
 
+    def mma_rate(self, point: Point, hw: Hardware) -> float:
+        """The tensor cores' rate for this tile, relative to the chip's peak: Triton issues a warpgroup MMA
+        (wgmma, tcgen05) only for tiles of 64 rows or more over whole warpgroups (``num_warps`` a multiple of 4);
+        any other tile falls back to mma.sync."""
+        async_mma = hw.has("wgmma") or hw.has("tcgen05")
+        warpgroups = point["num_warps"] % 4 == 0
+        return LEGACY_MMA_RATE if async_mma and (point[self.m] < 64 or not warpgroups) else 1.0
+
     def tiling(self, point: Point, problem: Problem, hw: Hardware, **fields: Any) -> Tiling:
         """The estimate's view of one program of this tile (:class:`Tiling`); ``fields`` add or override what
         the kernel does beyond it (a raster band, split-K, a cluster)."""
-        # tiles under 64 rows cannot use a warpgroup MMA and fall back to mma.sync
-        async_mma = hw.has("wgmma") or hw.has("tcgen05")
         base: dict[str, Any] = dict(
             tile_m=point[self.m], tile_n=point[self.n], tile_k=point[self.k], stages=point["num_stages"],
             smem_bytes=self.smem_bytes(point, problem), threads=self.threads(point),
-            regs_per_thread=self.registers(point),
-            mma_rate=LEGACY_MMA_RATE if async_mma and point[self.m] < 64 else 1.0, wave_overhead_us=1.0)
+            regs_per_thread=self.registers(point), mma_rate=self.mma_rate(point, hw), wave_overhead_us=1.0)
         return Tiling(**{**base, **fields})
 
     def register_limits(self) -> list[Constraint]:
