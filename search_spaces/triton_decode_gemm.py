@@ -168,7 +168,10 @@ def estimate(point: Point, ctx: Context) -> float:
     problem, hw = _problem(ctx), gm.hardware_or_default(ctx)
     # the GEMV path leaves the tensor cores idle: the model's MMA term drops out (its arithmetic is added below)
     fields = {"mma_rate": math.inf, "regs_per_thread": gemv_registers(point)} if gemv(point) else {}
-    ms = gm.estimate_ms(TILE.tiling(point, problem, hw, split_k=point["SPLIT_K"], **fields), problem, hw)
+    # the rows past M are wrapped copies of rows a stage holds already: not bytes in flight from memory
+    rows = min(point["BLOCK_M"], problem.m)
+    ms = gm.estimate_ms(TILE.tiling(point, problem, hw, split_k=point["SPLIT_K"], a_rows=rows, **fields),
+                        problem, hw)
     restreams = -(-problem.m // point["BLOCK_M"]) - 1
     ms += restreams * problem.n * problem.k * problem.in_bytes / (hw.hbm_gbps * 1e9) * 1e3
     return ms + UNHIDDEN * arithmetic_ms(point, problem, hw)
