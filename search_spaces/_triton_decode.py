@@ -85,8 +85,11 @@ def _partial(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_bn, s_cs, s_cm, o_ptr, s_om, 
     if BLOCK_M < 16:
         # GEMV: fewer rows than a tensor-core tile. Each weight tile, converted in registers, is multiplied by
         # each row of a and summed along K on the CUDA cores; the loop's own num_stages makes Triton pipeline
-        # these loads, which it does for a loop without tl.dot only when the loop asks
+        # these loads, which it does for a loop without tl.dot only when the loop asks. The sums accumulate
+        # N-major, laid out as the weight tile's rows are: adding a row's needs no layout change in the loop
+        # (one transpose after it)
         rows = tl.arange(0, BLOCK_M)
+        acc_t = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.int32 if INT_ACC else tl.float32)
         for kb in tl.range(first, last, num_stages=STAGES):
             if EVEN_K:
                 b = tl.load(b_ptrs)
@@ -100,8 +103,9 @@ def _partial(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_bn, s_cs, s_cm, o_ptr, s_om, 
                 else:
                     a = tl.load(a_row, mask=rk < K - kb * BLOCK_K, other=0.0)
                 part = tl.sum(b * a.to(tl.int32 if INT_ACC else tl.float32)[None, :], axis=1)
-                acc += tl.where(rows[:, None] == r, part[None, :], 0)
+                acc_t += tl.where(rows[None, :] == r, part[:, None], 0)
             b_ptrs += BLOCK_K
+        acc = tl.trans(acc_t)
     else:
         for kb in range(first, last):
             if EVEN_K:
