@@ -236,6 +236,34 @@ def test_on_a_gpu_points_verify_a_wrong_kernel_is_rejected_and_a_second_shape_hi
 
 
 @pytest.mark.gpu
+def test_on_a_gpu_the_gemv_path_and_the_64_row_tile_verify_in_every_reduction(tmp_path, monkeypatch):
+    import torch
+
+    from evotune.measurement.workloads.gemm import make_inputs, verify
+    from evotune.measurement.workloads.gemm_fp8 import verify_scaled
+    from search_spaces import _triton_decode as kernels
+
+    monkeypatch.setenv("EVOTUNE_KERNEL_CACHE", str(tmp_path / "kernels"))
+    gemv = {"BLOCK_N": 16, "BLOCK_K": 512, "num_warps": 2, "num_stages": 6}
+    wide = {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 4, "num_stages": 5}
+    cases = [(m, {**gemv, "BLOCK_M": rows}) for m, rows in ((1, 1), (3, 4))] + [(64, wide)]
+    for dtype, scaling in [(d, "") for d in decode.DTYPES] + [("fp8", "tensor"), ("fp8", "row")]:
+        for m, tile in cases:
+            # every reduction, and a K with a tail (the masked loads of the last block)
+            for k, split, reduce in ((4096, 1, "sum"), (4096, 4, "sum"), (4096, 4, "atomic"), (4096, 4, "last"),
+                                     (4000, 4, "last")):
+                problem = Problem.gemm(m, 4096, k, dtype, "tn", scaling)
+                point = {**tile, "SPLIT_K": split, "REDUCE": reduce}
+                assert why(point, problem) is None, (problem.key, point)
+                fn = kernels.build(point, problem)
+                inputs = make_inputs(problem, seed=3)
+                fn(*inputs)
+                torch.cuda.synchronize()
+                ok, _, message = verify_scaled(problem, inputs) if scaling else verify(problem, *inputs)
+                assert ok, (problem.key, point, message)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("scaling", ["tensor", "row"])
 def test_on_a_gpu_the_scaled_epilogue_verifies_and_matches_torch_scaled_mm(scaling):
     import torch
