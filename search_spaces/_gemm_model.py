@@ -52,7 +52,8 @@ The estimate (:func:`estimate_ms`), and what it assumes
       more than the full L2 traffic.
     * Latency: both memory terms are slowed when too few bytes are in flight per SM
       to cover :data:`LATENCY_S` at the SM's share of the bandwidth (Little's law);
-      ``(stages - 1)`` operand stages per resident CTA are in flight.
+      ``(stages - 1)`` operand stages per resident CTA are in flight (the CTAs an SM holds, or fewer where
+      the grid has fewer per SM; of A, the ``a_rows`` a stage reads from memory).
     * Split-K writes C with atomics: C is zeroed by a separate launch and written (2
       passes over HBM), and each split does a read-modify-write in L2 that costs
       :data:`ATOMIC_COST` times its bytes.
@@ -124,16 +125,21 @@ class TritonTile:
         """Registers of the whole program, allocated in units of 8 per thread."""
         return -(-self.registers(point) // 8) * 8 * self.threads(point)
 
+    def mma_rate(self, point: Point, hw: Hardware) -> float:
+        """The tensor cores' rate for this tile, relative to the chip's peak: Triton issues a warpgroup MMA
+        (wgmma, tcgen05) only for tiles of 64 rows or more over whole warpgroups (``num_warps`` a multiple of 4);
+        any other tile falls back to mma.sync."""
+        async_mma = hw.has("wgmma") or hw.has("tcgen05")
+        warpgroups = point["num_warps"] % 4 == 0
+        return LEGACY_MMA_RATE if async_mma and (point[self.m] < 64 or not warpgroups) else 1.0
+
     def tiling(self, point: Point, problem: Problem, hw: Hardware, **fields: Any) -> Tiling:
         """The estimate's view of one program of this tile (:class:`Tiling`); ``fields`` add or override what
         the kernel does beyond it (a raster band, split-K, a cluster)."""
-        # tiles under 64 rows cannot use a warpgroup MMA and fall back to mma.sync
-        async_mma = hw.has("wgmma") or hw.has("tcgen05")
         base: dict[str, Any] = dict(
             tile_m=point[self.m], tile_n=point[self.n], tile_k=point[self.k], stages=point["num_stages"],
             smem_bytes=self.smem_bytes(point, problem), threads=self.threads(point),
-            regs_per_thread=self.registers(point),
-            mma_rate=LEGACY_MMA_RATE if async_mma and point[self.m] < 64 else 1.0, wave_overhead_us=1.0)
+            regs_per_thread=self.registers(point), mma_rate=self.mma_rate(point, hw), wave_overhead_us=1.0)
         return Tiling(**{**base, **fields})
 
     def register_limits(self) -> list[Constraint]:
@@ -321,7 +327,9 @@ class Tiling:
 
     ``tile_m x tile_n`` is the output one CTA computes; ``b_rows`` the rows of B one
     CTA stages per K-step (``tile_n // 2`` for Blackwell 2-CTA MMAs, which split B
-    across the CTA pair; None means ``tile_n``).  ``band`` is how many tiles wide the
+    across the CTA pair; None means ``tile_n``); ``a_rows`` the distinct rows of A a
+    stage reads from memory (fewer than ``tile_m`` where the tile's rows past M are
+    copies; None means ``tile_m``).  ``band`` is how many tiles wide the
     raster band is (CUTLASS swizzle, Triton GROUP_M) and ``band_along_m`` whether the
     band spans tile rows (M) while the walk sweeps along N.
     """
@@ -337,6 +345,7 @@ class Tiling:
     threads: int = 128
     regs_per_thread: int = 0
     b_rows: int | None = None
+    a_rows: int | None = None
     mma_rate: float = 1.0
     band: int = 1
     band_along_m: bool = True
@@ -418,8 +427,10 @@ def estimate_ms(t: Tiling, problem: Problem, hw: Hardware) -> float:
 
     # latency hiding: bytes in flight per SM against what the SM's share of bandwidth needs
     b_rows = t.tile_n if t.b_rows is None else t.b_rows
-    stage_bytes = (t.tile_m + b_rows) * t.tile_k * ib
-    in_flight = max(1, t.stages - 1) * stage_bytes * per_sm
+    a_rows = t.tile_m if t.a_rows is None else t.a_rows
+    stage_bytes = (a_rows + b_rows) * t.tile_k * ib
+    resident = min(per_sm, math.ceil(tiles / sms))  # a grid smaller than the slots leaves some empty
+    in_flight = max(1, t.stages - 1) * stage_bytes * resident
     l2_bw = hw.hbm_gbps * 1e9 * L2_BW_FACTOR
     needed = l2_bw / hw.sm_count * LATENCY_S
     hiding = min(1.0, in_flight / needed)

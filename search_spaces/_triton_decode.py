@@ -3,8 +3,11 @@
 ``y = x @ W^T`` with ``x`` (M, K) and ``W`` (N, K), both K-contiguous (layout ``tn``, as a linear
 layer keeps its weights). Each program computes a ``BLOCK_M x BLOCK_N`` tile over its share of K,
 ``BLOCK_K`` at a time: the weight tile is a ``BLOCK_N x BLOCK_K`` slab read along K, so every thread
-loads whole 16-byte vectors, and ``num_stages`` buffers keep that stream in flight. With
-``SPLIT_K > 1`` the programs write either
+loads whole 16-byte vectors, and ``num_stages`` buffers keep that stream in flight. A ``BLOCK_M`` of 16 or more
+multiplies with ``tl.dot`` (the tensor cores); a smaller one (M up to 8, every row in one tile) is a GEMV on the
+CUDA cores: each weight tile converted to fp32 (int32 for int8) in registers, multiplied by each row of ``x``
+and summed along K, its loads pipelined by a loop that asks for ``num_stages``. With ``SPLIT_K > 1`` the
+programs write either
 
 * ``REDUCE = "sum"``: fp32 (int32 for int8) partial tiles to a ``SPLIT_K x M x N`` workspace, which a
   second kernel sums and casts into ``c`` (deterministic, no zeroing); or
@@ -63,7 +66,7 @@ def reduce_block(mn: int) -> int:
 def _partial(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_bn, s_cs, s_cm, o_ptr, s_om, count_ptr, sa_ptr, sb_ptr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
              EVEN_K: tl.constexpr, INT_ACC: tl.constexpr, ATOMIC: tl.constexpr, LAST: tl.constexpr,
-             SCALE: tl.constexpr):
+             SCALE: tl.constexpr, STAGES: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -79,18 +82,43 @@ def _partial(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_bn, s_cs, s_cm, o_ptr, s_om, 
     a_ptrs = a_ptr + (rm % M)[:, None] * s_am + (first * BLOCK_K + rk)[None, :]
     b_ptrs = b_ptr + (rn % N)[:, None] * s_bn + (first * BLOCK_K + rk)[None, :]
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32 if INT_ACC else tl.float32)
-    for kb in range(first, last):
-        if EVEN_K:
-            a = tl.load(a_ptrs)
-            b = tl.load(b_ptrs)
-        else:
-            left = K - kb * BLOCK_K
-            # a float zero: Triton casts it to any operand type, e4m3 included (an integer zero it cannot)
-            a = tl.load(a_ptrs, mask=rk[None, :] < left, other=0.0)
-            b = tl.load(b_ptrs, mask=rk[None, :] < left, other=0.0)
-        acc = tl.dot(a, tl.trans(b), acc, out_dtype=tl.int32 if INT_ACC else tl.float32)
-        a_ptrs += BLOCK_K
-        b_ptrs += BLOCK_K
+    if BLOCK_M < 16:
+        # GEMV: fewer rows than a tensor-core tile. Each weight tile, converted in registers, is multiplied by
+        # each row of a and summed along K on the CUDA cores; the loop's own num_stages makes Triton pipeline
+        # these loads, which it does for a loop without tl.dot only when the loop asks. The sums accumulate
+        # N-major, laid out as the weight tile's rows are: adding a row's needs no layout change in the loop
+        # (one transpose after it)
+        rows = tl.arange(0, BLOCK_M)
+        acc_t = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.int32 if INT_ACC else tl.float32)
+        for kb in tl.range(first, last, num_stages=STAGES):
+            if EVEN_K:
+                b = tl.load(b_ptrs)
+            else:
+                b = tl.load(b_ptrs, mask=rk[None, :] < K - kb * BLOCK_K, other=0.0)
+            b = b.to(tl.int32 if INT_ACC else tl.float32)
+            for r in tl.static_range(BLOCK_M):
+                a_row = a_ptr + ((pid_m * BLOCK_M + r) % M) * s_am + kb * BLOCK_K + rk
+                if EVEN_K:
+                    a = tl.load(a_row)
+                else:
+                    a = tl.load(a_row, mask=rk < K - kb * BLOCK_K, other=0.0)
+                part = tl.sum(b * a.to(tl.int32 if INT_ACC else tl.float32)[None, :], axis=1)
+                acc_t += tl.where(rows[None, :] == r, part[:, None], 0)
+            b_ptrs += BLOCK_K
+        acc = tl.trans(acc_t)
+    else:
+        for kb in range(first, last):
+            if EVEN_K:
+                a = tl.load(a_ptrs)
+                b = tl.load(b_ptrs)
+            else:
+                left = K - kb * BLOCK_K
+                # a float zero: Triton casts it to any operand type, e4m3 included (an integer zero it cannot)
+                a = tl.load(a_ptrs, mask=rk[None, :] < left, other=0.0)
+                b = tl.load(b_ptrs, mask=rk[None, :] < left, other=0.0)
+            acc = tl.dot(a, tl.trans(b), acc, out_dtype=tl.int32 if INT_ACC else tl.float32)
+            a_ptrs += BLOCK_K
+            b_ptrs += BLOCK_K
     if SCALE == 1:
         acc = acc * (tl.load(sa_ptr) * tl.load(sb_ptr))
     elif SCALE == 2:
@@ -156,7 +184,8 @@ def launcher(point: Point, problem: Problem) -> tuple[Any, Any]:
     grid = (triton.cdiv(n, point["BLOCK_N"]), triton.cdiv(m, point["BLOCK_M"]), split)
     meta = dict(BLOCK_M=point["BLOCK_M"], BLOCK_N=point["BLOCK_N"], BLOCK_K=point["BLOCK_K"], SPLIT_K=split,
                 EVEN_K=k % point["BLOCK_K"] == 0, INT_ACC=int_acc, ATOMIC=atomic, LAST=last,
-                SCALE=SCALE_MODES[problem.scaling], num_warps=point["num_warps"], num_stages=point["num_stages"])
+                SCALE=SCALE_MODES[problem.scaling], STAGES=point["num_stages"], num_warps=point["num_warps"],
+                num_stages=point["num_stages"])
     acc_dtype = torch.int32 if int_acc else torch.float32
     block = reduce_block(m * n)
     reduce_grid = (triton.cdiv(m * n, block),)

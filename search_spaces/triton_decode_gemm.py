@@ -10,8 +10,12 @@ and is nearly all the bytes. The kernel (``_triton_decode.py``) is built for tha
   programs for every SM; their partial tiles are summed by a second kernel (``REDUCE = "sum"``:
   fp32, int32 for int8, deterministic), added with atomics (``"atomic"``), or summed by the last split
   of each tile to finish, in the same launch (``"last"``: no second kernel, deterministic);
-* rows past M are wrapped copies, never masked loads: ``BLOCK_M`` is 16 at least (the tensor-core
-  tile), and no wider than M needs.
+* rows past M are wrapped copies, never masked loads: ``BLOCK_M`` is 16 at least for ``tl.dot`` (the
+  tensor-core tile), and no wider than M needs;
+* a ``BLOCK_M`` under 16 is the GEMV path, for M of 8 or less: no ``tl.dot`` (a tensor-core tile would
+  multiply 16 rows where M has one), each weight tile converted in registers, multiplied by each row of ``x``
+  and summed along K on the CUDA cores; its one M tile holds every row (M rounded up to a power of two), so
+  the weight is streamed once.
 
 bf16, fp16, int8 (int8 x int8 -> int32, as ``torch._int_mm``) and fp8 (e4m3 -> bf16; sm_89 and newer),
 unscaled or scaled per tensor or per row (the scales applied in each program's epilogue, the kernel called
@@ -31,6 +35,8 @@ Example::
 """
 
 from __future__ import annotations
+
+import math
 
 from evotune.authoring import (
     Context,
@@ -53,6 +59,12 @@ DTYPES = ("bf16", "fp16", "int8", "fp8")
 SCALINGS = ("", "tensor", "row")  # fp8: unscaled, or a scaled epilogue (see _triton_decode.py)
 VECTOR_BYTES = 16  # the widest load a thread issues
 MIN_SM_SHARE = 2  # at least one program per this many SMs (see _enough_programs)
+MMA_ROWS = 16  # the tensor-core tile's rows: a BLOCK_M under it selects the GEMV path (no tl.dot)
+# CUDA-core FMA throughput as a share of the 16-bit tensor-core peak (H100 67 of 989 TFLOPS, A100 19.5 of 312)
+CUDA_CORE_SHARE = 1 / 16
+# share of a memory-bound kernel's arithmetic that its loads do not hide (the issue slots it takes from the load
+# stream): it orders configurations that move the same bytes
+UNHIDDEN = 0.25
 
 
 def _problem(ctx: Context) -> Problem:
@@ -68,9 +80,35 @@ def programs(point: Point, problem: Problem) -> int:
     return -(-problem.m // int(point["BLOCK_M"])) * -(-problem.n // int(point["BLOCK_N"])) * int(point["SPLIT_K"])
 
 
+def gemv(point: Point) -> bool:
+    """The GEMV path: fewer rows per program than a tensor-core tile, multiplied on the CUDA cores."""
+    return bool(point["BLOCK_M"] < MMA_ROWS)
+
+
+def _rows(problem: Problem) -> int:
+    """M rounded up to a power of two."""
+    return 1 << (problem.m - 1).bit_length()
+
+
 def _m_rows_ok(p: Point, ctx: Context) -> bool:
     problem = gm.gemm_problem(ctx)
-    return problem is None or p["BLOCK_M"] <= max(16, 1 << (problem.m - 1).bit_length())
+    return problem is None or p["BLOCK_M"] <= max(MMA_ROWS, _rows(problem))
+
+
+def _gemv_rows_ok(p: Point, ctx: Context) -> bool:
+    """The GEMV path takes every row in its one M tile (M up to 8): several would each stream the weight."""
+    problem = gm.gemm_problem(ctx)
+    return problem is None or not gemv(p) or p["BLOCK_M"] == _rows(problem)
+
+
+def gemv_registers(p: Point) -> int:
+    """32-bit registers per thread of the GEMV path: its weight tile converted to 32 bits, beside the
+    accumulator and the fixed overhead the tensor-core path needs too."""
+    return -(-p["BLOCK_N"] * p["BLOCK_K"] // TILE.threads(p)) + TILE.registers(p)
+
+
+def _gemv_registers_ok(p: Point, ctx: Context) -> bool:
+    return ctx.hardware is None or not gemv(p) or gemv_registers(p) <= ctx.hardware.regs_per_thread
 
 
 def _layout_ok(p: Point, ctx: Context) -> bool:
@@ -109,10 +147,34 @@ def _fp8_supported(p: Point, ctx: Context) -> bool:
     return ctx.hardware is None or problem is None or problem.dtype != "fp8" or ctx.hardware.has("fp8")
 
 
+def arithmetic_ms(point: Point, problem: Problem, hw: gm.Hardware) -> float:
+    """The multiplications alone, in ms: the GEMV path's on the CUDA cores (per weight element, a conversion
+    and a multiply-add per row of its tile), the tensor-core path's over whole tiles of BLOCK_M rows (the rows
+    past M too) at its MMA's rate."""
+    m_pad = -(-problem.m // point["BLOCK_M"]) * point["BLOCK_M"]
+    if gemv(point):
+        ops = problem.n * problem.k * (2 * m_pad + 1)
+        return ops / (gm.peak_tflops(hw, "bf16") * 1e12 * CUDA_CORE_SHARE) * 1e3
+    t = TILE.tiling(point, problem, hw, split_k=point["SPLIT_K"])
+    rate = gm.peak_tflops(hw, problem.dtype) * 1e12 * t.mma_rate * gm.mma_efficiency(t)
+    return 2.0 * m_pad * problem.n * problem.k / rate * 1e3
+
+
 def estimate(point: Point, ctx: Context) -> float:
-    """Predicted time in ms from the shared roofline/wave model (default problem and H100 when unknown)."""
+    """Predicted time in ms from the shared roofline/wave model (default problem and H100 when unknown), plus
+    what the model leaves out for decode: each M tile streams the whole weight from HBM (the grid walks N
+    first, so the M tiles of one weight tile run a whole grid row apart), and the share UNHIDDEN of the
+    arithmetic (:func:`arithmetic_ms`) shows beside the stream."""
     problem, hw = _problem(ctx), gm.hardware_or_default(ctx)
-    return gm.estimate_ms(TILE.tiling(point, problem, hw, split_k=point["SPLIT_K"]), problem, hw)
+    # the GEMV path leaves the tensor cores idle: the model's MMA term drops out (its arithmetic is added below)
+    fields = {"mma_rate": math.inf, "regs_per_thread": gemv_registers(point)} if gemv(point) else {}
+    # the rows past M are wrapped copies of rows a stage holds already: not bytes in flight from memory
+    rows = min(point["BLOCK_M"], problem.m)
+    ms = gm.estimate_ms(TILE.tiling(point, problem, hw, split_k=point["SPLIT_K"], a_rows=rows, **fields),
+                        problem, hw)
+    restreams = -(-problem.m // point["BLOCK_M"]) - 1
+    ms += restreams * problem.n * problem.k * problem.in_bytes / (hw.hbm_gbps * 1e9) * 1e3
+    return ms + UNHIDDEN * arithmetic_ms(point, problem, hw)
 
 
 SPACE = SearchSpace(
@@ -122,7 +184,8 @@ SPACE = SearchSpace(
     precompile=deferred("search_spaces._triton_decode", "precompile"),
     needs=Needs(modules=("triton",)),
     params=[
-        power_of_two("BLOCK_M", 16, 64, doc="rows per program (16 at least: the tensor-core tile)"),
+        power_of_two("BLOCK_M", 1, 64, doc="rows per program: 16 or more multiply with tl.dot (the tensor-core "
+                                           "tile), fewer take the GEMV path (CUDA cores; all of M in one tile)"),
         power_of_two("BLOCK_N", 16, 256, doc="weight rows (outputs) per program"),
         power_of_two("BLOCK_K", 64, 512, doc="K elements per pipeline step of the weight stream"),
         power_of_two("SPLIT_K", 1, 32, doc="programs sharing one output tile's K range"),
@@ -140,6 +203,9 @@ SPACE = SearchSpace(
                                          "{ctx.problem.layout}"),
         constraint("block-m", _m_rows_ok, "BLOCK_M={BLOCK_M} is wider than M={ctx.problem.m} needs (the rows past "
                                           "M are wrapped copies)"),
+        constraint("gemv-rows", _gemv_rows_ok,
+                   "BLOCK_M={BLOCK_M} is the GEMV path, which takes all of M={ctx.problem.m} in one tile: its BLOCK_M "
+                   "is M rounded up to a power of two, under 16"),
         constraint("reduce", _reduce_ok, "REDUCE={REDUCE} with SPLIT_K=1 has nothing to reduce (the kernel of "
                                          "REDUCE=sum)"),
         constraint("split-k", _splits_ok,
@@ -156,9 +222,14 @@ SPACE = SearchSpace(
         gm.smem_limit("smem", lambda p, ctx: TILE.smem_bytes(p, _problem(ctx)),
                       "{num_stages} stages of ({BLOCK_M}+{BLOCK_N})x{BLOCK_K}"),
         *TILE.register_limits(),
+        hardware_limit("gemv-registers", _gemv_registers_ok,
+                       gm.Message("the GEMV path's {BLOCK_N}x{BLOCK_K} weight tile in 32 bits needs about {regs} "
+                                  "registers per thread over {num_warps} warps, {ctx.hardware.name} allows "
+                                  "{ctx.hardware.regs_per_thread}", lambda p, ctx: {"regs": gemv_registers(p)})),
     ],
-    description="Triton split-K GEMM for decode (M up to 64): a pipelined weight stream, reduced by a "
-                "second kernel, atomics or the last split of each tile",
+    description="Triton split-K GEMM for decode (M up to 64): a pipelined weight stream on the tensor cores "
+                "or, for M up to 8, a GEMV on the CUDA cores, reduced by a second kernel, atomics or the last "
+                "split of each tile",
     estimate=estimate,
     default_problem=DEFAULT_PROBLEM,
 )

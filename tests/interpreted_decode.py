@@ -3,9 +3,9 @@
 Started by tests/test_triton_decode.py in a process of its own with ``TRITON_INTERPRET=1`` (the variable must
 be set before Triton is imported, and must not reach the test process's other kernels). Reads a JSON list of
 cases, each ``{"dtype", "m", "n", "k", "point"}`` and for fp8 a ``"scaling"`` ("" unscaled, "tensor", "row"),
-from argv[1]; prints a list of ``{"error", "int32", "same_dtype", "out_dtype"}``: the relative Frobenius-norm
-error against the float64 product (int8: the count of outputs that differ; scaled fp8: against the dequantized
-product, on the workload's amax-quantized inputs).
+from argv[1]; prints a list of ``{"error", "int32", "same_dtype", "out_dtype", "dots"}``: the relative
+Frobenius-norm error against the float64 product (int8: the count of outputs that differ; scaled fp8: against the
+dequantized product, on the workload's amax-quantized inputs), and how many ``tl.dot`` its launches ran.
 
 Triton 3.9's interpreter keeps bf16 as uint16 and its dot multiplies those bits, so the dot here takes
 bf16 operands as the fp32 numbers they are (as the GPU's tensor cores do); everything else is Triton's own.
@@ -26,6 +26,7 @@ from evotune.measurement.workloads import gemm, gemm_fp8
 from search_spaces import _triton_decode
 
 _real_dot = interpreter.InterpreterBuilder.create_dot
+_dots = [0]  # tl.dot calls of the case being run
 
 
 def _as_fp32(h):
@@ -35,6 +36,7 @@ def _as_fp32(h):
 
 
 def _create_dot(self, a, b, d, *args):
+    _dots[0] += 1
     return _real_dot(self, _as_fp32(a), _as_fp32(b), d, *args)
 
 
@@ -61,6 +63,7 @@ def inputs(problem: Problem):
 def run(case: dict) -> dict:
     problem = Problem.gemm(case["m"], case["n"], case["k"], case["dtype"], "tn", case.get("scaling", ""))
     tensors = inputs(problem)
+    _dots[0] = 0
     a, b, c = tensors[0], tensors[1], tensors[-1]
     launch = _triton_decode.launcher(case["point"], problem)[0]
     launch(*tensors)
@@ -71,10 +74,10 @@ def run(case: dict) -> dict:
     else:
         ref = a.double() @ b.double()
     if problem.dtype == "int8":
-        return {"error": int((c.double() != ref).sum()), "int32": c.dtype == torch.int32}
+        return {"error": int((c.double() != ref).sum()), "int32": c.dtype == torch.int32, "dots": _dots[0]}
     err = float((c.double() - ref).norm() / ref.norm())
     return {"error": err if err == err else float("inf"), "int32": False, "same_dtype": c.dtype == a.dtype,
-            "out_dtype": str(c.dtype)}
+            "out_dtype": str(c.dtype), "dots": _dots[0]}
 
 
 if __name__ == "__main__":
