@@ -104,7 +104,7 @@ def _gemv_rows_ok(p: Point, ctx: Context) -> bool:
 def gemv_registers(p: Point) -> int:
     """32-bit registers per thread of the GEMV path: its weight tile converted to 32 bits, beside the
     accumulator and the fixed overhead the tensor-core path needs too."""
-    return -(-p["BLOCK_N"] * p["BLOCK_K"] // TILE.threads(p)) + TILE.registers(p)
+    return int(-(-p["BLOCK_N"] * p["BLOCK_K"] // TILE.threads(p)) + TILE.registers(p))
 
 
 def _gemv_registers_ok(p: Point, ctx: Context) -> bool:
@@ -154,10 +154,10 @@ def arithmetic_ms(point: Point, problem: Problem, hw: gm.Hardware) -> float:
     m_pad = -(-problem.m // point["BLOCK_M"]) * point["BLOCK_M"]
     if gemv(point):
         ops = problem.n * problem.k * (2 * m_pad + 1)
-        return ops / (gm.peak_tflops(hw, "bf16") * 1e12 * CUDA_CORE_SHARE) * 1e3
+        return float(ops / (gm.peak_tflops(hw, "bf16") * 1e12 * CUDA_CORE_SHARE) * 1e3)
     t = TILE.tiling(point, problem, hw, split_k=point["SPLIT_K"])
     rate = gm.peak_tflops(hw, problem.dtype) * 1e12 * t.mma_rate * gm.mma_efficiency(t)
-    return 2.0 * m_pad * problem.n * problem.k / rate * 1e3
+    return float(2.0 * m_pad * problem.n * problem.k / rate * 1e3)
 
 
 def estimate(point: Point, ctx: Context) -> float:
@@ -174,7 +174,7 @@ def estimate(point: Point, ctx: Context) -> float:
                         problem, hw)
     restreams = -(-problem.m // point["BLOCK_M"]) - 1
     ms += restreams * problem.n * problem.k * problem.in_bytes / (hw.hbm_gbps * 1e9) * 1e3
-    return ms + UNHIDDEN * arithmetic_ms(point, problem, hw)
+    return float(ms + UNHIDDEN * arithmetic_ms(point, problem, hw))
 
 
 SPACE = SearchSpace(
