@@ -86,7 +86,7 @@ from evotune.reporting.compare.metrics import (
     expected_random_best,
     fraction_curve,
     geometric_mean,
-    measure,
+    run_metrics,
     run_score,
 )
 from evotune.reporting.compare.outputs import (
@@ -133,9 +133,9 @@ __all__ = [
     "geometric_mean",
     "kt_cache_document",
     "make_plan",
-    "measure",
     "plot_landscape",
     "run_evotune",
+    "run_metrics",
     "run_score",
     "summary_table",
     "write_csv",

@@ -30,7 +30,7 @@ from evotune.reporting.compare.kernel_tuner_sim import (
     KernelTunerSim,
     budget_dependent,
 )
-from evotune.reporting.compare.metrics import Case, Floats, Run, measure, summarise
+from evotune.reporting.compare.metrics import Case, Floats, Run, run_metrics, summarise
 from evotune.reporting.compare.outputs import RUN_COLUMNS, SUMMARY_COLUMNS, plot_landscape, write_csv, write_readme
 from evotune.reporting.compare.plan import CompareError, Plan
 from evotune.search.strategies import STRATEGIES, Source, make_strategy
@@ -170,7 +170,7 @@ def compare(plan: Plan, progress: Callable[[str], None] | None = None) -> Result
                         one = run_evotune(target, strategy, seed, max_budget)
                         made = dict.fromkeys(plan.budgets, one)
                     for b in plan.budgets:
-                        m = measure(made[b], target, b)
+                        m = run_metrics(made[b], target, b)
                         per_budget[b].append(m)
                         runs.append({"landscape": target.name, "strategy": strategy, "budget": b, "seed": seed,
                                      **{k: v for k, v in m.items() if k in RUN_COLUMNS}})
