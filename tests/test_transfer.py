@@ -250,7 +250,7 @@ def test_a_replayed_landscape_is_never_its_own_source_however_the_experiment_nam
 
     from evotune.running.experiment import load_experiment
     from evotune.running.session import transfer_sources
-    from evotune.running.targets import resolve
+    from evotune.running.targets import resolve_targets
     from evotune.storage.study import make_storage
 
     name = INT8.format("64x4096x11008")
@@ -268,7 +268,7 @@ name = "default"
 trials = 5
 """)
     exp = load_experiment(exp_path)
-    (target,) = resolve(exp)
+    (target,) = resolve_targets(exp)
     sources = transfer_sources(exp, target, make_storage(f"sqlite:///{tmp_path / 'own.db'}"), "default", {})
     names = {s.name for s in sources}
     assert "landscape:cute_hopper_gemm_gemm_int8_tn_64x4096x4096" in names  # another shape: a source
