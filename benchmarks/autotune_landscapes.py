@@ -64,7 +64,7 @@ from evotune.core.space import FeasibleSet, Point  # noqa: E402
 from evotune.measurement.options import TimingOptions  # noqa: E402
 from evotune.measurement.workloads.gemm import TOLERANCE  # noqa: E402
 from evotune.triton_tuning.configs import Candidates, LaunchContext  # noqa: E402
-from evotune.triton_tuning.resources import build, over_limits  # noqa: E402
+from evotune.triton_tuning.resources import compile_config, over_limits  # noqa: E402
 from evotune.triton_tuning.timers import OracleTimer, Timer, WallClockTimer  # noqa: E402
 
 SHAPES = "512x512x512,1024x1024x1024,2048x2048x2048,4096x4096x4096,16x4096x4096,64x11008x4096"
@@ -152,7 +152,7 @@ def compile_one(index: int, point: Point) -> Compiled:
         if interpreted():
             fn[ms.grid(TINY, TINY)](*ms.launch_args(a, b, c), **config.all_kwargs())
         else:
-            build(fn, ms.launch_args(a, b, c), {"grid": (1,)}, config)
+            compile_config(fn, ms.launch_args(a, b, c), {"grid": (1,)}, config)
     except Exception as exc:  # a configuration that does not compile fails alone
         return Compiled(index, time.perf_counter() - started, f"{type(exc).__name__}: {exc}".splitlines()[0])
     return Compiled(index, time.perf_counter() - started)

@@ -65,7 +65,7 @@ from evotune.core.space import Point  # noqa: E402
 from evotune.measurement.options import TimingOptions  # noqa: E402
 from evotune.triton_tuning.ahead import load_kernel, load_keys  # noqa: E402
 from evotune.triton_tuning.configs import Candidates  # noqa: E402
-from evotune.triton_tuning.resources import build, over_limits  # noqa: E402
+from evotune.triton_tuning.resources import compile_config, over_limits  # noqa: E402
 from evotune.triton_tuning.timers import OracleTimer, Timer, WallClockTimer  # noqa: E402
 
 KERNEL = f"{EXAMPLES / 'fused_moe.py'}:moe_gemm_tuned"
@@ -216,7 +216,7 @@ def compile_one(index: int, point: Point, spec: str, key: dict[str, Any], keys_p
     started = time.perf_counter()
     try:
         if not interpreted():  # the interpreter compiles nothing: each launch interprets the source
-            build(kernel.fn, args, {"grid": (1,), **kwargs}, config)
+            compile_config(kernel.fn, args, {"grid": (1,), **kwargs}, config)
     except Exception as exc:  # a configuration that does not compile fails alone
         return time.perf_counter() - started, f"{type(exc).__name__}: {exc}".splitlines()[0]
     return time.perf_counter() - started, None

@@ -140,7 +140,8 @@ def run(args: argparse.Namespace, exp: Experiment, workers: int, split: str, wor
     """``workers`` processes on a fresh copy of the experiment, to the end."""
     import optuna
 
-    from evotune.storage.study import make_storage, study_names
+    from evotune.storage.study import make_storage
+    from evotune.storage.summaries import study_names
 
     tag = tag or f"{storage}-{split}{workers}"
     path = experiment_copy(args, exp, work, tag, storage)

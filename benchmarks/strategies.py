@@ -56,7 +56,7 @@ from evotune.reporting.compare import (  # noqa: E402
     RUN_COLUMNS,
     SUMMARY_COLUMNS,
     compare,
-    make_plan,
+    make_compare_plan,
     write_csv,
 )
 from evotune.reporting.compare import geometric_mean as gmean  # noqa: E402
@@ -88,7 +88,7 @@ def run_strategy(strategy: str, paths: list[Path], budgets: list[int], repeats: 
     stamp_file = folder / "plan.json"
     if not (reuse and stamp_file.exists() and json.loads(stamp_file.read_text()) == stamp):
         started = time.perf_counter()
-        plan = make_plan([str(p) for p in paths], [strategy], budgets, repeats, seed, str(folder))
+        plan = make_compare_plan([str(p) for p in paths], [strategy], budgets, repeats, seed, str(folder))
         compare(plan)
         stamp_file.write_text(json.dumps(stamp))
         print(f"# {strategy}: {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)

@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 from evotune.core.landscape import load_landscape  # noqa: E402
 from evotune.reporting.compare import KT_PREFIX, KT_STRATEGIES, Case, KernelTunerSim, budget_dependent  # noqa: E402
 from evotune.reporting.compare import geometric_mean as gmean  # noqa: E402
-from evotune.reporting.compare.metrics import measure  # noqa: E402
+from evotune.reporting.compare.metrics import run_metrics  # noqa: E402
 from evotune.reporting.compare.runs import run_evotune  # noqa: E402
 from evotune.search.strategies import Source  # noqa: E402
 from evotune.search.transfer import device_distance, from_landscape, vendor  # noqa: E402
@@ -182,7 +182,7 @@ def run_target(target: Case, sources: dict[str, list[Source]], strategies: list[
                 one = run_evotune(target, strategy.split("+")[0], seed, top, sources=sources.get(strategy, ()))
                 made = dict.fromkeys(budgets, one)
             for b, run in made.items():
-                m = measure(run, target, b)
+                m = run_metrics(run, target, b)
                 rows.append({"landscape": target.name, "strategy": strategy, "seed": seed, "budget": b,
                              "fraction": m["fraction"], "evals_to_95": m["evals_to_95"],
                              "evals_to_99": m["evals_to_99"]})

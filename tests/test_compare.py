@@ -23,7 +23,7 @@ from evotune.reporting.compare import (
     evals_to,
     expected_random_best,
     fraction_curve,
-    measure,
+    run_metrics,
     run_score,
 )
 
@@ -100,10 +100,10 @@ def test_evals_to_and_fraction_definitions(tiny):
 
     target = Case.load(str(tiny), 8)
     assert (target.n_points, target.optimum, target.worst) == (8, 1.0, 6.0)
-    m = measure(Run(np.array([nan, nan, 6.0]), np.array([0.1, 0.3, 0.2])), target, 3)
+    m = run_metrics(Run(np.array([nan, nan, 6.0]), np.array([0.1, 0.3, 0.2])), target, 3)
     assert m["fraction"] == pytest.approx(1 / 6) and m["evals_to_95"] == m["evals_to_99"] == 4
     assert m["best_ms"] == 6.0 and m["optimum_ms"] == 1.0 and m["ask_ms_max"] == 0.3
-    m = measure(Run(np.array([nan, nan]), np.array([0.1, 0.1])), target, 2)
+    m = run_metrics(Run(np.array([nan, nan]), np.array([0.1, 0.1])), target, 2)
     assert m["fraction"] == 0.0 and m["best_ms"] is None and m["evals_to_95"] == 3
 
 

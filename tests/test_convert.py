@@ -14,7 +14,8 @@ from evotune.cli import main
 from evotune.core.landscape import FORMAT, load_landscape
 from evotune.running.experiment import load_experiment
 from evotune.running.run import run_experiment
-from evotune.storage.study import make_storage, study_names
+from evotune.storage.study import make_storage
+from evotune.storage.summaries import study_names
 
 
 def convert_cli(*args: str) -> int:

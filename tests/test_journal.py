@@ -12,7 +12,8 @@ from conftest import replay_experiment
 
 from evotune.storage.claims import Claim, FileClaims, RdbClaims
 from evotune.storage.journal import JournalError, JournalWarning, cut_torn_tail
-from evotune.storage.study import make_storage, study_names
+from evotune.storage.study import make_storage
+from evotune.storage.summaries import study_names
 
 
 def add(storage: optuna.storages.BaseStorage, value: float) -> None:

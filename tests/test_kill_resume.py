@@ -28,7 +28,8 @@ import pytest
 from conftest import ROOT
 from optuna.trial import TrialState
 
-from evotune.storage.study import make_storage, study_names
+from evotune.storage.study import make_storage
+from evotune.storage.summaries import study_names
 
 pytestmark = pytest.mark.slow  # ten killed runs and their resumes
 

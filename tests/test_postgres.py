@@ -65,7 +65,7 @@ def test_record_on_postgresql_gets_a_database_of_its_own(tmp_path, postgres_url)
     from conftest import replay_experiment
 
     from evotune.cli import main
-    from evotune.storage.study import study_names
+    from evotune.storage.summaries import study_names
 
     exp = replay_experiment(tmp_path / "rec.toml", name="rec", url=postgres_url, trials=5)
     assert main(["record", str(exp), "--out", str(tmp_path / "out"), "--seconds", "5"]) == 0
@@ -81,7 +81,8 @@ def test_two_hosts_with_kernel_caches_of_their_own_share_one_study(tmp_path, pos
     import optuna
 
     from evotune.measurement.kernel_cache import KernelCache
-    from evotune.storage.study import make_storage, study_names
+    from evotune.storage.study import make_storage
+    from evotune.storage.summaries import study_names
 
     budget, workers = 24, 2
     exp = tmp_path / "hosts.toml"

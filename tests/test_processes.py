@@ -157,11 +157,11 @@ def test_a_gpu_run_starts_its_measuring_processes_before_it_reads_the_gpu(tmp_pa
     monkeypatch.setattr(gpu, "start_processes", lambda spaces: happened.append(
         "measuring processes started: " + ",".join(s.name for s in spaces)))
 
-    def resolve(exp, measuring=True):
+    def resolve_targets(exp, measuring=True):
         happened.append("targets resolved")
         raise RuntimeError("stop here")
 
-    monkeypatch.setattr(session, "resolve", resolve)
+    monkeypatch.setattr(session, "resolve_targets", resolve_targets)
     exp = load_experiment(path)
     with pytest.raises(RuntimeError, match="stop here"):
         session.Session(exp, session.StudyStorage.tuning(exp))
@@ -185,10 +185,10 @@ def test_a_gpu_run_places_its_process_and_puts_it_back_when_it_ends(tmp_path, mo
     monkeypatch.setattr(session, "unplace", lambda: happened.append("put back"))
     monkeypatch.setattr(gpu, "start_processes", lambda spaces: happened.append("server started"))
 
-    def resolve(exp, measuring=True):
+    def resolve_targets(exp, measuring=True):
         raise RuntimeError("stop here")
 
-    monkeypatch.setattr(session, "resolve", resolve)
+    monkeypatch.setattr(session, "resolve_targets", resolve_targets)
     exp = load_experiment(path)
     with pytest.raises(RuntimeError, match="stop here"):
         session.Session(exp, session.StudyStorage.tuning(exp))

@@ -216,7 +216,7 @@ def test_a_piece_counts_what_the_file_gains_when_the_study_outran_it(tmp_path, p
 def test_record_keeps_its_study_out_of_the_tuning_results(tmp_path, pnpoly, monkeypatch, capsys):
     """best, plot and the dashboard read the tuning storage; recording has a storage of its own."""
     from evotune.reporting.report import collect_best
-    from evotune.storage.study import study_names
+    from evotune.storage.summaries import study_names
 
     monkeypatch.chdir(tmp_path)
     tuning = f"journal:{tmp_path / 'rec.journal'}"

@@ -14,7 +14,7 @@ from conftest import LANDSCAPES, PNPOLY, ROOT
 from evotune.core.problem import Problem
 from evotune.core.space import Context
 from evotune.reporting.compare import Case
-from evotune.reporting.compare.metrics import measure
+from evotune.reporting.compare.metrics import run_metrics
 from evotune.reporting.compare.runs import run_evotune
 from evotune.search.strategies import Source, make_strategy
 from evotune.search.strategies.base import OptionError
@@ -139,8 +139,8 @@ def _misleading(job: tuple[str, str, int]) -> tuple[float, float, bool]:
     shape, source_shape, seed = job
     target = int8(shape)
     bad = shuffled(from_landscape(int8(source_shape).landscape, target.landscape.problem, None))
-    without = measure(run_evotune(target, "default", seed, 100), target, 100)["evals_to_99"]
-    with_bad = measure(run_evotune(target, "default", seed, 100, sources=[bad]), target, 100)["evals_to_99"]
+    without = run_metrics(run_evotune(target, "default", seed, 100), target, 100)["evals_to_99"]
+    with_bad = run_metrics(run_evotune(target, "default", seed, 100, sources=[bad]), target, 100)["evals_to_99"]
     space, fs, times = target.replay()
     s = make_strategy("default", space, fs, seed=seed, ctx=Context(problem=target.landscape.problem), sources=[bad])
     for _ in range(15):
@@ -250,7 +250,7 @@ def test_a_replayed_landscape_is_never_its_own_source_however_the_experiment_nam
 
     from evotune.running.experiment import load_experiment
     from evotune.running.session import transfer_sources
-    from evotune.running.targets import resolve
+    from evotune.running.targets import resolve_targets
     from evotune.storage.study import make_storage
 
     name = INT8.format("64x4096x11008")
@@ -268,7 +268,7 @@ name = "default"
 trials = 5
 """)
     exp = load_experiment(exp_path)
-    (target,) = resolve(exp)
+    (target,) = resolve_targets(exp)
     sources = transfer_sources(exp, target, make_storage(f"sqlite:///{tmp_path / 'own.db'}"), "default", {})
     names = {s.name for s in sources}
     assert "landscape:cute_hopper_gemm_gemm_int8_tn_64x4096x4096" in names  # another shape: a source

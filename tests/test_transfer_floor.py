@@ -20,7 +20,7 @@ from conftest import LANDSCAPES, ROOT
 
 from evotune.core.space import Context
 from evotune.reporting.compare import Case
-from evotune.reporting.compare.metrics import measure
+from evotune.reporting.compare.metrics import run_metrics
 from evotune.reporting.compare.runs import run_evotune
 from evotune.search.strategies import make_strategy
 
@@ -167,7 +167,7 @@ def holds(target: Case, sources, budgets=(50, 100, 200), seeds=range(10)) -> tup
     tx = done[len(missing):]
 
     def med(runs, b, key):
-        return statistics.median(measure(r, target, b)[key] for r in runs)
+        return statistics.median(run_metrics(r, target, b)[key] for r in runs)
 
     fr = [(med(tx, b, "fraction"), med(plain, b, "fraction")) for b in budgets]
     e = (med(tx, top, "evals_to_99"), med(plain, top, "evals_to_99"))

@@ -14,7 +14,8 @@ import pytest
 from conftest import ROOT, int8_landscapes, landscape_excerpt, replay_experiment
 
 from evotune.storage.claims import Claim, FileClaims, NoClaims, RdbClaims
-from evotune.storage.study import make_storage, study_names
+from evotune.storage.study import make_storage
+from evotune.storage.summaries import study_names
 
 pytestmark = pytest.mark.slow  # several worker processes on one study
 

@@ -27,7 +27,7 @@ def cmd_export_configs(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
 
 
-def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_kernel_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The two subcommands, on the command line's parser."""
     tk = sub.add_parser("tune-kernel", help="tune a kernel (decorated with evotune.autotune, or a plain jit kernel "
                                             "with --space and --key) for the keys of a file")

@@ -145,7 +145,7 @@ def _parser() -> argparse.ArgumentParser:
                       help="timing samples kept per point, spread over their range (default 0: replay reads none)")
     conv.set_defaults(func=results.cmd_convert)
 
-    kernels.add_commands(sub)
+    kernels.add_kernel_commands(sub)
     models.add_commands(sub)
 
     doc = sub.add_parser("doctor", help="what this machine can run (GPU, Triton, CuTe DSL, CUTLASS C++, torch, "

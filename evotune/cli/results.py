@@ -225,10 +225,10 @@ def _compiler_check(space: Any, ctx: Any, directory: str | None) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from evotune.reporting.compare import KT_CAVEAT, CompareError, compare, make_plan, summary_table
+    from evotune.reporting.compare import KT_CAVEAT, CompareError, compare, make_compare_plan, summary_table
 
     try:
-        plan = make_plan(args.landscape, args.strategy, args.budget, args.repeats, args.seed, args.out)
+        plan = make_compare_plan(args.landscape, args.strategy, args.budget, args.repeats, args.seed, args.out)
         result = compare(plan, progress=lambda line: print(line, file=sys.stderr, flush=True))
     except CompareError as exc:
         raise UsageError(str(exc)) from None

@@ -46,7 +46,8 @@ from optuna.trial import TrialState
 
 from evotune.measurement.retiming import newer
 from evotune.reporting.report import sources_text
-from evotune.storage.study import make_storage, study_summaries
+from evotune.storage.study import make_storage
+from evotune.storage.summaries import study_summaries
 
 Floats = npt.NDArray[np.float64]  # one value per evaluation
 

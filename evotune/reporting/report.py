@@ -30,7 +30,8 @@ from evotune.core.flush import UNRECORDED_FLUSH
 from evotune.core.problem import Problem
 from evotune.measurement.oracle import ci_half_width
 from evotune.measurement.retiming import newer
-from evotune.storage.study import StudySummary, make_storage, study_summaries
+from evotune.storage.study import make_storage
+from evotune.storage.summaries import StudySummary, study_summaries
 
 
 @dataclass

@@ -45,7 +45,7 @@ from evotune.core.space import Point, SearchSpace
 from evotune.measurement.isolation import WorkerProcess, answer_requests
 from evotune.measurement.messages import CompileOnly, Reply, ReplyStatus
 from evotune.running.experiment import Experiment, ExperimentError
-from evotune.running.targets import Target, resolve
+from evotune.running.targets import Target, resolve_targets
 
 WRITE_EVERY_S = 60.0
 # where the files go without --out: never the shipped ones under evotune/landscapes/compile, which only an
@@ -221,7 +221,7 @@ def compile_experiment(exp: Experiment, opts: CompileOptions, progress: Callable
     written = []
     started = time.monotonic()
     # only what compiling needs is checked: nothing is measured, so neither an evaluator nor a GPU
-    for p in plan_compiles(exp, resolve(exp, measuring=False), opts):
+    for p in plan_compiles(exp, resolve_targets(exp, measuring=False), opts):
         left = None if opts.seconds is None else opts.seconds - (time.monotonic() - started)
         if left is not None and left <= 0:
             progress(f"{p.path.name}: not started, the {opts.seconds:.0f} s of this piece are spent")

@@ -1,6 +1,6 @@
 """The session: one worker's run of an experiment, owning everything the run's policies share.
 
-A session resolves the targets once (:func:`evotune.running.targets.resolve`), and while open holds the storage,
+A session resolves the targets once (:func:`evotune.running.targets.resolve_targets`), and while open holds the storage,
 the schedule, the measuring process and its evaluators, each problem's baselines, the transfer sources and the
 live progress. ``run`` (:mod:`evotune.running.run`) and ``record`` (:mod:`evotune.running.record`) are policies
 over it: which storage its studies live in (:class:`StudyStorage`), what to ask, with what budget, and what to
@@ -50,7 +50,7 @@ from evotune.running.confirmation import (
 )
 from evotune.running.experiment import Experiment, ExperimentError, OracleKind
 from evotune.running.schedule import Schedule, Turn
-from evotune.running.targets import Baselines, Target, gpu_evaluator_class, resolve
+from evotune.running.targets import Baselines, Target, gpu_evaluator_class, resolve_targets
 from evotune.running.tuner import OnTrial, TuneResult, tune_study
 from evotune.search.strategies import STRATEGIES, Source
 from evotune.search.strategies.base import Strategy
@@ -121,7 +121,7 @@ class Session:
         # the measuring processes' imports (seconds) run while the targets resolve, where they can start already
         self._measuring = start_measuring(exp)
         try:
-            self.targets = resolve(exp)
+            self.targets = resolve_targets(exp)
         except BaseException:
             unplace()  # the run ends here: this process goes back to its cores
             raise

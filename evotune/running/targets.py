@@ -1,9 +1,9 @@
 """What a run is about: its targets (one problem in one space, with its context), resolved and checked once, and
 the names and attributes of their studies.
 
-:func:`resolve` reads the experiment's problems, spaces, hardware and landscapes into :class:`Target` s and checks
-everything that can be wrong before any storage is touched: the hardware, each landscape, the space's workload and
-feasible points, the machine's compiler (``SearchSpace.needs``), each strategy's options.
+:func:`resolve_targets` reads the experiment's problems, spaces, hardware and landscapes into :class:`Target` s and
+checks everything that can be wrong before any storage is touched: the hardware, each landscape, the space's workload
+and feasible points, the machine's compiler (``SearchSpace.needs``), each strategy's options.
 
 Each (problem, space, strategy, seed) of an experiment is one study named
 ``EXPERIMENT/PROBLEM/SPACE/STRATEGY/seedN``; the studies of one target form its
@@ -100,7 +100,7 @@ def targets(exp: Experiment) -> list[Target]:
     return out
 
 
-def resolve(exp: Experiment, measuring: bool = True) -> list[Target]:
+def resolve_targets(exp: Experiment, measuring: bool = True) -> list[Target]:
     """The experiment's targets (:func:`targets`), checked before any storage is touched: every error names its
     field. A space whose compiler or DSL this machine lacks (``SearchSpace.needs``) is refused in one line, else
     every point would be compiled, fail the same way and be stored as failed. With ``measuring``, also what the

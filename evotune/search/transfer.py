@@ -40,7 +40,7 @@ from evotune.core.problem import Problem
 from evotune.core.result import Status
 from evotune.core.space import Point, SearchSpace
 from evotune.search.prior import Source
-from evotune.storage.study import StudySummary, study_summaries
+from evotune.storage.summaries import StudySummary, study_summaries
 
 #: a study counts as a source once it holds this many measured results
 MIN_RESULTS = 10

@@ -47,7 +47,7 @@ from evotune.triton_tuning.hooks import Hooks
 from evotune.triton_tuning.measure import launch_call, measure
 from evotune.triton_tuning.neighbours import nearest_tuned
 from evotune.triton_tuning.pruning import PruneBy, prune
-from evotune.triton_tuning.resources import build
+from evotune.triton_tuning.resources import compile_config
 from evotune.triton_tuning.search import KeyJob, tune_key
 from evotune.triton_tuning.timers import make_timer
 from evotune.triton_tuning.toolchain import Toolchain
@@ -164,7 +164,7 @@ class Autotuner:
             candidates, fs = self._candidates({k: v for k, v in kwargs.items() if k != "grid"})
         finally:
             self.nargs = None
-        return [build(self.fn, args, kwargs, candidates.config(fs.point(r))) for r in range(len(fs))]
+        return [compile_config(self.fn, args, kwargs, candidates.config(fs.point(r))) for r in range(len(fs))]
 
     # -- resolving a key --------------------------------------------------------------------------
     def use_cache(self, cache: CacheArg) -> None:

@@ -40,7 +40,8 @@ from typing import Any
 import optuna
 
 from evotune.core.space import SearchSpace
-from evotune.storage.study import StudyStore, make_storage, study_summaries
+from evotune.storage.study import StudyStore, make_storage
+from evotune.storage.summaries import study_summaries
 from evotune.storage.trial_writer import checkpoint
 from evotune.triton_tuning.toolchain import Toolchain
 

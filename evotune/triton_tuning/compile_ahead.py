@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from evotune.triton_tuning.resources import build
+from evotune.triton_tuning.resources import compile_config
 
 if TYPE_CHECKING:
     from evotune.triton_tuning.configs import TritonConfig
@@ -45,7 +45,7 @@ def compile_ahead(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], config
     with ThreadPoolExecutor(workers(len(configs))) as pool, AsyncCompileMode(pool, ignore_errors=True):
         for config in configs:
             try:
-                build(fn, args, kwargs, config)
+                compile_config(fn, args, kwargs, config)
             except Exception:  # the measurement compiles it again and records why it fails
                 continue
     seconds = time.perf_counter() - started

@@ -45,7 +45,7 @@ ALWAYS = ("num_warps", "num_stages")
 class TritonConfig(Protocol):
     """What evotune reads of a ``triton.Config`` (Triton ships no type information): its meta-parameters, its
     ``pre_hook`` and every keyword it launches the kernel with; the launch options are read by name
-    (:func:`option`)."""
+    (:func:`launch_option`)."""
 
     kwargs: dict[str, Any]
     pre_hook: Callable[..., Any] | None
@@ -86,8 +86,8 @@ class Candidates:
                 raise ValueError(f"configs: {c} does not set {', '.join(missing)} (every config sets the same "
                                  "meta-parameters)")
         options = [o for o in LAUNCH_OPTIONS if o not in kwargs_names
-                   and (o in ALWAYS or any(option(c, o) != LAUNCH_OPTIONS[o] for c in configs))]
-        rows = [{**c.kwargs, **{o: option(c, o) for o in options}} for c in configs]
+                   and (o in ALWAYS or any(launch_option(c, o) != LAUNCH_OPTIONS[o] for c in configs))]
+        rows = [{**c.kwargs, **{o: launch_option(c, o) for o in options}} for c in configs]
         hooks = _hook_labels(configs, rows)
         if hooks:
             rows = [{**r, PRE_HOOK: hooks[id(c.pre_hook)]} for r, c in zip(rows, configs, strict=True)]
@@ -129,7 +129,7 @@ class Candidates:
         for o, default in LAUNCH_OPTIONS.items():
             if o in config.kwargs:  # a launch option given as a meta-parameter (Triton reads both the same)
                 continue
-            value = option(config, o)
+            value = launch_option(config, o)
             if o in names:
                 point[o] = value
             elif value != default:
@@ -180,7 +180,7 @@ class Candidates:
         return {k: self.space.param(k).storage_value(v) for k, v in point.items()}
 
 
-def option(config: TritonConfig, name: str) -> Any:
+def launch_option(config: TritonConfig, name: str) -> Any:
     """A launch option of ``config`` (an older ``triton.Config`` lacks ``ir_override``: its default)."""
     return getattr(config, name, LAUNCH_OPTIONS[name])
 

@@ -43,7 +43,7 @@ from typing import Any
 
 import optuna
 
-from evotune.storage.study import study_summaries
+from evotune.storage.summaries import study_summaries
 from evotune.triton_tuning.cache import DECISION, PREFIX, Decision
 
 VLLM_FIELDS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 WARP = 32
 
 
-def build(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], config: TritonConfig) -> Any:
+def compile_config(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], config: TritonConfig) -> Any:
     """Compile ``config`` of the jitted ``fn`` for this launch without running it (Triton's ``warmup``, which takes
     the launch's keyword arguments but its own ``warmup`` flag); the compiled kernel, or Triton's placeholder."""
     launch = {k: v for k, v in kwargs.items() if k != "warmup"}
@@ -35,7 +35,7 @@ def over_limits(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], config: 
     """Why ``config``'s compiled kernel cannot run on this device, or None (it fits, or nothing to check)."""
     if os.environ.get("TRITON_INTERPRET") == "1" or not hasattr(fn, "warmup"):
         return None  # the interpreter compiles nothing; a stand-in kernel without warmup cannot be built apart
-    kernel = build(fn, args, kwargs, config)
+    kernel = compile_config(fn, args, kwargs, config)
     if kernel is None or not hasattr(kernel, "metadata"):
         return None
     props = device_limits()

@@ -11,7 +11,7 @@
    the same key together time each point once and the budget holds for them all. A
    configuration the device refuses is stored as a failed trial, with the timer and the
    launch's program count beside each result.
-2. **Decide** (:func:`decide`): once no other process is timing a point, one process
+2. **Decide** (:func:`decide_key`): once no other process is timing a point, one process
    (rank 0 under ``torch.distributed`` or a ``RANK`` variable; otherwise whoever takes
    the key's decision claim first; a rank that waits RANK_WAIT_S seconds with nobody else
    at work on the key, which rank 0 may never launch, decides itself) re-times the
@@ -128,7 +128,7 @@ def tune_key(job: KeyJob) -> Decision:
         job.cache.write_decision(store, decision)
         return decision
     measure_points(job, store)
-    return decide(job, store)
+    return decide_key(job, store)
 
 
 def _measured(store: StudyStore) -> dict[str, tuple[Point, float | None]]:
@@ -199,7 +199,7 @@ def _search(job: KeyJob) -> Strategy:
                          launch=table, compile_cost=job.compile_cost)
 
 
-def decide(job: KeyJob, store: StudyStore) -> Decision:
+def decide_key(job: KeyJob, store: StudyStore) -> Decision:
     """The key's decision: rank 0's under ranks (waited for), else made here under the key's decision claim."""
     mine = rank()
     if mine is not None and mine != 0:

@@ -64,8 +64,8 @@ both CSVs except the two ``ask_ms`` timings.
 
 Example::
 
-    from evotune.reporting.compare import make_plan, compare
-    result = compare(make_plan(["pnpoly.json.gz"], ["ga", "random"], ["25", "50"], "5", "0", "out"))
+    from evotune.reporting.compare import make_compare_plan, compare
+    result = compare(make_compare_plan(["pnpoly.json.gz"], ["ga", "random"], ["25", "50"], "5", "0", "out"))
 """
 
 
@@ -86,7 +86,7 @@ from evotune.reporting.compare.metrics import (
     expected_random_best,
     fraction_curve,
     geometric_mean,
-    measure,
+    run_metrics,
     run_score,
 )
 from evotune.reporting.compare.outputs import (
@@ -97,14 +97,14 @@ from evotune.reporting.compare.outputs import (
     write_csv,
     write_readme,
 )
-from evotune.reporting.compare.plan import CompareError, Plan
+from evotune.reporting.compare.plan import CompareError, ComparePlan
 from evotune.reporting.compare.runs import (
     MAX_SEED,
     NEEDS,
     Result,
     available,
     compare,
-    make_plan,
+    make_compare_plan,
     run_evotune,
 )
 
@@ -119,8 +119,8 @@ __all__ = [
     "SUMMARY_COLUMNS",
     "Case",
     "CompareError",
+    "ComparePlan",
     "KernelTunerSim",
-    "Plan",
     "Result",
     "Run",
     "available",
@@ -132,10 +132,10 @@ __all__ = [
     "fraction_curve",
     "geometric_mean",
     "kt_cache_document",
-    "make_plan",
-    "measure",
+    "make_compare_plan",
     "plot_landscape",
     "run_evotune",
+    "run_metrics",
     "run_score",
     "summary_table",
     "write_csv",

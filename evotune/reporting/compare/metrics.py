@@ -134,7 +134,7 @@ class Case:
         return self._replay
 
 
-def measure(run: Run, target: Case, budget: int) -> dict[str, Any]:
+def run_metrics(run: Run, target: Case, budget: int) -> dict[str, Any]:
     """The metrics of the first ``budget`` evaluations of ``run``."""
     best = best_so_far(run.times, budget)
     frac = fraction_curve(best, target.optimum)

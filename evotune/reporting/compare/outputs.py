@@ -12,7 +12,7 @@ from evotune.reporting.compare.kernel_tuner_sim import KT_CAVEAT, KT_PREFIX
 
 if TYPE_CHECKING:
     from evotune.reporting.compare.metrics import Case, Floats
-    from evotune.reporting.compare.plan import Plan
+    from evotune.reporting.compare.plan import ComparePlan
 
 SUMMARY_COLUMNS = ["landscape", "strategy", "budget", "repeats", "median_fraction", "p25_fraction", "p75_fraction",
                    "median_evals_to_95", "median_evals_to_99", "score"]
@@ -65,7 +65,7 @@ def plot_landscape(target: Case, curves: dict[str, list[Floats]], path: Path) ->
     return _save(fig, path)
 
 
-def write_readme(plan: Plan, path: Path) -> Path:
+def write_readme(plan: ComparePlan, path: Path) -> Path:
     kt_version = ""
     if any(s.startswith(KT_PREFIX) for s in plan.strategies):
         from importlib.metadata import version

@@ -11,7 +11,7 @@ class CompareError(ValueError):
 
 
 @dataclass
-class Plan:
+class ComparePlan:
     landscapes: list[str]
     strategies: list[str]
     budgets: list[int]

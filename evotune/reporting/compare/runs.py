@@ -1,6 +1,6 @@
 """The run plan of a comparison and the runner: every (landscape, strategy, seed), in memory.
 
-:func:`make_plan` checks the command line's arguments (one-line :class:`CompareError`
+:func:`make_compare_plan` checks the command line's arguments (one-line :class:`CompareError`
 for the first bad one); :func:`compare` loads each landscape once (:class:`Case`),
 drives evotune's strategies by ``ask(1)`` / ``tell`` against it and Kernel Tuner's
 through :mod:`evotune.reporting.compare.kernel_tuner_sim`, reads every budget off one run
@@ -30,9 +30,9 @@ from evotune.reporting.compare.kernel_tuner_sim import (
     KernelTunerSim,
     budget_dependent,
 )
-from evotune.reporting.compare.metrics import Case, Floats, Run, measure, summarise
+from evotune.reporting.compare.metrics import Case, Floats, Run, run_metrics, summarise
 from evotune.reporting.compare.outputs import RUN_COLUMNS, SUMMARY_COLUMNS, plot_landscape, write_csv, write_readme
-from evotune.reporting.compare.plan import CompareError, Plan
+from evotune.reporting.compare.plan import CompareError, ComparePlan
 from evotune.search.strategies import STRATEGIES, Source, make_strategy
 
 #: evotune strategies that need a package evotune does not install
@@ -67,8 +67,8 @@ def _positive_int(flag: str, text: str | int, low: int = 1) -> int:
     return value
 
 
-def make_plan(landscapes: Sequence[str], strategies: Sequence[str], budgets: Sequence[str | int],
-              repeats: str | int | None, seed: str | int | None, out: str | None) -> Plan:
+def make_compare_plan(landscapes: Sequence[str], strategies: Sequence[str], budgets: Sequence[str | int],
+                      repeats: str | int | None, seed: str | int | None, out: str | None) -> ComparePlan:
     """Check the command line's arguments; raise CompareError (one line) for the first bad one."""
     if not landscapes:
         raise CompareError("--landscape PATH is required (Kernel Tuner cache file or evotune landscape)")
@@ -100,7 +100,7 @@ def make_plan(landscapes: Sequence[str], strategies: Sequence[str], budgets: Seq
     out_dir = Path(out)
     if out_dir.exists() and not out_dir.is_dir():
         raise CompareError(f"--out: {out} exists and is not a folder")
-    return Plan(list(landscapes), list(strategies), parsed_budgets, n_repeats, first_seed, out_dir)
+    return ComparePlan(list(landscapes), list(strategies), parsed_budgets, n_repeats, first_seed, out_dir)
 
 
 # -- running ------------------------------------------------------------------
@@ -143,7 +143,7 @@ def _kt_run(kt: KernelTunerSim, target: Case, name: str, seed: int, budget: int)
         raise CompareError(f"{target.name}: {exc}") from None
 
 
-def compare(plan: Plan, progress: Callable[[str], None] | None = None) -> Result:
+def compare(plan: ComparePlan, progress: Callable[[str], None] | None = None) -> Result:
     """Run every (landscape, strategy, seed), write the CSVs, plots and README; return the rows."""
     max_budget = plan.budgets[-1]
     targets = [Case.load(p, max_budget) for p in plan.landscapes]
@@ -170,7 +170,7 @@ def compare(plan: Plan, progress: Callable[[str], None] | None = None) -> Result
                         one = run_evotune(target, strategy, seed, max_budget)
                         made = dict.fromkeys(plan.budgets, one)
                     for b in plan.budgets:
-                        m = measure(made[b], target, b)
+                        m = run_metrics(made[b], target, b)
                         per_budget[b].append(m)
                         runs.append({"landscape": target.name, "strategy": strategy, "budget": b, "seed": seed,
                                      **{k: v for k, v in m.items() if k in RUN_COLUMNS}})
