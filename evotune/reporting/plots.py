@@ -42,6 +42,7 @@ import numpy.typing as npt
 import optuna
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 from optuna.trial import TrialState
 
 from evotune.measurement.retiming import newer
@@ -269,7 +270,7 @@ def _sort_key(v: object) -> tuple[int, object]:
     return (0, v) if isinstance(v, (int, float)) else (1, str(v))
 
 
-def _save(fig: plt.Figure, path: str | Path) -> Path:
+def _save(fig: Figure, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if _fit_titles(fig):
@@ -279,7 +280,7 @@ def _save(fig: plt.Figure, path: str | Path) -> Path:
     return path
 
 
-def _fit_titles(fig: plt.Figure) -> bool:
+def _fit_titles(fig: Figure) -> bool:
     """Wrap the figure's and the axes' titles that would be cut off at the figure's edges; whether any was."""
     canvas = fig.canvas if hasattr(fig.canvas, "get_renderer") else FigureCanvasAgg(fig)  # a Figure made without pyplot
     renderer = canvas.get_renderer()

@@ -29,7 +29,10 @@ from evotune.core.budget import Budget
 from evotune.core.flush import FLUSHES
 from evotune.core.problem import Problem
 from evotune.measurement.options import ConfirmOptions, OracleOptions, TimingOptions
-from evotune.running.experiment_fields import ExperimentError, FieldReader  # callers of load_experiment import both
+from evotune.running.experiment_fields import (
+    ExperimentError as ExperimentError,  # callers of load_experiment import both
+)
+from evotune.running.experiment_fields import FieldReader
 
 
 class OracleKind(StrEnum):

@@ -41,7 +41,9 @@ def write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> Pat
 
 def plot_landscape(target: Case, curves: dict[str, list[Floats]], path: Path) -> Path:
     """Fraction of the optimum against evaluations: median and IQR over the repeats, per strategy."""
-    from evotune.reporting.plots import _band, _save, plt  # matplotlib (Agg) only when plotting
+    import matplotlib.pyplot as plt  # matplotlib only when plotting (plots selects its Agg backend on import)
+
+    from evotune.reporting.plots import _band, _save
 
     fig, ax = plt.subplots(figsize=(8, 4.8))
     n = max((len(c) for cs in curves.values() for c in cs), default=0)
