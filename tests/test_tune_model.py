@@ -248,7 +248,10 @@ def test_bad_inputs_say_one_line_exit_2_and_create_nothing(tmp_path, bad) -> Non
     assert "--storage: 'nonsense' is not a storage URL" in \
         bad([str(TINY), "--gpus", "1", "--out", "o", "--storage", "nonsense", "--tuner", STANDIN],
             {"TRITON_INTERPRET": "1"})
-    assert "--dtype fp8: the default tuner's kernels are 16-bit" in \
+    assert "--dtype int8: the default tuner's kernels are bf16 and fp8" in \
+        bad([str(TINY), "--dtype", "int8", "--gpus", "1", "--out", "o"], {"TRITON_INTERPRET": "1"})
+    assert "DeepSeek-V3.json scales its fp8 weights in 128x128 blocks; the default tuner's fp8 fused MoE scales per " \
+        "tensor (tune the other kernels with --kernels)" in \
         bad(["DeepSeek-V3", "--tp", "8", "--gpus", "1", "--out", "o"], {"TRITON_INTERPRET": "1"})
 
 

@@ -74,3 +74,23 @@ def test_an_fp8_key_launches_e4m3_inputs_with_their_scales() -> None:
     assert args[7].shape == (1,) and args[8].shape == (E,)
     _, args16, kwargs16 = moe.make_args(M, N, K, E, TOP_K, "bfloat16")
     assert not kwargs16["FP8"] and args16[2].dtype == torch.bfloat16
+
+
+def test_an_fp8_moe_files_name_vllms_fp8_dtype_and_the_checker_knows_it(tmp_path) -> None:
+    from evotune.model import exports
+    from evotune.model.models import load_model
+    from evotune.model.outcome import Outcome
+    from evotune.model.plan import make_plan
+    from evotune.triton_tuning.export import ExportError, check_vllm_config
+
+    plan = make_plan(load_model("Mixtral-8x7B"), 2, "fp8", (16, 64))
+    config = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1, "num_warps": 4,
+              "num_stages": 3}
+    outcomes = [Outcome(k.ident, k.shape.name, k.shape.family.value, k.fields(), config, 8, 8, 1.0, 0.1, 0.2,
+                        "confirmed", "NVIDIA H100 80GB HBM3", "3.4.0", "vllm_fused_moe")
+                for k in plan.keys if k.shape.family.value == "fused_moe"]
+    written = exports.write(outcomes, tmp_path, "fp8", None)  # scaled per tensor: no block shape
+    names = sorted(p.name for p in written)
+    assert names[0] == names[1] == "E=8,N=7168,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8.json"
+    with pytest.raises(ExportError, match="dtype: vLLM names a fused-MoE file's dtype one of fp8_w8a8"):
+        check_vllm_config("E=8,N=7168,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8.json", {"16": config})

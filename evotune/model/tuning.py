@@ -12,12 +12,12 @@ server runs (``triton.testing.do_bench``, the two side by side): vLLM's default 
 cuBLAS (``torch.matmul``) for a dense GEMM.
 
 The kernels are shipped with the package (``search_spaces``, imported by module name, so an installed evotune finds
-them): the fused MoE of ``search_spaces/_triton_fused_moe.py`` (16-bit, vLLM's grid as its space) and the dense
-GEMM of ``search_spaces/_triton_matmul_example.py``, both plain ``@triton.jit`` kernels given their space and key
-here. Decode keys (M <= 64) are the ``triton_decode_gemm``
-family's, tuned in evotune's one tuning loop with the GPU evaluator and confirmed beside cuBLAS (``decode.py``). A key
-of another kind (fp8 or int8 kernels, block-fp8 kernels) is refused before anything is tuned
-(:func:`check_supported`).
+them): the fused MoE of ``search_spaces/_triton_fused_moe.py`` (bf16, or fp8 scaled per tensor; vLLM's grid as its
+space) and the bf16 dense GEMM of ``search_spaces/_triton_matmul_example.py``, both plain ``@triton.jit`` kernels
+given their space and key here. Decode keys (M <= 64), block-fp8 keys and fp8 GEMM keys are their built-in space's
+(``triton_decode_gemm``, ``triton_block_fp8``, ``triton_matmul``), tuned in evotune's one tuning loop with the GPU
+evaluator and confirmed beside the untuned baseline (``study_tuner.py``). A plan the tuner has no kernel for (int8;
+a fused MoE whose fp8 weights are scaled in blocks) is refused before anything is tuned (:func:`check_supported`).
 """
 
 from __future__ import annotations
@@ -32,15 +32,15 @@ from evotune.model.autotune_api import VLLM_FIELDS, AheadError, KeyProgress, loa
 from evotune.model.compiles import CompileCount
 from evotune.model.models import ModelError
 from evotune.model.outcome import Outcome
-from evotune.model.plan import BUILD_S, EVAL_S, Family, Key, Plan
+from evotune.model.plan import BUILD_S, EVAL_S, FP8_BLOCK, Family, Key, Plan
 from evotune.model.runner import autotune_cache
 
 if TYPE_CHECKING:
-    from evotune.model.decode import DecodeTuner
+    from evotune.model.study_tuner import StudyTuner
 
 MOE_MODULE = "search_spaces._triton_fused_moe"
 GEMM_MODULE = "search_spaces._triton_matmul_example"
-TORCH_DTYPES = {"bf16": "bfloat16"}
+TORCH_DTYPES = {"bf16": "bfloat16", "fp8": "float8_e4m3fn"}
 
 
 @dataclass(frozen=True)
@@ -72,37 +72,45 @@ LAYOUTS = {SPACES[Family.GEMM]: "nn", Family.DECODE.value: "tn"}
 def check_supported(plan: Plan) -> None:
     """:class:`ModelError` naming ``--dtype`` or the kernel when this tuner has no kernel for part of the plan."""
     if plan.dtype not in TORCH_DTYPES:
-        raise ModelError(f"--dtype {plan.dtype}: the default tuner's kernels are 16-bit (bf16); plan it with "
+        raise ModelError(f"--dtype {plan.dtype}: the default tuner's kernels are bf16 and fp8; plan it with "
                          "--dry-run, or name a tuner for it with --tuner")
+    block = plan.model.fp8_block if plan.dtype == "fp8" else None
     for kernel in plan.kernels:
-        if kernel.shape.family not in SOURCES and kernel.shape.family is not Family.DECODE:
-            raise ModelError(f"{kernel.shape.name}: the default tuner has no kernel of {kernel.shape.family.value}")
+        family = kernel.shape.family
+        if family is Family.FUSED_MOE and block is not None:
+            raise ModelError(f"{kernel.shape.name}: {plan.model.source} scales its fp8 weights in {block[0]}x"
+                             f"{block[1]} blocks; the default tuner's fp8 fused MoE scales per tensor (tune the "
+                             "other kernels with --kernels)")
+        if family is Family.BLOCK_FP8 and block not in (None, FP8_BLOCK):
+            raise ModelError(f"{kernel.shape.name}: {plan.model.source} scales its fp8 weights in {block[0]}x"
+                             f"{block[1]} blocks; triton_block_fp8's are {FP8_BLOCK[0]}x{FP8_BLOCK[1]}")
 
 
 class AutotuneTuner:
-    """Tunes fused-MoE and GEMM keys with ``evotune.autotune`` into ``cache``, decode keys with the decode family
-    (:class:`~evotune.model.decode.DecodeTuner`, in the same ``OUT/autotune.db``), each within the default budget
-    (64 evaluations a key)."""
+    """Tunes fused-MoE keys and bf16 GEMM keys with ``evotune.autotune`` into ``cache``, the other dense keys with
+    their built-in space (:class:`~evotune.model.study_tuner.StudyTuner`, in the same ``OUT/autotune.db``), each
+    within the default budget (64 evaluations a key)."""
 
-    def __init__(self, plan: Plan, out: Path, decode: DecodeTuner | None = None):
+    def __init__(self, plan: Plan, out: Path, studies: StudyTuner | None = None):
         check_supported(plan)
         self.plan, self.out = plan, out
         self.cache = autotune_cache(out)
-        self._decode = decode
+        self._studies = studies
 
     @property
-    def decode(self) -> DecodeTuner:
-        """The decode keys' tuner, made on the first (its imports, the run machinery's, wait for it)."""
-        if self._decode is None:
-            from evotune.model.decode import DecodeTuner
+    def studies(self) -> StudyTuner:
+        """The tuner of the keys of built-in spaces, made on the first (its imports, the run machinery's, wait for
+        it)."""
+        if self._studies is None:
+            from evotune.model.study_tuner import StudyTuner
 
-            self._decode = DecodeTuner(self.out, self.plan.dtype, self.plan.ident)
-        return self._decode
+            self._studies = StudyTuner(self.out, self.plan.dtype, self.plan.ident)
+        return self._studies
 
     def tune(self, key: Key) -> Outcome:
-        if key.shape.family is Family.DECODE:
-            return self.decode.tune(key)
         family = key.shape.family
+        if family is not Family.FUSED_MOE and not (family is Family.GEMM and self.plan.dtype == "bf16"):
+            return self.studies.tune(key)
         source = SOURCES[family]
         fields: dict[str, Any] = {"M": key.m, "N": key.shape.n, "K": key.shape.k,
                                   "dtype": TORCH_DTYPES[self.plan.dtype]}
@@ -129,8 +137,8 @@ class AutotuneTuner:
                        SPACES[family], count.compiles, count.loads)
 
     def close(self) -> None:
-        if self._decode is not None:
-            self._decode.close()
+        if self._studies is not None:
+            self._studies.close()
 
 
 def _device() -> str:
