@@ -19,7 +19,7 @@ from evotune.measurement.base import Evaluator
 from evotune.model import exports
 from evotune.model.exports import write_tuned
 from evotune.model.models import ModelError, load_model
-from evotune.model.plan import Family, make_plan, only
+from evotune.model.plan import Family, make_plan
 from evotune.model.study_tuner import StudyTuner, decide
 from evotune.reporting.lookup import lookup
 from evotune.search.transfer import from_studies
@@ -166,13 +166,11 @@ def test_a_block_fp8_key_is_confirmed_against_vllms_default_and_exported(tmp_pat
     assert lookup(problem, space=Family.BLOCK_FP8.value, path=path, oracle="cpu").exact
 
 
-def test_an_fp8_plan_is_refused_where_the_default_tuner_has_no_kernel(tmp_path) -> None:
+def test_the_default_tuner_takes_fp8_plans_per_tensor_and_in_128_blocks(tmp_path) -> None:
     pytest.importorskip("triton")
     from evotune.model.tuning import check_supported
 
-    plan = make_plan(load_model("DeepSeek-V3"), 8, None, (16,))
-    with pytest.raises(ModelError, match="scales its fp8 weights in 128x128 blocks; the default tuner's fp8 fused "
-                                         "MoE scales per tensor"):
-        check_supported(plan)
-    check_supported(only(plan, frozenset({Family.BLOCK_FP8})))  # the linear layers alone: tuned
-    check_supported(make_plan(load_model("Mixtral-8x7B"), 2, "fp8", (16,)))  # per-tensor fp8 MoE: tuned
+    check_supported(make_plan(load_model("DeepSeek-V3"), 8, None, (16,)))  # 128 x 128 blocks, the MoE included
+    check_supported(make_plan(load_model("Mixtral-8x7B"), 2, "fp8", (16,)))  # per tensor
+    with pytest.raises(ModelError, match="--dtype int8: the default tuner's kernels are bf16 and fp8"):
+        check_supported(make_plan(load_model("Mixtral-8x7B"), 2, "int8", (16,)))

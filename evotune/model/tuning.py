@@ -12,12 +12,13 @@ server runs (``triton.testing.do_bench``, the two side by side): vLLM's default 
 cuBLAS (``torch.matmul``) for a dense GEMM.
 
 The kernels are shipped with the package (``search_spaces``, imported by module name, so an installed evotune finds
-them): the fused MoE of ``search_spaces/_triton_fused_moe.py`` (bf16, or fp8 scaled per tensor; vLLM's grid as its
-space) and the bf16 dense GEMM of ``search_spaces/_triton_matmul_example.py``, both plain ``@triton.jit`` kernels
-given their space and key here. Decode keys (M <= 64), block-fp8 keys and fp8 GEMM keys are their built-in space's
-(``triton_decode_gemm``, ``triton_block_fp8``, ``triton_matmul``), tuned in evotune's one tuning loop with the GPU
-evaluator and confirmed beside the untuned baseline (``study_tuner.py``). A plan the tuner has no kernel for (int8;
-a fused MoE whose fp8 weights are scaled in blocks) is refused before anything is tuned (:func:`check_supported`).
+them): the fused MoE of ``search_spaces/_triton_fused_moe.py`` (bf16, or fp8 scaled per tensor or per 128 x 128 block;
+vLLM's grid as its space) and the bf16 dense GEMM of ``search_spaces/_triton_matmul_example.py``, both plain
+``@triton.jit`` kernels given their space and key here. Decode keys (M <= 64), block-fp8 keys and fp8 GEMM keys are
+their built-in space's (``triton_decode_gemm``, ``triton_block_fp8``, ``triton_matmul``), tuned in evotune's one tuning
+loop with the GPU evaluator and confirmed beside the untuned baseline (``study_tuner.py``). A plan the tuner has no
+kernel for (int8; fp8 weights scaled in blocks other than 128 x 128) is refused before anything is tuned
+(:func:`check_supported`).
 """
 
 from __future__ import annotations
@@ -75,15 +76,9 @@ def check_supported(plan: Plan) -> None:
         raise ModelError(f"--dtype {plan.dtype}: the default tuner's kernels are bf16 and fp8; plan it with "
                          "--dry-run, or name a tuner for it with --tuner")
     block = plan.model.fp8_block if plan.dtype == "fp8" else None
-    for kernel in plan.kernels:
-        family = kernel.shape.family
-        if family is Family.FUSED_MOE and block is not None:
-            raise ModelError(f"{kernel.shape.name}: {plan.model.source} scales its fp8 weights in {block[0]}x"
-                             f"{block[1]} blocks; the default tuner's fp8 fused MoE scales per tensor (tune the "
-                             "other kernels with --kernels)")
-        if family is Family.BLOCK_FP8 and block not in (None, FP8_BLOCK):
-            raise ModelError(f"{kernel.shape.name}: {plan.model.source} scales its fp8 weights in {block[0]}x"
-                             f"{block[1]} blocks; triton_block_fp8's are {FP8_BLOCK[0]}x{FP8_BLOCK[1]}")
+    if block not in (None, FP8_BLOCK):
+        raise ModelError(f"{plan.model.source}: weight_block_size: {list(block)}; the default tuner's fp8 kernels "
+                         f"(block-fp8 and the fused MoE) take {list(FP8_BLOCK)}")
 
 
 class AutotuneTuner:
@@ -116,6 +111,8 @@ class AutotuneTuner:
                                   "dtype": TORCH_DTYPES[self.plan.dtype]}
         if family is Family.FUSED_MOE:
             fields.update(E=key.shape.experts, top_k=key.shape.top_k)
+            if self.plan.dtype == "fp8" and self.plan.model.fp8_block is not None:
+                fields.update(block=self.plan.model.fp8_block[0])  # scaled per block, as the checkpoint ships
         events: list[KeyProgress] = []
         with tempfile.TemporaryDirectory(dir=self.out) as tmp, CompileCount() as count:
             keys = Path(tmp) / "key.toml"
@@ -159,7 +156,7 @@ def _against_untuned(source: KernelSource, family: Family, key: Key, fields: dic
     module = load_module(source.ref.rpartition(":")[0])
     if family is Family.FUSED_MOE:
         grid, args, kwargs = module.make_args(key.m, key.shape.n, key.shape.k, key.shape.experts,
-                                              key.shape.top_k, fields["dtype"])
+                                              key.shape.top_k, fields["dtype"], block=fields.get("block", 0))
         plain = module.moe_gemm_kernel
         default = module.default_config(key.m, key.shape.experts)
         launch = {f: chosen[f] for f in VLLM_FIELDS}  # what vLLM launches with: the file's six fields
