@@ -76,6 +76,7 @@ sys.path.insert(0, str(ROOT))
 from evotune.model.models import ModelError, load_model  # noqa: E402
 from evotune.model.plan import Family, Key, Plan, make_plan, only, parse_batch_sizes  # noqa: E402
 from evotune.model.runner import DEFAULT_TUNER, Ledger, visible_gpus  # noqa: E402
+from evotune.triton_tuning.builds import value_class  # noqa: E402
 
 TORCH_DTYPES = {"bf16": "bfloat16"}
 MOE_FIELDS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
@@ -84,11 +85,6 @@ GRID_CONFIGS = 1920  # vLLM's grid: 5 x 4 x 3 x 4 x 2 x 4
 
 def interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
-
-
-def specialization(m: int) -> str:
-    """Triton compiles one kernel per class of the integer M: 1, a multiple of 16, anything else."""
-    return "1" if m == 1 else "16n" if m % 16 == 0 else "other"
 
 
 def torch_dtype(plan: Plan) -> str:
@@ -297,7 +293,7 @@ def _grid_costs(sizes: dict[str, Any], ms: list[int], gpus: int, jobs: int, wall
         if rows:
             per_m_timing[m] = statistics.fmean(bench)
         for i, r in rows.items():
-            compiled.setdefault((specialization(m), i), float(r["compile_s"] or 0.0))
+            compiled.setdefault((value_class(m), i), float(r["compile_s"] or 0.0))
         rows_by_m[m] = sorted((float(r["time_ms"]), int(i)) for i, r in rows.items() if r["status"] == "ok")
     compile_s = sum(compiled.values())
     measured = {"wall_s": wall, "gpu_s": gpu_s, "configs_timed": timed, "compiled": len(compiled),
@@ -305,7 +301,7 @@ def _grid_costs(sizes: dict[str, Any], ms: list[int], gpus: int, jobs: int, wall
     per_compile = compile_s / len(compiled) if compiled else 0.0
     mean_timing = statistics.fmean(per_m_timing.values()) if per_m_timing else 0.0
     est_gpu = sum(per_m_timing.get(m, mean_timing) for m in ms) * configs
-    est_compile = per_compile * configs * len({specialization(m) for m in ms})
+    est_compile = per_compile * configs * len({value_class(m) for m in ms})
     # the grid's way overlaps the compiles (a pool of `jobs` a GPU) with the timing (one GPU each)
     estimate = {"gpu_s": est_gpu, "compile_s": est_compile, "per_config_timing_s": mean_timing,
                 "per_config_compile_s": per_compile, "configs": configs * len(ms),
