@@ -48,6 +48,7 @@ print(json.dumps({{"errors": errors, "unscaled": ((args[2].float() - ref).norm()
 """
 
 
+@pytest.mark.slow  # Triton's interpreter in a process of its own, torch imported there
 @pytest.mark.parametrize("block", [0, 128])  # per tensor; DeepSeek-V3's 1 x 128 and 128 x 128 blocks
 def test_the_fp8_kernel_matches_the_dequantized_fp32_product(block: int) -> None:
     configs = [moe.default_config(M, E), SMALL]
