@@ -76,19 +76,16 @@ sys.path.insert(0, str(ROOT))
 from evotune.model.models import ModelError, load_model  # noqa: E402
 from evotune.model.plan import Family, Key, Plan, make_plan, only, parse_batch_sizes  # noqa: E402
 from evotune.model.runner import DEFAULT_TUNER, Ledger, visible_gpus  # noqa: E402
+from evotune.triton_tuning.builds import value_class  # noqa: E402
 
 TORCH_DTYPES = {"bf16": "bfloat16"}
 MOE_FIELDS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
 GRID_CONFIGS = 1920  # vLLM's grid: 5 x 4 x 3 x 4 x 2 x 4
+GRID_GRACE_S = 120.0  # a grid process still running this long past its --max-seconds is stopped
 
 
 def interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
-
-
-def specialization(m: int) -> str:
-    """Triton compiles one kernel per class of the integer M: 1, a multiple of 16, anything else."""
-    return "1" if m == 1 else "16n" if m % 16 == 0 else "other"
 
 
 def torch_dtype(plan: Plan) -> str:
@@ -140,8 +137,9 @@ def run_capped(cmd: list[str], env: dict[str, str], seconds: float | None) -> tu
             proc.wait()
         cut = True
     wall = time.perf_counter() - started
-    if not cut and proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd[:4])}...: exit code {proc.returncode}")
+    if not cut and proc.returncode != 0:  # what it decided is in its record all the same: counted
+        print(f"{' '.join(cmd[1:4])}...: exit code {proc.returncode}; its decided keys are counted", file=sys.stderr,
+              flush=True)
     return wall, cut
 
 
@@ -204,11 +202,23 @@ def _grid_processes(out: Path, plan: Plan, groups: list[set[int]], opts: argpars
                str(opts.sample), "--nearest", str(opts.nearest), "--seed", str(opts.seed), "--jobs", str(opts.jobs),
                "--max-seconds", str(seconds), *(["--grid-limit", str(opts.grid_limit)] if opts.grid_limit else [])]
         penv = {**env, **({"CUDA_VISIBLE_DEVICES": gpu_ids[i % len(gpu_ids)]} if gpu_ids else {})}
-        procs.append(subprocess.Popen(cmd, env=penv, cwd=ROOT))
-    failed = [i for i, p in enumerate(procs) if p.wait() != 0]
-    if failed:
-        raise SystemExit(f"grid process {failed[0]} ended with exit code {procs[failed[0]].returncode}")
-    return [json.loads((out / f"gpu{i}" / "grid.json").read_text()) for i in range(len(groups))]
+        procs.append(subprocess.Popen(cmd, env=penv, cwd=ROOT, start_new_session=True))
+    # each stops starting configurations at its --max-seconds; one still running well past it is stopped (its
+    # compile pool too), and what it wrote is counted
+    deadline = time.monotonic() + seconds + GRID_GRACE_S
+    docs = []
+    for i, proc in enumerate(procs):
+        try:
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        if proc.returncode != 0:
+            print(f"grid: process {i} (GPU {i}) ended with exit code {proc.returncode}; its sizes are counted as far "
+                  "as it wrote them", file=sys.stderr, flush=True)
+        path = out / f"gpu{i}" / "grid.json"
+        docs.append(json.loads(path.read_text()) if path.is_file() else {})
+    return docs
 
 
 def _merge_sizes(docs: list[dict[str, Any]], skip: dict[str, Any]) -> dict[str, Any]:
@@ -297,7 +307,7 @@ def _grid_costs(sizes: dict[str, Any], ms: list[int], gpus: int, jobs: int, wall
         if rows:
             per_m_timing[m] = statistics.fmean(bench)
         for i, r in rows.items():
-            compiled.setdefault((specialization(m), i), float(r["compile_s"] or 0.0))
+            compiled.setdefault((value_class(m), i), float(r["compile_s"] or 0.0))
         rows_by_m[m] = sorted((float(r["time_ms"]), int(i)) for i, r in rows.items() if r["status"] == "ok")
     compile_s = sum(compiled.values())
     measured = {"wall_s": wall, "gpu_s": gpu_s, "configs_timed": timed, "compiled": len(compiled),
@@ -305,7 +315,7 @@ def _grid_costs(sizes: dict[str, Any], ms: list[int], gpus: int, jobs: int, wall
     per_compile = compile_s / len(compiled) if compiled else 0.0
     mean_timing = statistics.fmean(per_m_timing.values()) if per_m_timing else 0.0
     est_gpu = sum(per_m_timing.get(m, mean_timing) for m in ms) * configs
-    est_compile = per_compile * configs * len({specialization(m) for m in ms})
+    est_compile = per_compile * configs * len({value_class(m) for m in ms})
     # the grid's way overlaps the compiles (a pool of `jobs` a GPU) with the timing (one GPU each)
     estimate = {"gpu_s": est_gpu, "compile_s": est_compile, "per_config_timing_s": mean_timing,
                 "per_config_compile_s": per_compile, "configs": configs * len(ms),

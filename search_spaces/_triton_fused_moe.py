@@ -9,9 +9,11 @@ program multiplies one ``BLOCK_SIZE_M`` block of sorted slots (all of one expert
 each row by its routing weight and writes it to the slot's row; torch then sums each token's ``top_k`` rows.
 
 fp8 (``FP8``, vLLM's ``fp8_w8a8``): e4m3 activations and weights, one scale for the activations and one per expert's
-weights (per tensor), applied to each tile's fp32 product before the routing weight; the output is bf16
-(:func:`make_args` with ``dtype="float8_e4m3fn"`` quantizes bf16 inputs, :func:`dequantized` gives what they stand
-for).
+weights (per tensor), applied to each tile's fp32 product before the routing weight; or, with ``SCALE_BLOCK``
+(128, as DeepSeek-V3 ships), one scale per row and 128 columns of the activations and one per 128 x 128 tile of
+each expert's weights, applied to each K step's product (a K step lies in one scale group: ``BLOCK_SIZE_K`` at
+most the block). The output is bf16 (:func:`make_args` with ``dtype="float8_e4m3fn"`` quantizes bf16 inputs,
+:func:`dequantized` gives what they stand for).
 
 The padding depends on ``BLOCK_SIZE_M``, a tuned parameter, so the launch carries the alignment for every
 ``BLOCK_SIZE_M`` of the space and the kernel reads its own (``align_all``): each configuration runs exactly what
@@ -70,6 +72,9 @@ SPACE = SearchSpace(
         constraint("block-m-vs-tokens-per-expert",
                    lambda p, ctx: p["BLOCK_SIZE_M"] <= max(16, 2 * _pow2_at_least(int(_tokens_per_expert(ctx)))),
                    "BLOCK_SIZE_M {BLOCK_SIZE_M} is over twice the tokens an expert gets on average: mostly padding"),
+        constraint("block-k-within-scale-block",
+                   lambda p, ctx: p["BLOCK_SIZE_K"] <= (_launch(ctx).get("SCALE_BLOCK") or p["BLOCK_SIZE_K"]),
+                   "BLOCK_SIZE_K {BLOCK_SIZE_K} spans more than one fp8 scale block along K"),
         constraint("accumulator-registers",
                    lambda p, ctx: p["BLOCK_SIZE_M"] * p["BLOCK_SIZE_N"] <= 128 * 32 * p["num_warps"],
                    "a {BLOCK_SIZE_M}x{BLOCK_SIZE_N} fp32 accumulator needs over 128 registers a thread with "
@@ -87,7 +92,7 @@ SPACE = SearchSpace(
 @triton.jit
 def moe_gemm_kernel(a, w, c, slot_ids, block_expert, align_offsets, weights, a_scale, w_scale, M, N, K, E,
                     stride_am, stride_ak, stride_we, stride_wn, stride_wk, stride_cm, stride_cn,
-                    top_k: tl.constexpr, FP8: tl.constexpr, BLOCK_SIZE_M: tl.constexpr,
+                    top_k: tl.constexpr, FP8: tl.constexpr, SCALE_BLOCK: tl.constexpr, BLOCK_SIZE_M: tl.constexpr,
                     BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr):
     # this BLOCK_SIZE_M's alignment: align_offsets holds (slot start, block start, padded slots) per choice
     if BLOCK_SIZE_M == 16:
@@ -122,14 +127,23 @@ def moe_gemm_kernel(a, w, c, slot_ids, block_expert, align_offsets, weights, a_s
     rn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
     rk = tl.arange(0, BLOCK_SIZE_K)
     acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    k_groups = (K + SCALE_BLOCK - 1) // SCALE_BLOCK if SCALE_BLOCK > 0 else 1
+    n_groups = (N + SCALE_BLOCK - 1) // SCALE_BLOCK if SCALE_BLOCK > 0 else 1
     for k0 in range(0, (K + BLOCK_SIZE_K - 1) // BLOCK_SIZE_K):
         kk = k0 * BLOCK_SIZE_K + rk
         x = tl.load(a + rows[:, None] * stride_am + kk[None, :] * stride_ak,
                     mask=live[:, None] & (kk[None, :] < K), other=0.0)
         wt = tl.load(w + expert * stride_we + kk[:, None] * stride_wk + rn[None, :] * stride_wn,
                      mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
-        acc += tl.dot(x, wt)
-    if FP8:  # e4m3 activations and weights: the product scaled by the activations' scale and the expert's
+        if FP8 and SCALE_BLOCK > 0:  # this K step lies in one scale group: its rows' and its columns' scales
+            group = (k0 * BLOCK_SIZE_K) // SCALE_BLOCK
+            sa = tl.load(a_scale + rows * k_groups + group, mask=live, other=0.0)
+            sw = tl.load(w_scale + (expert * n_groups + rn // SCALE_BLOCK) * k_groups + group, mask=rn < N,
+                         other=0.0)
+            acc += tl.dot(x, wt) * sa[:, None] * sw[None, :]
+        else:
+            acc += tl.dot(x, wt)
+    if FP8 and SCALE_BLOCK == 0:  # e4m3 scaled per tensor: the activations' scale and the expert's
         acc = acc * (tl.load(a_scale) * tl.load(w_scale + expert))
     acc = acc * tl.load(weights + slots, mask=live, other=0.0)[:, None]
     tl.store(c + slots[:, None] * stride_cm + rn[None, :] * stride_cn, acc.to(c.dtype.element_ty),
@@ -178,10 +192,11 @@ def align_all(ids: torch.Tensor, experts: int,
 
 
 def make_launch(x: torch.Tensor, w: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, top_k: int,
-                scales: tuple[torch.Tensor, torch.Tensor] | None = None):
+                scales: tuple[torch.Tensor, torch.Tensor] | None = None, block: int = 0):
     """(grid, args, kwargs) of one launch; the output (tokens x top_k, N) is args[2]. ``scales``: fp8 inputs'
-    (the activations' one scale, each expert's weight scale: per tensor, as vLLM's ``fp8_w8a8`` MoE), the output
-    then bf16."""
+    (the activations' one scale, each expert's weight scale: per tensor, as vLLM's ``fp8_w8a8`` MoE; with
+    ``block``, one per row and ``block`` columns of the activations, one per ``block x block`` tile of each expert's
+    weights, as DeepSeek-V3 ships them), the output then bf16."""
     tokens, k = x.shape
     experts, n, _ = w.shape
     slot_ids, block_expert, offsets, padded = align_all(ids, experts, x.device)
@@ -195,7 +210,7 @@ def make_launch(x: torch.Tensor, w: torch.Tensor, weights: torch.Tensor, ids: to
 
     args = (x, w, c, slot_ids, block_expert, offsets, flat_w, a_scale, w_scale, tokens, n, k, experts,
             x.stride(0), x.stride(1), w.stride(0), w.stride(1), w.stride(2), c.stride(0), c.stride(1))
-    return grid, args, {"top_k": top_k, "FP8": scales is not None}
+    return grid, args, {"top_k": top_k, "FP8": scales is not None, "SCALE_BLOCK": block if scales is not None else 0}
 
 
 def default_config(M: int, E: int) -> dict[str, int]:
@@ -260,22 +275,47 @@ def quantize_fp8(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.
     return xq, a_scale, wq, w_scale
 
 
-def dequantized(xq: torch.Tensor, a_scale: torch.Tensor, wq: torch.Tensor,
-                w_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The fp32 values fp8 inputs stand for: what an fp8 launch is checked against."""
-    return xq.float() * a_scale, wq.float() * w_scale[:, None, None]
+def quantize_fp8_blocks(x: torch.Tensor, w: torch.Tensor, block: int
+                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(x in e4m3, a scale per row and ``block`` columns, w in e4m3, a scale per ``block x block`` tile of each
+    expert): each group's largest magnitude mapped to e4m3's largest, as DeepSeek-V3's weights and vLLM's dynamic
+    1 x 128 activation groups. N and K must be multiples of ``block``."""
+    experts, n, k = w.shape
+    if n % block or k % block:
+        raise ValueError(f"N={n} and K={k} must be multiples of the scale block {block}")
+    top = torch.finfo(FP8_DTYPE).max
+    xg = x.float().reshape(x.shape[0], k // block, block)
+    a_scale = (xg.abs().amax(dim=2) / top).clamp(min=1e-12)
+    wg = w.float().reshape(experts, n // block, block, k // block, block)
+    w_scale = (wg.abs().amax(dim=(2, 4)) / top).clamp(min=1e-12)
+    xq = (xg / a_scale[:, :, None]).clamp(-top, top).reshape(x.shape).to(FP8_DTYPE)
+    wq = (wg / w_scale[:, :, None, :, None]).clamp(-top, top).reshape(w.shape).to(FP8_DTYPE)
+    return xq, a_scale.contiguous(), wq, w_scale.contiguous()
 
 
-def make_args(M: int, N: int, K: int, E: int, top_k: int = 2, dtype: str = "float16", seed: int = 0):
+def dequantized(xq: torch.Tensor, a_scale: torch.Tensor, wq: torch.Tensor, w_scale: torch.Tensor,
+                block: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fp32 values fp8 inputs stand for (scaled per tensor, or per ``block`` group): what an fp8 launch is
+    checked against."""
+    if not block:
+        return xq.float() * a_scale, wq.float() * w_scale[:, None, None]
+    xs = a_scale.repeat_interleave(block, dim=1)
+    ws = w_scale.repeat_interleave(block, dim=1).repeat_interleave(block, dim=2)
+    return xq.float() * xs, wq.float() * ws
+
+
+def make_args(M: int, N: int, K: int, E: int, top_k: int = 2, dtype: str = "float16", seed: int = 0,
+              block: int = 0):
     """A key's launch for ``tune-kernel`` (grid, args, kwargs), on :func:`make_inputs`; ``float8_e4m3fn``: bf16
-    inputs routed, then quantized (:func:`quantize_fp8`)."""
+    inputs routed, then quantized per tensor (:func:`quantize_fp8`) or, with ``block``, per block
+    (:func:`quantize_fp8_blocks`)."""
     fp8 = dtype == str(FP8_DTYPE).removeprefix("torch.")
     x, gate, w = make_inputs(M, N, K, E, "bfloat16" if fp8 else dtype, seed)
     weights, ids = route(x, gate, top_k)
     if not fp8:
         return make_launch(x, w, weights, ids, top_k)
-    xq, a_scale, wq, w_scale = quantize_fp8(x, w)
-    return make_launch(xq, wq, weights, ids, top_k, (a_scale, w_scale))
+    xq, a_scale, wq, w_scale = quantize_fp8_blocks(x, w, block) if block else quantize_fp8(x, w)
+    return make_launch(xq, wq, weights, ids, top_k, (a_scale, w_scale), block)
 
 
 def make_vllm_args(M: int, N: int, K: int, E: int, top_k: int = 2, dtype: str = "float16", seed: int = 0):

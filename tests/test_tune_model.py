@@ -248,8 +248,11 @@ def test_bad_inputs_say_one_line_exit_2_and_create_nothing(tmp_path, bad) -> Non
     assert "--storage: 'nonsense' is not a storage URL" in \
         bad([str(TINY), "--gpus", "1", "--out", "o", "--storage", "nonsense", "--tuner", STANDIN],
             {"TRITON_INTERPRET": "1"})
-    assert "--dtype fp8: the default tuner's kernels are 16-bit" in \
-        bad(["DeepSeek-V3", "--tp", "8", "--gpus", "1", "--out", "o"], {"TRITON_INTERPRET": "1"})
+    assert "--dtype int8: the default tuner's kernels are bf16 and fp8" in \
+        bad([str(TINY), "--dtype", "int8", "--gpus", "1", "--out", "o"], {"TRITON_INTERPRET": "1"})
+    cfg = _config(tmp_path, quantization_config={"quant_method": "fp8", "weight_block_size": [64, 64]})
+    assert "config.json: weight_block_size: [64, 64]; the default tuner's fp8 kernels (block-fp8 and the fused MoE) " \
+        "take [128, 128]" in bad([cfg, "--gpus", "1", "--out", "o"], {"TRITON_INTERPRET": "1"})
 
 
 def _run(out: Path, *extra: str, env: dict[str, str] | None = None, wait: bool = True):

@@ -31,7 +31,7 @@ def test_the_default_tuner_imports_the_decode_machinery_only_for_a_decode_key() 
     code = ("import sys; from pathlib import Path; import evotune.model.tuning as t; "
             "from evotune.model.models import load_model; from evotune.model.plan import make_plan; "
             "plan = make_plan(load_model('Llama-3-8B'), 1); tuner = t.AutotuneTuner(plan, Path('.')); "
-            "print('evotune.model.decode' in sys.modules, 'evotune.running.confirmation' in sys.modules)")
+            "print('evotune.model.study_tuner' in sys.modules, 'evotune.running.confirmation' in sys.modules)")
     got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                          env={**os.environ, "PYTHONPATH": PYTHONPATH})
     assert got.returncode == 0, got.stderr

@@ -35,7 +35,7 @@ from evotune.core.problem import Problem
 from evotune.core.tuned_cache import remember
 from evotune.model.autotune_api import VLLM_FIELDS, VllmFileError, check_vllm_config
 from evotune.model.outcome import Outcome
-from evotune.model.plan import FP8_BLOCK, Family
+from evotune.model.plan import FP8_BLOCK, Family, scaling_of
 
 
 class ExportError(ValueError):
@@ -96,9 +96,10 @@ def sglang_triton_dir(version: str) -> str:
 
 def files(outcomes: Iterable[Outcome], dtype: str, block: tuple[int, int] | None = None
           ) -> dict[Path, tuple[Target, dict[str, Any]]]:
-    """Relative path -> (its server's reader, contents) for every fused-MoE and block-fp8 outcome."""
+    """Relative path -> (its server's reader, contents) for every fused-MoE and block-fp8 outcome. ``block``: the
+    fp8 weights' scale block (the fused MoE's file names it; None: scaled per tensor)."""
     out: dict[Path, tuple[Target, dict[str, Any]]] = {}
-    weights_block = (block or FP8_BLOCK) if dtype == "fp8" else None
+    weights_block = block if dtype == "fp8" else None
 
     def put(path: Path, target: Target, m: int, config: dict[str, int], head: dict[str, Any]) -> None:
         doc = out.setdefault(path, (target, dict(head)))[1]
@@ -225,14 +226,17 @@ class TunedRow:
 def write_tuned(outcomes: Iterable[Outcome], out: Path, dtype: str, layouts: Mapping[str, str],
                 experiment: str) -> Path | None:
     """``OUT/tuned.json``: each dense GEMM key's configuration in the tuning-result cache's format, so that
-    ``evotune.lookup(Problem.gemm(M, N, K, dtype, layout), space=..., path=OUT/tuned.json)`` answers it, the
-    layout being its space's kernel's (``layouts``, by space name; ``tn``, a linear layer's, for any other); an
-    interpreter's times as oracle ``cpu``, never standing for a GPU's. None when no dense key was timed."""
+    ``evotune.lookup(Problem.gemm(M, N, K, dtype, layout, scaling), space=..., path=OUT/tuned.json)`` answers it,
+    the layout being its space's kernel's (``layouts``, by space name; ``tn``, a linear layer's, for any other) and
+    the scaling its family's (:func:`~evotune.model.plan.scaling_of`); an interpreter's times as oracle ``cpu``,
+    never standing for a GPU's. None when no dense key was timed."""
     rows = []
     for o in outcomes:
-        if Family(o.family) not in (Family.DECODE, Family.GEMM) or o.time_ms is None or not o.space:
+        family = Family(o.family)
+        if family not in (Family.DECODE, Family.GEMM, Family.BLOCK_FP8) or o.time_ms is None or not o.space:
             continue
-        problem = Problem.gemm(o.fields["M"], o.fields["N"], o.fields["K"], dtype, layouts.get(o.space, "tn"))
+        problem = Problem.gemm(o.fields["M"], o.fields["N"], o.fields["K"], dtype, layouts.get(o.space, "tn"),
+                               scaling_of(family, dtype))
         rows.append(TunedRow(o.space, o.device, "cpu" if o.device.startswith("cpu") else "gpu", problem.key,
                              problem.to_dict(), o.config, o.time_ms, experiment, o.key))
     if not rows:

@@ -6,10 +6,10 @@ Per decoder layer, sharded as vLLM shards it (column-parallel layers split N by 
   key/value heads are replicated when tp exceeds them), ``o_proj`` (K = heads x head_dim / tp), ``gate_up_proj``
   (N = 2 x intermediate / tp), ``down_proj`` (K = intermediate / tp); with latent attention (DeepSeek) ``q_a_proj``
   and ``kv_a_proj`` (replicated), ``q_b_proj``, ``kv_b_proj``, ``o_proj``; an MoE model's dense MLPs are its
-  shared experts and its leading dense layers. A 16-bit or int8 GEMM is tuned with the decode family
-  (``triton_decode_gemm``) at M <= 64 and the GEMM family (``triton_matmul``) above; with ``--dtype fp8`` every M
-  goes to the block-fp8 family (``triton_block_fp8``, 128 x 128 weight scale blocks, as DeepSeek-V3 ships), whose
-  configurations vLLM reads from its ``N=..,K=..`` files.
+  shared experts and its leading dense layers. A GEMM is tuned with the decode family (``triton_decode_gemm``; fp8
+  scaled per tensor) at M <= 64 and the GEMM family (``triton_matmul``) above; an fp8 model quantized in blocks
+  (``weight_block_size``, as DeepSeek-V3 ships) goes to the block-fp8 family (``triton_block_fp8``, 128 x 128
+  weight scale blocks) at every M, whose configurations vLLM reads from its ``N=..,K=..`` files.
 * the fused MoE (``fused_moe``): one configuration per batch size for both of its GEMMs (vLLM's file is per
   (E, N)); tuned at the gate-and-up GEMM, E experts, top-k, N = 2 x expert intermediate / tp, K = hidden.
 
@@ -159,6 +159,14 @@ def parse_batch_sizes(text: str) -> tuple[int, ...]:
     return tuple(sorted({int(p) for p in parts}))
 
 
+def scaling_of(family: Family, dtype: str) -> str:
+    """How a dense family's fp8 operands are scaled: per 128 x 128 weight block (block-fp8), per tensor (the decode
+    family), or not at all (the GEMM family's fp8 product; any 16-bit key)."""
+    if family is Family.BLOCK_FP8:
+        return "block"
+    return "tensor" if dtype == "fp8" and family is Family.DECODE else ""
+
+
 def parse_kernels(text: str) -> frozenset[Family] | None:
     """``all`` (None) or families by name separated by commas; :class:`ModelError` naming ``--kernels``."""
     if text == "all":
@@ -237,7 +245,10 @@ def make_plan(model: ModelSpec, tp: int, dtype: str | None = None, batch_sizes: 
         shape = Shape(Family.FUSED_MOE, 2 * inter, h, ex.routed, ex.top_k)
         kernels[shape] = Kernel(shape, ["experts (gate_up and down)"])
     for name, n, k in layers:
-        families = [Family.BLOCK_FP8] if dtype == "fp8" else [Family.DECODE, Family.GEMM]
+        # a block-quantized checkpoint's linear layers run vLLM's block-fp8 kernel at every M; fp8 scaled per tensor
+        # (or 16-bit, int8) runs the decode family up to DECODE_MAX_M, the GEMM family above
+        block = dtype == "fp8" and model.fp8_block is not None
+        families = [Family.BLOCK_FP8] if block else [Family.DECODE, Family.GEMM]
         for fam in families:
             if fam is Family.DECODE and not any(m <= DECODE_MAX_M for m in batch_sizes):
                 continue

@@ -12,11 +12,12 @@ server runs (``triton.testing.do_bench``, the two side by side): vLLM's default 
 cuBLAS (``torch.matmul``) for a dense GEMM.
 
 The kernels are shipped with the package (``search_spaces``, imported by module name, so an installed evotune finds
-them): the fused MoE of ``search_spaces/_triton_fused_moe.py`` (16-bit, vLLM's grid as its space) and the dense
-GEMM of ``search_spaces/_triton_matmul_example.py``, both plain ``@triton.jit`` kernels given their space and key
-here. Decode keys (M <= 64) are the ``triton_decode_gemm``
-family's, tuned in evotune's one tuning loop with the GPU evaluator and confirmed beside cuBLAS (``decode.py``). A key
-of another kind (fp8 or int8 kernels, block-fp8 kernels) is refused before anything is tuned
+them): the fused MoE of ``search_spaces/_triton_fused_moe.py`` (bf16, or fp8 scaled per tensor or per 128 x 128 block;
+vLLM's grid as its space) and the bf16 dense GEMM of ``search_spaces/_triton_matmul_example.py``, both plain
+``@triton.jit`` kernels given their space and key here. Decode keys (M <= 64), block-fp8 keys and fp8 GEMM keys are
+their built-in space's (``triton_decode_gemm``, ``triton_block_fp8``, ``triton_matmul``), tuned in evotune's one tuning
+loop with the GPU evaluator and confirmed beside the untuned baseline (``study_tuner.py``). A plan the tuner has no
+kernel for (int8; fp8 weights scaled in blocks other than 128 x 128) is refused before anything is tuned
 (:func:`check_supported`).
 """
 
@@ -32,15 +33,15 @@ from evotune.model.autotune_api import VLLM_FIELDS, AheadError, KeyProgress, loa
 from evotune.model.compiles import CompileCount
 from evotune.model.models import ModelError
 from evotune.model.outcome import Outcome
-from evotune.model.plan import BUILD_S, EVAL_S, Family, Key, Plan
+from evotune.model.plan import BUILD_S, EVAL_S, FP8_BLOCK, Family, Key, Plan
 from evotune.model.runner import autotune_cache
 
 if TYPE_CHECKING:
-    from evotune.model.decode import DecodeTuner
+    from evotune.model.study_tuner import StudyTuner
 
 MOE_MODULE = "search_spaces._triton_fused_moe"
 GEMM_MODULE = "search_spaces._triton_matmul_example"
-TORCH_DTYPES = {"bf16": "bfloat16"}
+TORCH_DTYPES = {"bf16": "bfloat16", "fp8": "float8_e4m3fn"}
 
 
 @dataclass(frozen=True)
@@ -72,42 +73,46 @@ LAYOUTS = {SPACES[Family.GEMM]: "nn", Family.DECODE.value: "tn"}
 def check_supported(plan: Plan) -> None:
     """:class:`ModelError` naming ``--dtype`` or the kernel when this tuner has no kernel for part of the plan."""
     if plan.dtype not in TORCH_DTYPES:
-        raise ModelError(f"--dtype {plan.dtype}: the default tuner's kernels are 16-bit (bf16); plan it with "
+        raise ModelError(f"--dtype {plan.dtype}: the default tuner's kernels are bf16 and fp8; plan it with "
                          "--dry-run, or name a tuner for it with --tuner")
-    for kernel in plan.kernels:
-        if kernel.shape.family not in SOURCES and kernel.shape.family is not Family.DECODE:
-            raise ModelError(f"{kernel.shape.name}: the default tuner has no kernel of {kernel.shape.family.value}")
+    block = plan.model.fp8_block if plan.dtype == "fp8" else None
+    if block not in (None, FP8_BLOCK):
+        raise ModelError(f"{plan.model.source}: weight_block_size: {list(block)}; the default tuner's fp8 kernels "
+                         f"(block-fp8 and the fused MoE) take {list(FP8_BLOCK)}")
 
 
 class AutotuneTuner:
-    """Tunes fused-MoE and GEMM keys with ``evotune.autotune`` into ``cache``, decode keys with the decode family
-    (:class:`~evotune.model.decode.DecodeTuner`, in the same ``OUT/autotune.db``), each within the default budget
-    (64 evaluations a key)."""
+    """Tunes fused-MoE keys and bf16 GEMM keys with ``evotune.autotune`` into ``cache``, the other dense keys with
+    their built-in space (:class:`~evotune.model.study_tuner.StudyTuner`, in the same ``OUT/autotune.db``), each
+    within the default budget (64 evaluations a key)."""
 
-    def __init__(self, plan: Plan, out: Path, decode: DecodeTuner | None = None):
+    def __init__(self, plan: Plan, out: Path, studies: StudyTuner | None = None):
         check_supported(plan)
         self.plan, self.out = plan, out
         self.cache = autotune_cache(out)
-        self._decode = decode
+        self._studies = studies
 
     @property
-    def decode(self) -> DecodeTuner:
-        """The decode keys' tuner, made on the first (its imports, the run machinery's, wait for it)."""
-        if self._decode is None:
-            from evotune.model.decode import DecodeTuner
+    def studies(self) -> StudyTuner:
+        """The tuner of the keys of built-in spaces, made on the first (its imports, the run machinery's, wait for
+        it)."""
+        if self._studies is None:
+            from evotune.model.study_tuner import StudyTuner
 
-            self._decode = DecodeTuner(self.out, self.plan.dtype, self.plan.ident)
-        return self._decode
+            self._studies = StudyTuner(self.out, self.plan.dtype, self.plan.ident)
+        return self._studies
 
     def tune(self, key: Key) -> Outcome:
-        if key.shape.family is Family.DECODE:
-            return self.decode.tune(key)
         family = key.shape.family
+        if family is not Family.FUSED_MOE and not (family is Family.GEMM and self.plan.dtype == "bf16"):
+            return self.studies.tune(key)
         source = SOURCES[family]
         fields: dict[str, Any] = {"M": key.m, "N": key.shape.n, "K": key.shape.k,
                                   "dtype": TORCH_DTYPES[self.plan.dtype]}
         if family is Family.FUSED_MOE:
             fields.update(E=key.shape.experts, top_k=key.shape.top_k)
+            if self.plan.dtype == "fp8" and self.plan.model.fp8_block is not None:
+                fields.update(block=self.plan.model.fp8_block[0])  # scaled per block, as the checkpoint ships
         events: list[KeyProgress] = []
         with tempfile.TemporaryDirectory(dir=self.out) as tmp, CompileCount() as count:
             keys = Path(tmp) / "key.toml"
@@ -129,8 +134,8 @@ class AutotuneTuner:
                        SPACES[family], count.compiles, count.loads)
 
     def close(self) -> None:
-        if self._decode is not None:
-            self._decode.close()
+        if self._studies is not None:
+            self._studies.close()
 
 
 def _device() -> str:
@@ -151,7 +156,7 @@ def _against_untuned(source: KernelSource, family: Family, key: Key, fields: dic
     module = load_module(source.ref.rpartition(":")[0])
     if family is Family.FUSED_MOE:
         grid, args, kwargs = module.make_args(key.m, key.shape.n, key.shape.k, key.shape.experts,
-                                              key.shape.top_k, fields["dtype"])
+                                              key.shape.top_k, fields["dtype"], block=fields.get("block", 0))
         plain = module.moe_gemm_kernel
         default = module.default_config(key.m, key.shape.experts)
         launch = {f: chosen[f] for f in VLLM_FIELDS}  # what vLLM launches with: the file's six fields

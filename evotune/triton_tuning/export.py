@@ -48,6 +48,8 @@ from evotune.triton_tuning.cache import DECISION, PREFIX, Decision
 
 VLLM_FIELDS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
 VLLM_FP8 = "fp8_w8a8"  # vLLM's name for fp8 (e4m3) weights and activations
+#: the dtypes a vLLM fused-MoE file name carries (its get_config_dtype_str; none for 16-bit)
+VLLM_MOE_DTYPES = (VLLM_FP8, "int8_w8a8", "int8_w8a16", "int4_w4a16", "float32")
 FP8_DTYPE = "torch.float8_e4m3fn"  # how a key names an e4m3 tensor's dtype
 BLOCK_SHAPE = (128, 128)  # the (N, K) block of the weights' scales that vLLM's block-fp8 files name by default
 _DEVICE = r"(?P<device>[^,\s]+)"
@@ -188,6 +190,9 @@ def check_vllm_config(name: str, doc: Any, shown: str = "") -> None:
                           f"[,block_shape=[..,..]].json nor its block-fp8 name N=..,K=..,device_name=..,"
                           f"dtype={VLLM_FP8},block_shape=[..,..].json")
     device = match["device"]
+    if moe and moe["dtype"] is not None and moe["dtype"] not in VLLM_MOE_DTYPES:
+        raise ExportError(f"{file}: dtype: vLLM names a fused-MoE file's dtype one of {', '.join(VLLM_MOE_DTYPES)}"
+                          f", not {moe['dtype']}")
     if moe and device != vllm_device_name(device, moe=True):
         raise ExportError(f"{file}: device_name: vLLM's fused MoE looks up every H200 as NVIDIA_H200, not {device}")
     if not isinstance(doc, dict):
