@@ -123,7 +123,7 @@ def outcome(family: Family, m: int, n: int, k: int, device: str = "NVIDIA H100 8
 def test_exports_name_files_as_vllm_and_sglang_look_them_up(tmp_path) -> None:
     rows = [outcome(Family.FUSED_MOE, m, 512, 7168, e=256) for m in (64, 1)] + \
            [outcome(Family.BLOCK_FP8, 1, 1536, 7168), outcome(Family.DECODE, 1, 4096, 4096)]
-    written = exports.write(rows, tmp_path, "fp8", (128, 128))
+    written = exports.write_server_files(rows, tmp_path, "fp8", (128, 128))
     assert sorted(str(p.relative_to(tmp_path)) for p in written) == sorted([
         "vllm/E=256,N=256,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8,block_shape=[128,128].json",
         "vllm/N=1536,K=7168,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8,block_shape=[128,128].json",
@@ -140,7 +140,7 @@ def test_exports_name_files_as_vllm_and_sglang_look_them_up(tmp_path) -> None:
 
 def test_vllm_names_every_h200_alike_for_the_fused_moe_and_sglang_does_not(tmp_path) -> None:
     rows = [outcome(Family.FUSED_MOE, 1, 14336, 4096, device="NVIDIA H200 NVL", e=8)]
-    names = {p.relative_to(tmp_path).parts[0]: p.name for p in exports.write(rows, tmp_path, "bf16")}
+    names = {p.relative_to(tmp_path).parts[0]: p.name for p in exports.write_server_files(rows, tmp_path, "bf16")}
     assert names == {"vllm": "E=8,N=7168,device_name=NVIDIA_H200.json",
                      "sglang": "E=8,N=7168,device_name=NVIDIA_H200_NVL.json"}
 
@@ -157,14 +157,14 @@ def test_the_checker_names_the_file_and_the_field(tmp_path, name, doc, said) -> 
     path = tmp_path / "vllm" / name
     path.parent.mkdir()
     path.write_text(json.dumps(doc))
-    with pytest.raises(exports.ExportError, match=f"{re.escape(name)}: .*{re.escape(said)}"):
+    with pytest.raises(exports.ServerFileError, match=f"{re.escape(name)}: .*{re.escape(said)}"):
         exports.check_folder(tmp_path)
 
 
 def test_a_block_fp8_step_that_does_not_divide_the_block_is_refused(tmp_path) -> None:
     bad = {**model_standin.CONFIGS[0], "BLOCK_SIZE_K": 256}
-    with pytest.raises(exports.ExportError, match="BLOCK_SIZE_K: 256 does not divide the block's K 128"):
-        exports.write([outcome(Family.BLOCK_FP8, 1, 1536, 7168, config=bad)], tmp_path, "fp8", (128, 128))
+    with pytest.raises(exports.ServerFileError, match="BLOCK_SIZE_K: 256 does not divide the block's K 128"):
+        exports.write_server_files([outcome(Family.BLOCK_FP8, 1, 1536, 7168, config=bad)], tmp_path, "fp8", (128, 128))
     assert list(tmp_path.iterdir()) == []
 
 
@@ -175,14 +175,14 @@ def test_report_per_kernel(tmp_path) -> None:
                                model_standin.CONFIGS[0], 5, 5, 2.5, 1.0, untuned, "confirmed", "cpu", "3.4.0",
                                "vllm_fused_moe", compiles, 5 - compiles)
             for key, untuned, compiles in zip(moe.keys, (2.0, 8.0), (5, 1), strict=True)}
-    rep = report.build(plan, done, ["vllm/x.json"])
+    rep = report.build_report(plan, done, ["vllm/x.json"])
     row = next(r for r in rep.kernels if r.family == "fused_moe")
     assert (row.decided, row.keys, row.evaluations, row.gpu_s, row.measured) == (2, 2, 10, 5.0, 2)
     assert row.ratio_geomean == pytest.approx(4.0) and (row.ratio_min, row.ratio_max) == (2.0, 8.0)
     assert row.untuned == "vLLM default config" and row.grid_gpu_s == pytest.approx(1920 * (2 * 0.2 + 1.5))
     dense = [r for r in rep.kernels if r.family != "fused_moe"]
     assert all(r.decided == 0 and r.ratio_geomean is None and r.untuned == "cuBLAS" for r in dense)
-    md, js = report.write(rep, tmp_path)
+    md, js = report.write_report(rep, tmp_path)
     assert "| 2/2 | 10 | 5.0 |" in md.read_text() and "4.000x" in md.read_text()
     assert "| 2.000x - 8.000x | 5, 1 |" in md.read_text()  # compiles per key, in batch-size order
     doc = json.loads(js.read_text())
@@ -393,7 +393,8 @@ def test_a_worker_killed_mid_key_leaves_its_key_to_the_other(tmp_path) -> None:
 
 
 def test_int8_fused_moe_files_name_vllms_int8_dtype(tmp_path) -> None:
-    names = sorted(p.name for p in exports.write([outcome(Family.FUSED_MOE, 1, 1024, 256, e=4)], tmp_path, "int8"))
+    written = exports.write_server_files([outcome(Family.FUSED_MOE, 1, 1024, 256, e=4)], tmp_path, "int8")
+    names = sorted(p.name for p in written)
     assert names == ["E=4,N=512,device_name=NVIDIA_H100_80GB_HBM3,dtype=int8_w8a8.json"] * 2
 
 

@@ -105,7 +105,7 @@ def test_an_fp8_moe_files_name_vllms_fp8_dtype_and_the_checker_knows_it(tmp_path
     outcomes = [Outcome(k.ident, k.shape.name, k.shape.family.value, k.fields(), config, 8, 8, 1.0, 0.1, 0.2,
                         "confirmed", "NVIDIA H100 80GB HBM3", "3.4.0", "vllm_fused_moe")
                 for k in plan.keys if k.shape.family.value == "fused_moe"]
-    written = exports.write(outcomes, tmp_path, "fp8", None)  # scaled per tensor: no block shape
+    written = exports.write_server_files(outcomes, tmp_path, "fp8", None)  # scaled per tensor: no block shape
     names = sorted(p.name for p in written)
     assert names[0] == names[1] == "E=8,N=7168,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8.json"
     with pytest.raises(ExportError, match="dtype: vLLM names a fused-MoE file's dtype one of fp8_w8a8"):

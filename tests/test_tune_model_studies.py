@@ -157,7 +157,7 @@ def test_a_block_fp8_key_is_confirmed_against_vllms_default_and_exported(tmp_pat
     outcome = dec.tune(key)
     assert outcome.space == Family.BLOCK_FP8.value and outcome.how == "confirmed"
     assert outcome.ratio == pytest.approx(VLLM_OVER_MODEL / 1.01)  # vLLM's default, not cuBLAS
-    written = exports.write([outcome], tmp_path, "fp8", (128, 128))
+    written = exports.write_server_files([outcome], tmp_path, "fp8", (128, 128))
     assert sorted(p.name for p in written) == [f"N={key.shape.n},K={key.shape.k},device_name=cpu-standin,"
                                                f"dtype=fp8_w8a8,block_shape=[128, 128].json",
                                                f"N={key.shape.n},K={key.shape.k},device_name=cpu-standin,"

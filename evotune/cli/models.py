@@ -11,7 +11,7 @@ from evotune.cli.output import UsageError
 
 def cmd_tune_model(args: argparse.Namespace) -> int:
     from evotune.model.command import TuneModelArgs, tune_model
-    from evotune.model.exports import ExportError
+    from evotune.model.exports import ServerFileError
     from evotune.model.models import ModelError
     from evotune.model.runner import WorkerError
 
@@ -20,7 +20,7 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
                                         args.out, args.dry_run, not args.no_progress, args.tuner, args.kernels))
     except ModelError as exc:
         raise UsageError(str(exc)) from None
-    except (WorkerError, ExportError) as exc:
+    except (WorkerError, ServerFileError) as exc:
         print(f"evotune: error: {exc}", file=sys.stderr)
         return 1
 

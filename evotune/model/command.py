@@ -104,10 +104,11 @@ def tune_model(args: TuneModelArgs, say: Callable[[str], None] = print) -> int:
     outcomes = run(options, devices, progress)
     if progress is not None:
         sys.stderr.write("\n")
-    written = exports.write(outcomes.values(), out, plan.dtype, model.fp8_block)
+    written = exports.write_server_files(outcomes.values(), out, plan.dtype, model.fp8_block)
     tuned = exports.write_tuned(outcomes.values(), out, plan.dtype, gemm_layouts(args.tuner), plan.ident)
-    rep = report.build(plan, outcomes, [str(p.relative_to(out)) for p in [*written, *([tuned] if tuned else [])]])
-    md, js = report.write(rep, out)
+    files = [str(p.relative_to(out)) for p in [*written, *([tuned] if tuned else [])]]
+    rep = report.build_report(plan, outcomes, files)
+    md, js = report.write_report(rep, out)
     missing = len(plan.keys) - len(outcomes)
     say(f"{len(outcomes)}/{len(plan.keys)} keys decided; {len(written)} config files under {out} (vllm/, sglang/)"
         + (", the dense GEMMs in tuned.json (lookup())" if tuned else "") + f"; report {md} and {js}"

@@ -38,11 +38,11 @@ from evotune.model.outcome import Outcome
 from evotune.model.plan import FP8_BLOCK, Family, scaling_of
 
 
-class ExportError(ValueError):
+class ServerFileError(ValueError):
     """A file that is not what its server reads: ``FILE: FIELD: why``."""
 
 
-class Target(enum.Enum):
+class ServerFileKind(enum.Enum):
     VLLM_MOE = "vllm fused MoE"
     VLLM_BLOCK_FP8 = "vllm block-fp8"
     SGLANG_MOE = "sglang fused MoE"
@@ -52,13 +52,13 @@ class Target(enum.Enum):
 MOE_DTYPES = {"bf16": None, "fp8": "fp8_w8a8", "int8": "int8_w8a8"}
 _DEV = r"(?P<device>[^,\s]+)"
 NAMES = {
-    Target.VLLM_MOE: re.compile(rf"E=\d+,N=\d+,device_name={_DEV}(,dtype=[a-z0-9_]+)?"
+    ServerFileKind.VLLM_MOE: re.compile(rf"E=\d+,N=\d+,device_name={_DEV}(,dtype=[a-z0-9_]+)?"
                                 r"(,block_shape=\[\d+,\d+\])?\.json"),
-    Target.VLLM_BLOCK_FP8: re.compile(rf"N=\d+,K=\d+,device_name={_DEV},dtype=fp8_w8a8,"
+    ServerFileKind.VLLM_BLOCK_FP8: re.compile(rf"N=\d+,K=\d+,device_name={_DEV},dtype=fp8_w8a8,"
                                       r"block_shape=\[\d+,(?P<block_k>\d+)\]\.json"),
-    Target.SGLANG_MOE: re.compile(rf"E=\d+,N=\d+,device_name={_DEV}(,dtype=[a-z0-9_]+)?"
+    ServerFileKind.SGLANG_MOE: re.compile(rf"E=\d+,N=\d+,device_name={_DEV}(,dtype=[a-z0-9_]+)?"
                                   r"(,block_shape=\[\d+, \d+\])?\.json"),
-    Target.SGLANG_BLOCK_FP8: re.compile(rf"N=\d+,K=\d+,device_name={_DEV},dtype=fp8_w8a8,"
+    ServerFileKind.SGLANG_BLOCK_FP8: re.compile(rf"N=\d+,K=\d+,device_name={_DEV},dtype=fp8_w8a8,"
                                         r"block_shape=\[\d+, (?P<block_k>\d+)\]\.json"),
 }
 SGLANG_MOE_DIR = Path("sglang/fused_moe_triton/configs")
@@ -66,9 +66,9 @@ SGLANG_FP8_DIR = Path("sglang/quantization/configs")
 VLLM_DIR = Path("vllm")
 
 
-def device_part(device: str, target: Target) -> str:
+def device_part(device: str, target: ServerFileKind) -> str:
     name = device.replace(" ", "_")
-    if target is Target.VLLM_MOE and "H200" in name.split("_"):
+    if target is ServerFileKind.VLLM_MOE and "H200" in name.split("_"):
         return "NVIDIA_H200"
     return name
 
@@ -79,14 +79,15 @@ def _block(block: tuple[int, int] | None, spaced: bool) -> str:
     return f",block_shape=[{block[0]}, {block[1]}]" if spaced else f",block_shape=[{block[0]},{block[1]}]"
 
 
-def moe_name(e: int, n: int, device: str, dtype: str | None, block: tuple[int, int] | None, target: Target) -> str:
+def moe_name(e: int, n: int, device: str, dtype: str | None, block: tuple[int, int] | None,
+             target: ServerFileKind) -> str:
     dtype_part = f",dtype={dtype}" if dtype else ""
     return (f"E={e},N={n},device_name={device_part(device, target)}{dtype_part}"
-            f"{_block(block, target is Target.SGLANG_MOE)}.json")
+            f"{_block(block, target is ServerFileKind.SGLANG_MOE)}.json")
 
 
-def block_fp8_name(n: int, k: int, device: str, block: tuple[int, int], target: Target) -> str:
-    spaced = target is Target.SGLANG_BLOCK_FP8
+def block_fp8_name(n: int, k: int, device: str, block: tuple[int, int], target: ServerFileKind) -> str:
+    spaced = target is ServerFileKind.SGLANG_BLOCK_FP8
     return f"N={n},K={k},device_name={device.replace(' ', '_')},dtype=fp8_w8a8{_block(block, spaced)}.json"
 
 
@@ -95,13 +96,13 @@ def sglang_triton_dir(version: str) -> str:
 
 
 def files(outcomes: Iterable[Outcome], dtype: str, block: tuple[int, int] | None = None
-          ) -> dict[Path, tuple[Target, dict[str, Any]]]:
+          ) -> dict[Path, tuple[ServerFileKind, dict[str, Any]]]:
     """Relative path -> (its server's reader, contents) for every fused-MoE and block-fp8 outcome. ``block``: the
     fp8 weights' scale block (the fused MoE's file names it; None: scaled per tensor)."""
-    out: dict[Path, tuple[Target, dict[str, Any]]] = {}
+    out: dict[Path, tuple[ServerFileKind, dict[str, Any]]] = {}
     weights_block = block if dtype == "fp8" else None
 
-    def put(path: Path, target: Target, m: int, config: dict[str, int], head: dict[str, Any]) -> None:
+    def put(path: Path, target: ServerFileKind, m: int, config: dict[str, int], head: dict[str, Any]) -> None:
         doc = out.setdefault(path, (target, dict(head)))[1]
         doc[str(m)] = {f: int(config[f]) for f in VLLM_FIELDS}
 
@@ -111,20 +112,21 @@ def files(outcomes: Iterable[Outcome], dtype: str, block: tuple[int, int] | None
         if family not in (Family.FUSED_MOE, Family.BLOCK_FP8):
             continue
         if missing:
-            raise ExportError(f"{o.key}: config: {missing[0]} missing (vLLM's and SGLang's files take "
+            raise ServerFileError(f"{o.key}: config: {missing[0]} missing (vLLM's and SGLang's files take "
                               f"{', '.join(VLLM_FIELDS)})")
         f, m = o.fields, o.fields["M"]
         if family is Family.FUSED_MOE:
             n = f["N"] // 2
             moe_dtype = MOE_DTYPES[dtype]
-            put(VLLM_DIR / moe_name(f["E"], n, o.device, moe_dtype, weights_block, Target.VLLM_MOE),
-                Target.VLLM_MOE, m, o.config, {"triton_version": o.triton_version})
+            put(VLLM_DIR / moe_name(f["E"], n, o.device, moe_dtype, weights_block, ServerFileKind.VLLM_MOE),
+                ServerFileKind.VLLM_MOE, m, o.config, {"triton_version": o.triton_version})
             put(SGLANG_MOE_DIR / sglang_triton_dir(o.triton_version)
-                / moe_name(f["E"], n, o.device, moe_dtype, weights_block, Target.SGLANG_MOE),
-                Target.SGLANG_MOE, m, o.config, {})
+                / moe_name(f["E"], n, o.device, moe_dtype, weights_block, ServerFileKind.SGLANG_MOE),
+                ServerFileKind.SGLANG_MOE, m, o.config, {})
         else:
             fp8_block = weights_block or FP8_BLOCK
-            for folder, target in ((VLLM_DIR, Target.VLLM_BLOCK_FP8), (SGLANG_FP8_DIR, Target.SGLANG_BLOCK_FP8)):
+            for folder, target in ((VLLM_DIR, ServerFileKind.VLLM_BLOCK_FP8),
+                                   (SGLANG_FP8_DIR, ServerFileKind.SGLANG_BLOCK_FP8)):
                 put(folder / block_fp8_name(f["N"], f["K"], o.device, fp8_block, target), target, m, o.config, {})
     return {p: (t, _sorted(doc)) for p, (t, doc) in out.items()}
 
@@ -134,46 +136,47 @@ def _sorted(doc: dict[str, Any]) -> dict[str, Any]:
     return {**{k: v for k, v in doc.items() if not k.isdigit()}, **{k: doc[k] for k in sizes}}
 
 
-def target_of(path: Path) -> Target:
+def target_of(path: Path) -> ServerFileKind:
     """Which server reads ``path``, from where it lies under the outputs folder."""
     parts = path.parts
     if "sglang" in parts:
-        return Target.SGLANG_BLOCK_FP8 if path.name.startswith("N=") else Target.SGLANG_MOE
-    return Target.VLLM_BLOCK_FP8 if path.name.startswith("N=") else Target.VLLM_MOE
+        return ServerFileKind.SGLANG_BLOCK_FP8 if path.name.startswith("N=") else ServerFileKind.SGLANG_MOE
+    return ServerFileKind.VLLM_BLOCK_FP8 if path.name.startswith("N=") else ServerFileKind.VLLM_MOE
 
 
-def check(name: str, doc: Any, target: Target, shown: str = "") -> None:
-    """:class:`ExportError` unless ``doc`` under ``name`` is what ``target`` reads."""
+def check(name: str, doc: Any, target: ServerFileKind, shown: str = "") -> None:
+    """:class:`ServerFileError` unless ``doc`` under ``name`` is what ``target`` reads."""
     file = shown or name
     match = NAMES[target].fullmatch(name)
     if match is None:
-        raise ExportError(f"{file}: (name): not the name {target.value} looks up")
-    if target is Target.VLLM_MOE and match["device"] != device_part(match["device"], target):
-        raise ExportError(f"{file}: device_name: vLLM's fused MoE looks up every H200 as NVIDIA_H200")
-    if target in (Target.VLLM_MOE, Target.VLLM_BLOCK_FP8):  # and as export-configs --check reads vLLM's files
+        raise ServerFileError(f"{file}: (name): not the name {target.value} looks up")
+    if target is ServerFileKind.VLLM_MOE and match["device"] != device_part(match["device"], target):
+        raise ServerFileError(f"{file}: device_name: vLLM's fused MoE looks up every H200 as NVIDIA_H200")
+    # and as export-configs --check reads vLLM's files
+    if target in (ServerFileKind.VLLM_MOE, ServerFileKind.VLLM_BLOCK_FP8):
         try:
             check_vllm_config(name, doc, file)
         except VllmFileError as exc:
-            raise ExportError(str(exc)) from None
+            raise ServerFileError(str(exc)) from None
     if not isinstance(doc, dict) or not any(k.isdigit() for k in doc):
-        raise ExportError(f"{file}: (contents): expected a JSON object of batch sizes")
+        raise ServerFileError(f"{file}: (contents): expected a JSON object of batch sizes")
     for key, config in doc.items():
-        if key == "triton_version" and target is Target.VLLM_MOE:
+        if key == "triton_version" and target is ServerFileKind.VLLM_MOE:
             if not isinstance(config, str):
-                raise ExportError(f"{file}: triton_version: expected a string, got {config!r}")
+                raise ServerFileError(f"{file}: triton_version: expected a string, got {config!r}")
             continue
         if not key.isdigit() or str(int(key)) != key or int(key) < 1:
-            raise ExportError(f"{file}: {key}: not a batch size ({target.value} reads every key as one)")
+            raise ServerFileError(f"{file}: {key}: not a batch size ({target.value} reads every key as one)")
         if not isinstance(config, dict) or set(config) != set(VLLM_FIELDS):
-            raise ExportError(f"{file}: {key}: expected the fields {', '.join(VLLM_FIELDS)}")
+            raise ServerFileError(f"{file}: {key}: expected the fields {', '.join(VLLM_FIELDS)}")
         for field in VLLM_FIELDS:
             value = config[field]
             power = field not in ("num_stages", "GROUP_SIZE_M")
             if not isinstance(value, int) or isinstance(value, bool) or value < 1 or (power and value & (value - 1)):
-                raise ExportError(f"{file}: {key}.{field}: expected a {'power of two' if power else 'positive integer'}"
-                                  f", got {value!r}")
+                kind = "power of two" if power else "positive integer"
+                raise ServerFileError(f"{file}: {key}.{field}: expected a {kind}, got {value!r}")
         if "block_k" in match.groupdict() and int(match["block_k"]) % config["BLOCK_SIZE_K"]:
-            raise ExportError(f"{file}: {key}.BLOCK_SIZE_K: {config['BLOCK_SIZE_K']} does not divide the block's K "
+            raise ServerFileError(f"{file}: {key}.BLOCK_SIZE_K: {config['BLOCK_SIZE_K']} does not divide the block's K "
                               f"{match['block_k']} (the kernel reads one scale per K step)")
 
 
@@ -181,7 +184,7 @@ def check_file(path: Path, root: Path) -> None:
     try:
         doc = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ExportError(f"{path}: (syntax): cannot read it as JSON: {exc}") from None
+        raise ServerFileError(f"{path}: (syntax): cannot read it as JSON: {exc}") from None
     check(path.name, doc, target_of(path.relative_to(root)), str(path))
 
 
@@ -193,7 +196,8 @@ def check_folder(root: Path) -> list[Path]:
     return paths
 
 
-def write(outcomes: Iterable[Outcome], out: Path, dtype: str, block: tuple[int, int] | None = None) -> list[Path]:
+def write_server_files(outcomes: Iterable[Outcome], out: Path, dtype: str,
+                       block: tuple[int, int] | None = None) -> list[Path]:
     """Write the files under ``out``: each checked before anything is written, and read back after."""
     todo = files(outcomes, dtype, block)
     for path, (target, doc) in todo.items():

@@ -46,7 +46,7 @@ class Report:
     files: list[str]
 
 
-def build(plan: Plan, outcomes: dict[str, Outcome], files: list[str]) -> Report:
+def build_report(plan: Plan, outcomes: dict[str, Outcome], files: list[str]) -> Report:
     rows = []
     for kernel in plan.kernels:
         got = [outcomes[k.ident] for k in kernel.keys if k.ident in outcomes]
@@ -89,7 +89,7 @@ def markdown(report: Report) -> str:
     return "\n".join(lines)
 
 
-def write(report: Report, out: Path) -> tuple[Path, Path]:
+def write_report(report: Report, out: Path) -> tuple[Path, Path]:
     out.mkdir(parents=True, exist_ok=True)
     md, js = out / "report.md", out / "report.json"
     md.write_text(markdown(report))

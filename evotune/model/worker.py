@@ -10,7 +10,7 @@ from evotune.model.models import ModelError
 from evotune.model.runner import RunOptions, work
 
 
-def main(argv: list[str]) -> int:
+def tune_worker_main(argv: list[str]) -> int:
     options = RunOptions(**json.loads(argv[0]))
     try:
         work(options, int(argv[1]), int(argv[2]))
@@ -23,4 +23,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(tune_worker_main(sys.argv[1:]))
