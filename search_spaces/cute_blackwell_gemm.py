@@ -42,20 +42,21 @@ from evotune.authoring import (
     tuples,
 )
 from search_spaces import _gemm_model as gm
+from search_spaces import _gemm_rules as gr
 
 DEFAULT_PROBLEM = Problem.gemm(4096, 4096, 4096, "bf16")
 SUPPORTED_DTYPES = ("bf16", "fp16", "fp8", "int8")
 MIN_STAGES = 2  # the kernel chooses its A/B stage count; a point is feasible when two fit
 C_STAGES = 2  # TMA-store staging buffers reserved before the A/B stages are sized
 EPI_ELEMS = 4096  # the sm100 epilogue subtile holds about this many outputs (up to 128 rows)
-STATIC_SMEM = gm.CUTE_STATIC_SMEM  # shared memory the compiled kernel declares statically (.nv.shared)
+STATIC_SMEM = gr.CUTE_STATIC_SMEM  # shared memory the compiled kernel declares statically (.nv.shared)
 
 _POW2 = (1, 2, 4, 8, 16)
 CLUSTERS = [(cm, cn) for cm in _POW2 for cn in _POW2 if cm * cn <= 16]
 
 
 def _problem(ctx: Context) -> Problem:
-    return gm.problem_or(ctx, DEFAULT_PROBLEM)
+    return gr.problem_or(ctx, DEFAULT_PROBLEM)
 
 
 def cta_tile(point: Point) -> tuple[int, int]:
@@ -87,7 +88,7 @@ def epilogue_tile(point: Point) -> tuple[int, int]:
 def _stage_bytes(point: Point, problem: Problem) -> tuple[int, int]:
     """(A/B bytes per stage, C bytes per TMA-store stage; 0 without TMA store)."""
     tm, _ = cta_tile(point)
-    ab = gm.operand_stage_bytes(tm, b_rows_per_cta(point), gm.k_tile(problem.in_bytes), problem.in_bytes)
+    ab = gr.operand_stage_bytes(tm, b_rows_per_cta(point), gr.k_tile(problem.in_bytes), problem.in_bytes)
     if not point["use_tma_store"]:
         return ab, 0
     rows, cols = epilogue_tile(point)
@@ -101,13 +102,13 @@ def smem_bytes(point: Point, problem: Problem, stages: int = MIN_STAGES) -> int:
     columns fit in the 512 columns of every SM.
     """
     ab, c = _stage_bytes(point, problem)
-    return stages * ab + gm.align_up(C_STAGES * c) + gm.MBARRIER_RESERVE
+    return stages * ab + gr.align_up(C_STAGES * c) + gr.MBARRIER_RESERVE
 
 
 def auto_stages(point: Point, problem: Problem, smem_capacity: int) -> int:
     """The A/B stage count the kernel would pick: as many as fit after the epilogue and barriers."""
     ab, c = _stage_bytes(point, problem)
-    return max(0, (smem_capacity - gm.MBARRIER_RESERVE - C_STAGES * c) // ab)
+    return max(0, (smem_capacity - gr.MBARRIER_RESERVE - C_STAGES * c) // ab)
 
 
 def launch_smem(point: Point, problem: Problem, smem_capacity: int) -> tuple[int, int, int]:
@@ -122,7 +123,7 @@ def launch_smem(point: Point, problem: Problem, smem_capacity: int) -> tuple[int
     n_ab = auto_stages(point, problem, smem_capacity)
     n_c = 0
     if c:
-        n_c = C_STAGES + (smem_capacity - n_ab * ab - gm.MBARRIER_RESERVE - C_STAGES * c) // c
+        n_c = C_STAGES + (smem_capacity - n_ab * ab - gr.MBARRIER_RESERVE - C_STAGES * c) // c
     barriers = -(-(16 * n_ab + 16 * 2 + 12) // 128) * 128
     return n_ab * ab + n_c * c + barriers + STATIC_SMEM, n_ab, n_c
 
@@ -148,7 +149,7 @@ def _cluster_fits(p: Point, ctx: Context) -> bool:
 
 
 def _full_tiles_without_tma_store(p: Point, ctx: Context) -> bool:
-    problem = gm.gemm_problem(ctx)
+    problem = gr.gemm_problem(ctx)
     if problem is None or p["use_tma_store"]:
         return True
     tm, tn = cta_tile(p)
@@ -156,7 +157,7 @@ def _full_tiles_without_tma_store(p: Point, ctx: Context) -> bool:
 
 
 def _fill(p: Point, ctx: Context) -> tuple[int, int, int]:
-    return launch_smem(p, _problem(ctx), gm.hardware_or_default(ctx).smem_per_block)
+    return launch_smem(p, _problem(ctx), gr.hardware_or_default(ctx).smem_per_block)
 
 
 def _fill_fits(p: Point, ctx: Context) -> bool:
@@ -165,12 +166,12 @@ def _fill_fits(p: Point, ctx: Context) -> bool:
 
 def estimate(point: Point, ctx: Context) -> float:
     """Predicted time in ms from the shared roofline/wave model (default problem and H100 when unknown)."""
-    problem, hw = _problem(ctx), gm.hardware_or_default(ctx)
+    problem, hw = _problem(ctx), gr.hardware_or_default(ctx)
     tm, tn = cta_tile(point)
-    measured = gm.compiled_resources(ctx, SPACE, point)  # the stages the kernel chose, read off its binary
+    measured = gr.compiled_resources(ctx, SPACE, point)  # the stages the kernel chose, read off its binary
     stages = max(MIN_STAGES, min(measured.stages if measured else auto_stages(point, problem, hw.smem_per_block), 8))
     tiling = gm.Tiling(
-        tile_m=tm, tile_n=tn, tile_k=gm.k_tile(problem.in_bytes), stages=stages,
+        tile_m=tm, tile_n=tn, tile_k=gr.k_tile(problem.in_bytes), stages=stages,
         smem_bytes=measured.smem if measured else smem_bytes(point, problem, stages),
         regs_per_thread=measured.regs if measured else 0, cluster=tuple(point["cluster"]),
         persistent=True, threads=192, b_rows=b_rows_per_cta(point),
@@ -204,18 +205,18 @@ SPACE = SearchSpace(
         hardware_limit("cluster-size", _cluster_fits,
                        "a {cluster[0]}x{cluster[1]} cluster exceeds the {ctx.hardware.max_cluster} CTAs "
                        "{ctx.hardware.name} allows"),
-        gm.dtype_rule(SUPPORTED_DTYPES, "the sm100 CuTe GEMM"),
-        gm.tma_alignment_limit(),
+        gr.dtype_rule(SUPPORTED_DTYPES, "the sm100 CuTe GEMM"),
+        gr.tma_alignment_limit(),
         # the direct-store epilogue has no bounds predication; the compiler cannot see it (shapes are symbolic)
         constraint("no-tma-store-oob", _full_tiles_without_tma_store,
                    "without TMA store the CTA tile must divide M and N "
                    "({ctx.problem.m}x{ctx.problem.n} is not tiled by mma {mma_m}x{mma_n}): such a point compiles, "
                    "the shapes being symbolic, but its direct stores are not bounds-checked, and the kernel "
                    "allows no partial tile without TMA store"),
-        gm.smem_limit("smem", lambda p, ctx: smem_bytes(p, _problem(ctx)),
+        gr.smem_limit("smem", lambda p, ctx: smem_bytes(p, _problem(ctx)),
                       f"{MIN_STAGES} A/B stages + epilogue + barriers"),
         # the compiler builds these, but the binary asks for more shared memory than a block may have
-        hardware_limit("smem-fill", _fill_fits, gm.Message(
+        hardware_limit("smem-fill", _fill_fits, gr.Message(
             "the kernel fills shared memory with {fill_ab} A/B and {fill_c} C stages and then needs {fill} B "
             "with its barriers and {static} B of static shared memory, {ctx.hardware.name} allows "
             "{ctx.hardware.smem_per_block}: it compiles but cannot launch",

@@ -40,6 +40,7 @@ from evotune.authoring import (
     tuples,
 )
 from search_spaces import _gemm_model as gm
+from search_spaces import _gemm_rules as gr
 
 DEFAULT_PROBLEM = Problem.gemm(4096, 4096, 4096, "bf16")
 SUPPORTED_DTYPES = ("bf16", "fp16", "fp8", "int8")
@@ -47,7 +48,7 @@ EPI_STAGES = 4  # TMA-store staging buffers the kernel keeps in flight
 
 
 def _problem(ctx: Context) -> Problem:
-    return gm.problem_or(ctx, DEFAULT_PROBLEM)
+    return gr.problem_or(ctx, DEFAULT_PROBLEM)
 
 
 def mma_warpgroups(point: Point) -> int:
@@ -72,19 +73,19 @@ def smem_bytes(point: Point, problem: Problem) -> int:
     """Operand stages + epilogue staging + mbarriers + the binary's static shared memory, in bytes.
 
     This is the shared memory each compiled binary launches with (checked for every point on the H100)."""
-    tk = gm.k_tile(problem.in_bytes)
-    operands = int(point["stages"]) * gm.operand_stage_bytes(point["tile_m"], point["tile_n"], tk, problem.in_bytes)
+    tk = gr.k_tile(problem.in_bytes)
+    operands = int(point["stages"]) * gr.operand_stage_bytes(point["tile_m"], point["tile_n"], tk, problem.in_bytes)
     rows, cols = epilogue_tile(point, problem.out_bytes)
-    return (operands + gm.epilogue_bytes(rows, cols, problem.out_bytes, EPI_STAGES) + gm.MBARRIER_RESERVE
-            + gm.CUTE_STATIC_SMEM)
+    return (operands + gr.epilogue_bytes(rows, cols, problem.out_bytes, EPI_STAGES) + gr.MBARRIER_RESERVE
+            + gr.CUTE_STATIC_SMEM)
 
 
 def estimate(point: Point, ctx: Context) -> float:
     """Predicted time in ms from the shared roofline/wave model (default problem and H100 when unknown)."""
-    problem, hw = _problem(ctx), gm.hardware_or_default(ctx)
-    measured = gm.compiled_resources(ctx, SPACE, point)  # the binary's registers and shared memory, if compiled
+    problem, hw = _problem(ctx), gr.hardware_or_default(ctx)
+    measured = gr.compiled_resources(ctx, SPACE, point)  # the binary's registers and shared memory, if compiled
     tiling = gm.Tiling(
-        tile_m=point["tile_m"], tile_n=point["tile_n"], tile_k=gm.k_tile(problem.in_bytes),
+        tile_m=point["tile_m"], tile_n=point["tile_n"], tile_k=gr.k_tile(problem.in_bytes),
         stages=point["stages"], smem_bytes=measured.smem if measured else smem_bytes(point, problem),
         regs_per_thread=measured.regs if measured else 0, cluster=tuple(point["cluster"]),
         persistent=True, threads=128 * (1 + mma_warpgroups(point)),
@@ -115,12 +116,12 @@ SPACE = SearchSpace(
         int_range("stages", 2, 8, doc="depth of the A/B shared-memory pipeline"),
     ],
     constraints=[
-        gm.sm90_arch_limit(),
-        gm.dtype_rule(SUPPORTED_DTYPES, "the sm90 CuTe GEMM"),
-        gm.k_major_8bit_rule(),
-        gm.tma_alignment_limit(),
-        gm.portable_cluster_limit(),
-        gm.smem_limit("smem", lambda p, ctx: smem_bytes(p, _problem(ctx)),
+        gr.sm90_arch_limit(),
+        gr.dtype_rule(SUPPORTED_DTYPES, "the sm90 CuTe GEMM"),
+        gr.k_major_8bit_rule(),
+        gr.tma_alignment_limit(),
+        gr.portable_cluster_limit(),
+        gr.smem_limit("smem", lambda p, ctx: smem_bytes(p, _problem(ctx)),
                       "{stages} stages of {tile_m}x{tile_n} + epilogue + barriers"),
     ],
     description="sm90 persistent warp-specialised CuTe DSL GEMM (WGMMA, TMA multicast, TMA-store epilogue)",

@@ -56,6 +56,7 @@ from evotune.authoring import (
     tuples,
 )
 from search_spaces import _gemm_model as gm
+from search_spaces import _gemm_rules as gr
 
 DEFAULT_PROBLEM = ConvShape(10, 128, 72, 120, 128, 3, 3, pad=1, scaling="tensor").problem("int8", "nc32hw32")
 INTERLEAVE = 32
@@ -155,7 +156,7 @@ def interleaved_thread_map(point: Point) -> bool:
 
 def estimate(point: Point, ctx: Context) -> float:
     """Predicted time in ms from the shared roofline/wave model, run on the implicit GEMM."""
-    hw = gm.hardware_or_default(ctx)
+    hw = gr.hardware_or_default(ctx)
     gemm = implicit_gemm(_problem(ctx))
     inst = point["instruction"]
     tiling = gm.Tiling(
@@ -170,9 +171,9 @@ def estimate(point: Point, ctx: Context) -> float:
     return gm.estimate_ms(tiling, gemm, hw)
 
 
-def _with_sizes(template: str) -> gm.Message:
+def _with_sizes(template: str) -> gr.Message:
     """A message that may name the convolution's sizes (``{C}``, ``{K}``...)."""
-    return gm.Message(template, lambda p, ctx: vars(_shape(ctx)))
+    return gr.Message(template, lambda p, ctx: vars(_shape(ctx)))
 
 
 def _is_conv(ctx: Context) -> bool:
@@ -211,7 +212,7 @@ SPACE = SearchSpace(
         constraint("warp-tile", lambda p, ctx: p["tb_m"] % p["warp_m"] == 0 and p["tb_n"] % p["warp_n"] == 0,
                    "a {warp_m}x{warp_n} warp tile does not divide the {tb_m}x{tb_n} threadblock tile"),
         constraint("warp-k-steps", lambda p, ctx: _warp_k_steps(p) >= 2 and _warp_k_steps(p) % 2 == 0,
-                   gm.Message("tb_k {tb_k} is {steps} step(s) of the instruction's K; CUTLASS's warp-level pipeline "
+                   gr.Message("tb_k {tb_k} is {steps} step(s) of the instruction's K; CUTLASS's warp-level pipeline "
                               "needs an even number, at least 2", lambda p, ctx: {"steps": _warp_k_steps(p)})),
         constraint("turing-two-stage", lambda p, ctx: p["instruction"] != (8, 8, 16) or p["stages"] == 2,
                    "the 8x8x16 MMA is offered as CUTLASS's Turing kernels use it, with a two-stage pipeline; "
@@ -249,9 +250,9 @@ SPACE = SearchSpace(
         hardware_limit("accumulators", lambda p, ctx: accumulators(p) <= MAX_ACCUMULATORS,
                        "a {warp_m}x{warp_n} warp tile keeps more than "
                        f"{MAX_ACCUMULATORS} int32 accumulators per thread"),
-        hardware_limit("registers", lambda p, ctx: registers(p) * threads(p) <= gm.hardware_or_default(ctx).regs_per_sm,
+        hardware_limit("registers", lambda p, ctx: registers(p) * threads(p) <= gr.hardware_or_default(ctx).regs_per_sm,
                        "{tb_m}x{tb_n} over {warp_m}x{warp_n} warps needs more registers than an SM has"),
-        gm.smem_limit("smem", lambda p, ctx: smem_bytes(p), "{stages} stages of {tb_m}x{tb_k} + {tb_n}x{tb_k} int8"),
+        gr.smem_limit("smem", lambda p, ctx: smem_bytes(p), "{stages} stages of {tb_m}x{tb_k} + {tb_n}x{tb_k} int8"),
         # the launch argument last: checked once the compiled knobs have passed
         constraint("swizzle-band", lambda p, ctx: p["swizzle"] == 1 << swizzle_log(_n_tiles(p, ctx), p["swizzle"]),
                    "swizzle {swizzle} wants a band of {swizzle} tiles along N, and K has fewer tiles of {tb_n}: "

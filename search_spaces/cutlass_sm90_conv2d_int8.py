@@ -54,6 +54,7 @@ from evotune.authoring import (
     tuples,
 )
 from search_spaces import _gemm_model as gm
+from search_spaces import _gemm_rules as gr
 from search_spaces.cutlass_conv2d_int8 import _is_conv, implicit_gemm
 
 DEFAULT_PROBLEM = ConvShape(10, 128, 72, 120, 128, 3, 3, pad=1, scaling="tensor").problem("int8", "nhwc")
@@ -86,7 +87,7 @@ def accumulators(point: Point) -> int:
 
 def stage_bytes(point: Point) -> int:
     """One pipeline stage: the activation tile (tile_m x tile_k int8) and the filter tile (tile_n x tile_k)."""
-    return gm.operand_stage_bytes(point["tile_m"], point["tile_n"], point["tile_k"], 1)
+    return gr.operand_stage_bytes(point["tile_m"], point["tile_n"], point["tile_k"], 1)
 
 
 def epilogue_bytes(point: Point) -> int:
@@ -97,7 +98,7 @@ def epilogue_bytes(point: Point) -> int:
     cols = 64 if point["tile_n"] % 64 == 0 else math.gcd(32, point["tile_n"])
     rows = min(64, point["tile_m"])
     subtiles = (point["tile_m"] // rows) * (point["tile_n"] // cols)
-    return gm.epilogue_bytes(rows, cols, 1, min(subtiles, 2))
+    return gr.epilogue_bytes(rows, cols, 1, min(subtiles, 2))
 
 
 def stages(point: Point) -> int:
@@ -110,12 +111,12 @@ def stages(point: Point) -> int:
 def smem_bytes(point: Point) -> int:
     """The kernel's shared memory. The basic schedule's epilogue reuses the operand buffers (a union: the
     mainloop has finished when it runs), so the larger of the two counts, plus the barriers."""
-    return max(stages(point) * stage_bytes(point), epilogue_bytes(point)) + gm.MBARRIER_RESERVE
+    return max(stages(point) * stage_bytes(point), epilogue_bytes(point)) + gr.MBARRIER_RESERVE
 
 
 def estimate(point: Point, ctx: Context) -> float:
     """Predicted time in ms from the shared roofline/wave model, run on the implicit GEMM."""
-    hw = gm.hardware_or_default(ctx)
+    hw = gr.hardware_or_default(ctx)
     tiling = gm.Tiling(
         tile_m=point["tile_m"], tile_n=point["tile_n"], tile_k=point["tile_k"], stages=stages(point),
         smem_bytes=smem_bytes(point), cluster=tuple(point["cluster"]), threads=256,
@@ -133,7 +134,7 @@ def estimate(point: Point, ctx: Context) -> float:
 
 def _aligned(p: Point, ctx: Context) -> bool:
     s = _shape(ctx)
-    return s.C % gm.TMA_ALIGN_BYTES == 0 and s.K % gm.TMA_ALIGN_BYTES == 0
+    return s.C % gr.TMA_ALIGN_BYTES == 0 and s.K % gr.TMA_ALIGN_BYTES == 0
 
 
 SPACE = SearchSpace(
@@ -155,7 +156,7 @@ SPACE = SearchSpace(
         categorical("epilogue", ["tma", "nosmem"], doc="store y through shared memory with TMA, or directly"),
     ],
     constraints=[
-        gm.sm90_arch_limit(),
+        gr.sm90_arch_limit(),
         constraint("workload", lambda p, ctx: _is_conv(ctx), "this space computes conv2d, not {ctx.problem.kind}"),
         constraint("dtype", lambda p, ctx: _problem(ctx).dtype == "int8",
                    "this space computes int8 convolutions, not {ctx.problem.dtype}"),
@@ -165,14 +166,14 @@ SPACE = SearchSpace(
         constraint("scaling", lambda p, ctx: _shape(ctx).scaling == "tensor",
                    "the epilogue scales the output by one number; per-channel scaling is not offered"),
         hardware_limit("alignment", _aligned,
-                       gm.Message("TMA needs C = {C} and K = {K} int8 channels to be multiples of 16 bytes",
+                       gr.Message("TMA needs C = {C} and K = {K} int8 channels to be multiples of 16 bytes",
                                   lambda p, ctx: vars(_shape(ctx)))),
         hardware_limit("accumulators", lambda p, ctx: accumulators(p) <= MAX_ACCUMULATORS,
-                       gm.Message("a {tile_m}x{tile_n} tile needs {acc} int32 accumulators per consumer thread; "
+                       gr.Message("a {tile_m}x{tile_n} tile needs {acc} int32 accumulators per consumer thread; "
                                   f"more than {MAX_ACCUMULATORS} spill",
                                   lambda p, ctx: {"acc": accumulators(p)})),
-        gm.portable_cluster_limit(),
-        gm.smem_limit("smem", lambda p, ctx: smem_bytes(p), "{stages} stages of {tile_m}x{tile_k} + {tile_n}x{tile_k} "
+        gr.portable_cluster_limit(),
+        gr.smem_limit("smem", lambda p, ctx: smem_bytes(p), "{stages} stages of {tile_m}x{tile_k} + {tile_n}x{tile_k} "
                       "int8, or the epilogue's staging, plus barriers"),
     ],
     description="CUTLASS C++ sm90 int8 conv2d fprop (3.x implicit GEMM: TMA im2col, WGMMA), NHWC",

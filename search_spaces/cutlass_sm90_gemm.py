@@ -53,6 +53,7 @@ from evotune.authoring import (
     tuples,
 )
 from search_spaces import _gemm_model as gm
+from search_spaces import _gemm_rules as gr
 from search_spaces._cutlass_sm90 import COMPILE_KNOBS
 
 DEFAULT_PROBLEM = Problem.gemm(4096, 4096, 4096, "bf16")
@@ -66,7 +67,7 @@ MAX_ACCUMULATORS = 192
 
 
 def _problem(ctx: Context) -> Problem:
-    return gm.problem_or(ctx, DEFAULT_PROBLEM)
+    return gr.problem_or(ctx, DEFAULT_PROBLEM)
 
 
 def consumer_warpgroups(point: Point) -> int:
@@ -84,21 +85,21 @@ def epilogue_smem(point: Point, problem: Problem) -> int:
         return 0
     rows = min(point["tile_m"], 128 if point["schedule"] == "cooperative" else 64)
     cols = min(point["tile_n"], 32)
-    return gm.align_up(rows * cols * problem.out_bytes * EPILOGUE_STAGES)
+    return gr.align_up(rows * cols * problem.out_bytes * EPILOGUE_STAGES)
 
 
 def stages(point: Point, problem: Problem, hw_smem: int) -> int:
     """The pipeline depth: as set, or for 0 the most that fit beside the epilogue (CUTLASS's carve-out)."""
     if point["stages"]:
         return int(point["stages"])
-    stage = gm.operand_stage_bytes(point["tile_m"], point["tile_n"], point["tile_k"], problem.in_bytes)
-    return max(1, (hw_smem - epilogue_smem(point, problem) - gm.MBARRIER_RESERVE) // stage)
+    stage = gr.operand_stage_bytes(point["tile_m"], point["tile_n"], point["tile_k"], problem.in_bytes)
+    return max(1, (hw_smem - epilogue_smem(point, problem) - gr.MBARRIER_RESERVE) // stage)
 
 
 def smem_bytes(point: Point, problem: Problem, hw_smem: int = 232448) -> int:
     depth = stages(point, problem, hw_smem)
-    stage = gm.operand_stage_bytes(point["tile_m"], point["tile_n"], point["tile_k"], problem.in_bytes)
-    return depth * stage + epilogue_smem(point, problem) + gm.MBARRIER_RESERVE
+    stage = gr.operand_stage_bytes(point["tile_m"], point["tile_n"], point["tile_k"], problem.in_bytes)
+    return depth * stage + epilogue_smem(point, problem) + gr.MBARRIER_RESERVE
 
 
 def kernel_problem(point: Point, problem: Problem) -> Problem:
@@ -122,7 +123,7 @@ def _split_split(p: Point, ctx: Context) -> bool:
 
 
 def _split_fits_k(p: Point, ctx: Context) -> bool:
-    problem = gm.gemm_problem(ctx)
+    problem = gr.gemm_problem(ctx)
     return problem is None or p["splits"] <= max(1, problem.k // p["tile_k"])
 
 
@@ -141,7 +142,7 @@ def effective_split(point: Point, problem: Problem, sm_count: int) -> int:
 
 def estimate(point: Point, ctx: Context) -> float:
     """Predicted time in ms from the shared roofline/wave model (default problem and H100 when unknown)."""
-    problem, hw = _problem(ctx), gm.hardware_or_default(ctx)
+    problem, hw = _problem(ctx), gr.hardware_or_default(ctx)
     kp = kernel_problem(point, problem)
     cluster = tuple(point["cluster"])
     tiling = gm.Tiling(
@@ -184,10 +185,10 @@ SPACE = SearchSpace(
         ordinal("splits", [1, 2, 3, 4, 8], doc="K slices per tile with the splitk decomposition (launch argument)"),
     ],
     constraints=[
-        gm.sm90_arch_limit(),
-        gm.dtype_rule(SUPPORTED_DTYPES, "the CUTLASS sm90 GEMM"),
-        gm.k_major_8bit_rule(),
-        gm.tma_alignment_limit(),
+        gr.sm90_arch_limit(),
+        gr.dtype_rule(SUPPORTED_DTYPES, "the CUTLASS sm90 GEMM"),
+        gr.k_major_8bit_rule(),
+        gr.tma_alignment_limit(),
         constraint("tile-k", _tile_k_bytes,
                    "tile K of {tile_k} elements is not 64, 128 or 256 bytes of {ctx.problem.dtype}"),
         constraint("cooperative-tile-m", lambda p, ctx: p["schedule"] != "cooperative" or p["tile_m"] >= 128,
@@ -198,8 +199,8 @@ SPACE = SearchSpace(
         constraint("streamk-cooperative", lambda p, ctx: p["scheduler"] != "streamk" or p["schedule"] == "cooperative",
                    "stream-K and split-K need the cooperative schedule (CUTLASS's ping-pong kernel has no "
                    "stream-K support)"),
-        gm.portable_cluster_limit(),
-        gm.smem_limit("smem", _smem_need, "{stages} stages of {tile_m}x{tile_n}x{tile_k} + epilogue + barriers"),
+        gr.portable_cluster_limit(),
+        gr.smem_limit("smem", _smem_need, "{stages} stages of {tile_m}x{tile_n}x{tile_k} + epilogue + barriers"),
         # launch arguments last: they are checked once the compiled kernel's knobs have passed
         constraint("decomposition-streamk",
                    lambda p, ctx: p["scheduler"] == "streamk" or (p["decomposition"] == "heuristic"

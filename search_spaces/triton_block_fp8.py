@@ -38,9 +38,10 @@ from evotune.authoring import (
     ordinal,
 )
 from search_spaces import _gemm_model as gm
+from search_spaces import _gemm_rules as gr
 
 DEFAULT_PROBLEM = Problem.gemm(64, 4096, 7168, "fp8", "tn", "block")
-TILE = gm.TritonTile("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K")  # its shared memory and registers
+TILE = gr.TritonTile("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K")  # its shared memory and registers
 # what vLLM launches for a shape without a tuned config file (w8a8_triton_block_scaled_mm)
 VLLM_DEFAULT = {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 32, "num_warps": 4,
                 "num_stages": 2}
@@ -48,7 +49,7 @@ VLLM_DEFAULT_NAME = "vLLM default"
 
 
 def _problem(ctx: Context) -> Problem:
-    return gm.problem_or(ctx, DEFAULT_PROBLEM)
+    return gr.problem_or(ctx, DEFAULT_PROBLEM)
 
 
 def _fp8_supported(p: Point, ctx: Context) -> bool:
@@ -62,7 +63,7 @@ def _block_k_ok(p: Point, ctx: Context) -> bool:
 
 def _rows(ctx: Context) -> int | None:
     """M: the problem's, or under ``evotune.autotune`` the launch's argument ``M``."""
-    problem = gm.gemm_problem(ctx)
+    problem = gr.gemm_problem(ctx)
     if problem is not None:
         return problem.m
     m = getattr(ctx, "args", {}).get("M")
@@ -76,7 +77,7 @@ def _m_rows_ok(p: Point, ctx: Context) -> bool:
 
 def estimate(point: Point, ctx: Context) -> float:
     """Predicted time in ms from the shared roofline/wave model (default problem and H100 when unknown)."""
-    problem, hw = _problem(ctx), gm.hardware_or_default(ctx)
+    problem, hw = _problem(ctx), gr.hardware_or_default(ctx)
     tiling = TILE.tiling(point, problem, hw, persistent=False, band=point["GROUP_SIZE_M"], band_along_m=True)
     return gm.estimate_ms(tiling, problem, hw)
 
@@ -98,16 +99,16 @@ SPACE = SearchSpace(
         ordinal("num_stages", [2, 3, 4, 5], doc="software-pipeline depth of the K loop"),
     ],
     constraints=[
-        gm.dtype_rule(("fp8",), "triton_block_fp8", scalings=("block",)),
+        gr.dtype_rule(("fp8",), "triton_block_fp8", scalings=("block",)),
         # Triton lowers e4m3 dots only on sm_89 and newer
         hardware_limit("fp8", _fp8_supported, "fp8 inputs need FP8 tensor cores; {ctx.hardware.name} has none"),
         constraint("block-k", _block_k_ok,
                    f"BLOCK_SIZE_K={{BLOCK_SIZE_K}} does not divide the {SCALE_BLOCK}-element scale group: a step "
                    "would span two groups"),
         constraint("block-m", _m_rows_ok,
-                   gm.Message("BLOCK_SIZE_M={BLOCK_SIZE_M} is wider than M={m} needs (the rows past M are wrapped "
+                   gr.Message("BLOCK_SIZE_M={BLOCK_SIZE_M} is wider than M={m} needs (the rows past M are wrapped "
                               "copies)", lambda p, ctx: {"m": _rows(ctx)})),
-        gm.smem_limit("smem", lambda p, ctx: TILE.smem_bytes(p, _problem(ctx)),
+        gr.smem_limit("smem", lambda p, ctx: TILE.smem_bytes(p, _problem(ctx)),
                       "{num_stages} stages of ({BLOCK_SIZE_M}+{BLOCK_SIZE_N})x{BLOCK_SIZE_K} fp8"),
         *TILE.register_limits(),
     ],

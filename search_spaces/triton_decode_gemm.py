@@ -40,6 +40,7 @@ import math
 
 from evotune.authoring import (
     Context,
+    Hardware,
     Needs,
     Point,
     Problem,
@@ -52,9 +53,10 @@ from evotune.authoring import (
     power_of_two,
 )
 from search_spaces import _gemm_model as gm
+from search_spaces import _gemm_rules as gr
 
 DEFAULT_PROBLEM = Problem.gemm(16, 4096, 4096, "bf16")
-TILE = gm.TritonTile("BLOCK_M", "BLOCK_N", "BLOCK_K")  # its shared memory and registers
+TILE = gr.TritonTile("BLOCK_M", "BLOCK_N", "BLOCK_K")  # its shared memory and registers
 DTYPES = ("bf16", "fp16", "int8", "fp8")
 SCALINGS = ("", "tensor", "row")  # fp8: unscaled, or a scaled epilogue (see _triton_decode.py)
 VECTOR_BYTES = 16  # the widest load a thread issues
@@ -68,7 +70,7 @@ UNHIDDEN = 0.25
 
 
 def _problem(ctx: Context) -> Problem:
-    return gm.problem_or(ctx, DEFAULT_PROBLEM)
+    return gr.problem_or(ctx, DEFAULT_PROBLEM)
 
 
 def k_blocks(point: Point, problem: Problem) -> int:
@@ -91,13 +93,13 @@ def _rows(problem: Problem) -> int:
 
 
 def _m_rows_ok(p: Point, ctx: Context) -> bool:
-    problem = gm.gemm_problem(ctx)
+    problem = gr.gemm_problem(ctx)
     return problem is None or p["BLOCK_M"] <= max(MMA_ROWS, _rows(problem))
 
 
 def _gemv_rows_ok(p: Point, ctx: Context) -> bool:
     """The GEMV path takes every row in its one M tile (M up to 8): several would each stream the weight."""
-    problem = gm.gemm_problem(ctx)
+    problem = gr.gemm_problem(ctx)
     return problem is None or not gemv(p) or p["BLOCK_M"] == _rows(problem)
 
 
@@ -112,7 +114,7 @@ def _gemv_registers_ok(p: Point, ctx: Context) -> bool:
 
 
 def _layout_ok(p: Point, ctx: Context) -> bool:
-    problem = gm.gemm_problem(ctx)
+    problem = gr.gemm_problem(ctx)
     return problem is None or problem.layout == "tn"
 
 
@@ -122,7 +124,7 @@ def _reduce_ok(p: Point, ctx: Context) -> bool:
 
 def _splits_ok(p: Point, ctx: Context) -> bool:
     """Every split gets K blocks: with ``ceil(blocks / SPLIT_K)`` blocks each, exactly SPLIT_K splits have some."""
-    problem = gm.gemm_problem(ctx)
+    problem = gr.gemm_problem(ctx)
     if problem is None:
         return True
     blocks, split = k_blocks(p, problem), int(p["SPLIT_K"])
@@ -132,7 +134,7 @@ def _splits_ok(p: Point, ctx: Context) -> bool:
 def _enough_programs(p: Point, ctx: Context) -> bool:
     """A memory-bound kernel on fewer programs than half the SMs leaves the idle SMs' share of the bandwidth
     unused (one SM's loads in flight cannot draw much more than its share)."""
-    problem = gm.gemm_problem(ctx)
+    problem = gr.gemm_problem(ctx)
     return problem is None or ctx.hardware is None or \
         programs(p, problem) * MIN_SM_SHARE >= ctx.hardware.sm_count
 
@@ -143,11 +145,11 @@ def _vector_loads_ok(p: Point, ctx: Context) -> bool:
 
 
 def _fp8_supported(p: Point, ctx: Context) -> bool:
-    problem = gm.gemm_problem(ctx)
+    problem = gr.gemm_problem(ctx)
     return ctx.hardware is None or problem is None or problem.dtype != "fp8" or ctx.hardware.has("fp8")
 
 
-def arithmetic_ms(point: Point, problem: Problem, hw: gm.Hardware) -> float:
+def arithmetic_ms(point: Point, problem: Problem, hw: Hardware) -> float:
     """The multiplications alone, in ms: the GEMV path's on the CUDA cores (per weight element, a conversion
     and a multiply-add per row of its tile), the tensor-core path's over whole tiles of BLOCK_M rows (the rows
     past M too) at its MMA's rate."""
@@ -165,7 +167,7 @@ def estimate(point: Point, ctx: Context) -> float:
     what the model leaves out for decode: each M tile streams the whole weight from HBM (the grid walks N
     first, so the M tiles of one weight tile run a whole grid row apart), and the share UNHIDDEN of the
     arithmetic (:func:`arithmetic_ms`) shows beside the stream."""
-    problem, hw = _problem(ctx), gm.hardware_or_default(ctx)
+    problem, hw = _problem(ctx), gr.hardware_or_default(ctx)
     # the GEMV path leaves the tensor cores idle: the model's MMA term drops out (its arithmetic is added below)
     fields = {"mma_rate": math.inf, "regs_per_thread": gemv_registers(point)} if gemv(point) else {}
     # the rows past M are wrapped copies of rows a stage holds already: not bytes in flight from memory
@@ -196,7 +198,7 @@ SPACE = SearchSpace(
         ordinal("num_stages", [2, 3, 4, 5, 6], doc="software-pipeline depth of the weight stream"),
     ],
     constraints=[
-        gm.dtype_rule(DTYPES, "triton_decode_gemm", SCALINGS),
+        gr.dtype_rule(DTYPES, "triton_decode_gemm", SCALINGS),
         # Triton lowers e4m3 dots only on sm_89 and newer
         hardware_limit("fp8", _fp8_supported, "fp8 inputs need fp8 tensor cores; {ctx.hardware.name} has none"),
         constraint("layout", _layout_ok, "the kernel streams K-contiguous operands: layout tn only, not "
@@ -209,21 +211,21 @@ SPACE = SearchSpace(
         constraint("reduce", _reduce_ok, "REDUCE={REDUCE} with SPLIT_K=1 has nothing to reduce (the kernel of "
                                          "REDUCE=sum)"),
         constraint("split-k", _splits_ok,
-                   gm.Message("K={ctx.problem.k} is {blocks} blocks of BLOCK_K={BLOCK_K}: SPLIT_K={SPLIT_K} would "
+                   gr.Message("K={ctx.problem.k} is {blocks} blocks of BLOCK_K={BLOCK_K}: SPLIT_K={SPLIT_K} would "
                               "leave a split without work",
                               lambda p, ctx: {"blocks": k_blocks(p, _problem(ctx))})),
         constraint("vector-loads", _vector_loads_ok,
                    "a {BLOCK_N}x{BLOCK_K} weight tile is less than one 16-byte vector per thread of {num_warps} "
                    "warps"),
         hardware_limit("programs", _enough_programs,
-                       gm.Message("{programs} programs leave more than half of the {ctx.hardware.sm_count} SMs, and "
+                       gr.Message("{programs} programs leave more than half of the {ctx.hardware.sm_count} SMs, and "
                                   "their share of the memory bandwidth, idle",
                                   lambda p, ctx: {"programs": programs(p, _problem(ctx))})),
-        gm.smem_limit("smem", lambda p, ctx: TILE.smem_bytes(p, _problem(ctx)),
+        gr.smem_limit("smem", lambda p, ctx: TILE.smem_bytes(p, _problem(ctx)),
                       "{num_stages} stages of ({BLOCK_M}+{BLOCK_N})x{BLOCK_K}"),
         *TILE.register_limits(),
         hardware_limit("gemv-registers", _gemv_registers_ok,
-                       gm.Message("the GEMV path's {BLOCK_N}x{BLOCK_K} weight tile in 32 bits needs about {regs} "
+                       gr.Message("the GEMV path's {BLOCK_N}x{BLOCK_K} weight tile in 32 bits needs about {regs} "
                                   "registers per thread over {num_warps} warps, {ctx.hardware.name} allows "
                                   "{ctx.hardware.regs_per_thread}", lambda p, ctx: {"regs": gemv_registers(p)})),
     ],

@@ -44,18 +44,19 @@ from evotune.authoring import (
     power_of_two,
 )
 from search_spaces import _gemm_model as gm
+from search_spaces import _gemm_rules as gr
 
 DEFAULT_PROBLEM = Problem.gemm(4096, 4096, 4096, "bf16")
-TILE = gm.TritonTile("BLOCK_M", "BLOCK_N", "BLOCK_K")  # its shared memory and registers
+TILE = gr.TritonTile("BLOCK_M", "BLOCK_N", "BLOCK_K")  # its shared memory and registers
 SCALINGS = ("", "tensor")  # fp8: unscaled, or scaled per tensor in the epilogue
 
 
 def _problem(ctx: Context) -> Problem:
-    return gm.problem_or(ctx, DEFAULT_PROBLEM)
+    return gr.problem_or(ctx, DEFAULT_PROBLEM)
 
 
 def _fp8_supported(p: Point, ctx: Context) -> bool:
-    problem = gm.gemm_problem(ctx)
+    problem = gr.gemm_problem(ctx)
     return ctx.hardware is None or problem is None or problem.dtype != "fp8" or ctx.hardware.has("fp8")
 
 
@@ -65,7 +66,7 @@ def _clusters_ok(p: Point, ctx: Context) -> bool:
 
 
 def _split_k_ok(p: Point, ctx: Context) -> bool:
-    problem = gm.gemm_problem(ctx)
+    problem = gr.gemm_problem(ctx)
     if problem is None or p["SPLIT_K"] == 1:
         return True
     return problem.k % (int(p["SPLIT_K"]) * int(p["BLOCK_K"])) == 0
@@ -77,7 +78,7 @@ def estimate(point: Point, ctx: Context) -> float:
     ``num_ctas > 1`` is modelled as a cluster whose CTAs split BLOCK_M and share the
     B tile by multicast; shared memory and registers are charged as if unsplit.
     """
-    problem, hw = _problem(ctx), gm.hardware_or_default(ctx)
+    problem, hw = _problem(ctx), gr.hardware_or_default(ctx)
     ctas = point["num_ctas"]
     tiling = TILE.tiling(point, problem, hw, tile_m=max(point["BLOCK_M"] // ctas, 1), cluster=(ctas, 1),
                          split_k=point["SPLIT_K"], persistent=False, band=point["GROUP_M"], band_along_m=True)
@@ -103,13 +104,13 @@ SPACE = SearchSpace(
     constraints=[
         # every dtype, fp8 unscaled or scaled per tensor (block scales: triton_block_fp8; per row: the decode
         # family)
-        gm.dtype_rule(("bf16", "fp16", "fp8", "int8", "fp32"), "triton_matmul", SCALINGS),
+        gr.dtype_rule(("bf16", "fp16", "fp8", "int8", "fp32"), "triton_matmul", SCALINGS),
         # Triton lowers e4m3 dots only on sm_89 and newer
         hardware_limit("fp8", _fp8_supported, "fp8 inputs need fp8 tensor cores; {ctx.hardware.name} has none"),
         hardware_limit("clusters", _clusters_ok,
                        "num_ctas={num_ctas} needs thread-block clusters (sm_90+); {ctx.hardware.name} "
                        "allows {ctx.hardware.max_cluster_portable} CTA per cluster"),
-        gm.smem_limit("smem", lambda p, ctx: TILE.smem_bytes(p, _problem(ctx)),
+        gr.smem_limit("smem", lambda p, ctx: TILE.smem_bytes(p, _problem(ctx)),
                       "{num_stages} stages of ({BLOCK_M}+{BLOCK_N})x{BLOCK_K}"),
         *TILE.register_limits(),
         constraint("split-k", _split_k_ok,

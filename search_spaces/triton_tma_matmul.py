@@ -44,16 +44,17 @@ from evotune.authoring import (
     power_of_two,
 )
 from search_spaces import _gemm_model as gm
+from search_spaces import _gemm_rules as gr
 
 DEFAULT_PROBLEM = Problem.gemm(4096, 4096, 4096, "fp8", "tn", "tensor")
-TILE = gm.TritonTile("BLOCK_M", "BLOCK_N", "BLOCK_K")  # its shared memory and registers
+TILE = gr.TritonTile("BLOCK_M", "BLOCK_N", "BLOCK_K")  # its shared memory and registers
 DTYPES = ("bf16", "fp16", "fp8")
 SCALINGS = ("", "tensor")  # fp8: unscaled, or scaled per tensor in the epilogue
 OUT_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2}  # C's element: fp8 writes bf16
 
 
 def _problem(ctx: Context) -> Problem:
-    return gm.problem_or(ctx, DEFAULT_PROBLEM)
+    return gr.problem_or(ctx, DEFAULT_PROBLEM)
 
 
 def smem_bytes(p: Point, problem: Problem) -> int:
@@ -66,19 +67,19 @@ def _tma_ok(p: Point, ctx: Context) -> bool:
 
 
 def _fp8_supported(p: Point, ctx: Context) -> bool:
-    problem = gm.gemm_problem(ctx)
+    problem = gr.gemm_problem(ctx)
     return ctx.hardware is None or problem is None or problem.dtype != "fp8" or ctx.hardware.has("fp8")
 
 
 def _layout_ok(p: Point, ctx: Context) -> bool:
-    problem = gm.gemm_problem(ctx)
+    problem = gr.gemm_problem(ctx)
     return problem is None or problem.layout == "tn"
 
 
 def _aligned(p: Point, ctx: Context) -> bool:
-    problem = gm.gemm_problem(ctx)
-    return problem is None or (problem.k * problem.in_bytes % gm.TMA_ALIGN_BYTES == 0
-                               and problem.n * OUT_BYTES.get(problem.dtype, 2) % gm.TMA_ALIGN_BYTES == 0)
+    problem = gr.gemm_problem(ctx)
+    return problem is None or (problem.k * problem.in_bytes % gr.TMA_ALIGN_BYTES == 0
+                               and problem.n * OUT_BYTES.get(problem.dtype, 2) % gr.TMA_ALIGN_BYTES == 0)
 
 
 def _flatten_ok(p: Point, ctx: Context) -> bool:
@@ -87,7 +88,7 @@ def _flatten_ok(p: Point, ctx: Context) -> bool:
 
 def estimate(point: Point, ctx: Context) -> float:
     """Predicted time in ms from the shared roofline/wave model (default problem and H100 when unknown)."""
-    problem, hw = _problem(ctx), gm.hardware_or_default(ctx)
+    problem, hw = _problem(ctx), gr.hardware_or_default(ctx)
     tiling = TILE.tiling(point, problem, hw, smem_bytes=smem_bytes(point, problem),
                          persistent=point["GRID"] == "persistent", band=point["GROUP_M"], band_along_m=True)
     return gm.estimate_ms(tiling, problem, hw)
@@ -110,7 +111,7 @@ SPACE = SearchSpace(
         ordinal("num_stages", [2, 3, 4, 5], doc="TMA buffers of the A and W tiles"),
     ],
     constraints=[
-        gm.dtype_rule(DTYPES, "triton_tma_matmul", SCALINGS),
+        gr.dtype_rule(DTYPES, "triton_tma_matmul", SCALINGS),
         hardware_limit("tma", _tma_ok, "TMA needs sm_90 or newer; {ctx.hardware.name} is {ctx.hardware.arch}"),
         # Triton lowers e4m3 dots only on sm_89 and newer
         hardware_limit("fp8", _fp8_supported, "fp8 inputs need fp8 tensor cores; {ctx.hardware.name} has none"),
@@ -119,7 +120,7 @@ SPACE = SearchSpace(
         constraint("tma-align", _aligned, "TMA needs rows of a multiple of 16 bytes: K={ctx.problem.k} inputs and "
                                           "N={ctx.problem.n} outputs are not"),
         constraint("flatten", _flatten_ok, "FLATTEN=1 pipelines a persistent program's tiles: GRID=tiles has one"),
-        gm.smem_limit("smem", lambda p, ctx: smem_bytes(p, _problem(ctx)),
+        gr.smem_limit("smem", lambda p, ctx: smem_bytes(p, _problem(ctx)),
                       "{num_stages} stages of ({BLOCK_M}+{BLOCK_N})x{BLOCK_K} and a {BLOCK_M}x{BLOCK_N} C tile"),
         *TILE.register_limits(),
     ],

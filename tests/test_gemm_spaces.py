@@ -12,6 +12,7 @@ from evotune.core.plugins import builtin_names, load_space
 from evotune.core.problem import Problem
 from evotune.core.space import Context, Point, SearchSpace
 from search_spaces import _gemm_model as gm
+from search_spaces import _gemm_rules as gr
 from search_spaces import cute_blackwell_gemm, cute_hopper_gemm, triton_matmul
 
 H100, H200, A100, B200 = (get_hardware(n) for n in ("H100", "H200", "A100", "B200"))
@@ -37,12 +38,12 @@ def all_points(space: SearchSpace, context: Context) -> list[Point]:
 
 
 # -- the modules as a whole ------------------------------------------------------
-def test_builtins_are_found_and_the_model_is_private():
+def test_builtins_are_found_and_the_shared_modules_are_private():
     names = builtin_names()
     for name in ("cute_hopper_gemm", "cute_blackwell_gemm", "triton_matmul"):
         assert name in names
         assert load_space(name).name == name
-    assert "_gemm_model" not in names
+    assert "_gemm_model" not in names and "_gemm_rules" not in names
 
 
 @pytest.mark.parametrize("space", SPACES, ids=lambda s: s.name)
@@ -121,14 +122,14 @@ def test_hopper_smem_counts_stages_epilogue_barriers_and_static_memory():
     one = cute_hopper_gemm.smem_bytes(dict(HOPPER_POINT, stages=1), BF16)
     two = cute_hopper_gemm.smem_bytes(dict(HOPPER_POINT, stages=2), BF16)
     assert two - one == (128 + 256) * 64 * 2  # one stage: 64-element (128-byte) K slice of A and B
-    epilogue = one - (two - one) - gm.MBARRIER_RESERVE - gm.CUTE_STATIC_SMEM
+    epilogue = one - (two - one) - gr.MBARRIER_RESERVE - gr.CUTE_STATIC_SMEM
     assert epilogue == 4 * 128 * 32 * 2  # four 128x32 bf16 TMA-store buffers with two MMA warpgroups
 
 
 def test_int8_uses_one_byte_elements():
     int8 = Problem.gemm(4096, 4096, 4096, "int8")
     # Hopper: a stage is still a 128-byte K slice, which is 128 int8 elements (64 bf16 ones) ...
-    assert gm.k_tile(int8.in_bytes) == 128 and gm.k_tile(BF16.in_bytes) == 64
+    assert gr.k_tile(int8.in_bytes) == 128 and gr.k_tile(BF16.in_bytes) == 64
 
     def stage(problem: Problem) -> int:
         points = [dict(HOPPER_POINT, stages=s) for s in (1, 2)]
@@ -327,7 +328,7 @@ def test_estimate_without_a_context_uses_the_default_problem_and_h100(space: Sea
 
 
 def test_message_fields():
-    msg = gm.Message("{a} needs {need} B on {ctx.hardware.name}", lambda p, c: {"need": 2 * p["a"]})
+    msg = gr.Message("{a} needs {need} B on {ctx.hardware.name}", lambda p, c: {"need": 2 * p["a"]})
     assert msg.format(a=3, ctx=ctx(H100)) == "3 needs 6 B on H100"
     assert isinstance(msg, str) and str(msg) == "{a} needs {need} B on {ctx.hardware.name}"
 
