@@ -32,11 +32,17 @@ cap and options that make its job smaller, so that each fits in minutes:
   the second). Caps: ``--max-seconds`` per run (interrupted; what it decided is counted). Smaller:
   ``--batch-sizes``, ``--kernels``. ``scaling.json``.
 
-``decode-step``: one decoder layer's dense GEMMs (QKV, O, gate-up, down per shard) back to back in one CUDA graph,
-  at each batch of ``--ms`` (1,16,64): the tuned kernels (a tune-model run's ``tuned.json``, ``--run``: the decode
-  family's decisions at M <= 64, the GEMM kernel's above) against cuBLAS (``torch.matmul``), the two graphs
-  replayed alternately; each tuned GEMM checked against cuBLAS first. Cap: ``--max-seconds`` (no new batch after
-  it). ``decode_step.json``.
+``decode-step``: one decoder layer's GEMMs back to back in one CUDA graph at each batch of ``--ms`` (1,16,64),
+  tuned against untuned (``benchmarks/layer_step.py``): the dense linear layers (QKV, O, and a dense MLP's gate-up
+  and down per shard) with the decode family's decision from the run's ``tuned.json`` (``--run``; the GEMM kernel's
+  above M = 64) against cuBLAS (``torch.matmul``); for a MoE model also the experts' gate-up and down GEMMs through
+  the package's fused-MoE kernel with the configuration of the run's vLLM file (``OUT/vllm``) for the batch size
+  nearest M, as vLLM picks it, against vLLM's default configuration; the routing drawn once outside the graphs.
+  A GEMM without a decision runs untuned in both graphs, and the output says so (``source``). Each tuned launch is
+  checked first. Every sample is one replay of the whole layer after the oracle's clean L2 flush (so no replay finds
+  the previous one's weights in L2, for a dense model too), tuned and untuned in alternated rounds (``--rounds``,
+  ``--replays`` samples each); each GEMM alone is timed the same way: per batch the step's tuned and untuned ms,
+  their ratio, and the per-GEMM breakdown. Cap: ``--max-seconds`` (no new batch after it). ``decode_step.json``.
 
 ``startup``: what a worker does before its first evaluation, spawned as the run spawns it (the run's environment:
   one Triton cache, the storages made and checked once by the parent): per worker, the seconds from its process's
