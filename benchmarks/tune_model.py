@@ -32,11 +32,17 @@ cap and options that make its job smaller, so that each fits in minutes:
   the second). Caps: ``--max-seconds`` per run (interrupted; what it decided is counted). Smaller:
   ``--batch-sizes``, ``--kernels``. ``scaling.json``.
 
-``decode-step``: one decoder layer's dense GEMMs (QKV, O, gate-up, down per shard) back to back in one CUDA graph,
-  at each batch of ``--ms`` (1,16,64): the tuned kernels (a tune-model run's ``tuned.json``, ``--run``: the decode
-  family's decisions at M <= 64, the GEMM kernel's above) against cuBLAS (``torch.matmul``), the two graphs
-  replayed alternately; each tuned GEMM checked against cuBLAS first. Cap: ``--max-seconds`` (no new batch after
-  it). ``decode_step.json``.
+``decode-step``: one decoder layer's GEMMs back to back in one CUDA graph at each batch of ``--ms`` (1,16,64),
+  tuned against untuned (``benchmarks/layer_step.py``): the dense linear layers (QKV, O, and a dense MLP's gate-up
+  and down per shard) with the decode family's decision from the run's ``tuned.json`` (``--run``; the GEMM kernel's
+  above M = 64) against cuBLAS (``torch.matmul``); for a MoE model also the experts' gate-up and down GEMMs through
+  the package's fused-MoE kernel with the configuration of the run's vLLM file (``OUT/vllm``) for the batch size
+  nearest M, as vLLM picks it, against vLLM's default configuration; the routing drawn once outside the graphs.
+  A GEMM without a decision runs untuned in both graphs, and the output says so (``source``). Each tuned launch is
+  checked first. Every sample is one replay of the whole layer after the oracle's clean L2 flush (so no replay finds
+  the previous one's weights in L2, for a dense model too), tuned and untuned in alternated rounds (``--rounds``,
+  ``--replays`` samples each); each GEMM alone is timed the same way: per batch the step's tuned and untuned ms,
+  their ratio, and the per-GEMM breakdown. Cap: ``--max-seconds`` (no new batch after it). ``decode_step.json``.
 
 ``startup``: what a worker does before its first evaluation, spawned as the run spawns it (the run's environment:
   one Triton cache, the storages made and checked once by the parent): per worker, the seconds from its process's
@@ -497,96 +503,46 @@ def startup(args: argparse.Namespace) -> dict[str, Any]:
 
 # -- decode-step -----------------------------------------------------------------------------------------------
 def decode_step(args: argparse.Namespace) -> dict[str, Any]:
+    import layer_step
     import torch
 
-    from evotune.core.problem import Problem
-    from evotune.reporting.lookup import lookup
-    from search_spaces import _triton_decode, _triton_matmul_example
-    from search_spaces.triton_decode_gemm import SPACE as DECODE
-
-    tuned_json = Path(args.run) / "tuned.json"
-    if not tuned_json.is_file():
-        raise ModelError(f"--run {args.run}: no tuned.json (the --out of a tune-model run)")
+    run = Path(args.run)
+    if not run.is_dir():
+        raise ModelError(f"--run {args.run}: no such folder (the --out of a tune-model run)")
+    if not (run / "tuned.json").is_file() and not (run / "vllm").is_dir():
+        raise ModelError(f"--run {args.run}: no tuned.json and no vllm/ (the --out of a tune-model run)")
+    model = load_model(args.model)
+    device = torch.cuda.get_device_name()
     deadline = time.perf_counter() + args.max_seconds
     results = []
     for m in args.ms:
         if time.perf_counter() > deadline:
             print(f"decode-step: --max-seconds reached before M={m}", flush=True)
             break
-        plan = make_plan(load_model(args.model), args.tp, "bf16", (m,))
-        layers = dense_layers(plan, m)
-        steps = []
-        for names, n, k in layers:
-            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5  # (N, K): the layer's weight
-            c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-            if m <= 64:
-                problem = Problem.gemm(m, n, k, "bf16", "tn")
-                found = _lookup(lookup, problem, DECODE.name, tuned_json)
-                tuned = _decode_call(_triton_decode.launcher(dict(found.config), problem)[0], x, w.t(), c)
-            else:
-                problem = Problem.gemm(m, n, k, "bf16", "nn")
-                found = _lookup(lookup, problem, "matmul_example", tuned_json)
-                # (K, N) row-major: the GEMM kernel's layout
-                tuned = _gemm_call(_triton_matmul_example, dict(found.config), x, w.t().contiguous(), c)
-            tuned()
-            torch.testing.assert_close(c, x @ w.t(), rtol=2e-2, atol=2e-2)
-            steps.append((names, n, k, tuned, (lambda x=x, w=w, c=c: torch.matmul(x, w.t(), out=c)),
-                           dict(found.config)))
-        results.append(_graphs(m, steps, args))
-    rows = [[r["m"], r["tuned_ms"], r["untuned_ms"], r["ratio"]] for r in results]
-    print(table(rows, ["M", "tuned ms", "cuBLAS ms", "cuBLAS / tuned"]))
-    return {"model": args.model, "tp": args.tp, "device": torch.cuda.get_device_name(), "run": str(args.run),
+        gemms = layer_step.compose(make_plan(model, args.tp, "bf16", (m,)), m, run, device)
+        for g in gemms:
+            if g.tuned is None:
+                print(f"decode-step: M={m} {g.name}: {g.source}", flush=True)
+        timing = layer_step.time_step(layer_step.launches(gemms, m), args.rounds, args.replays)
+        results.append({
+            "m": m, "tuned_ms": timing.step.tuned_ms, "untuned_ms": timing.step.untuned_ms,
+            "ratio": timing.step.ratio,
+            "layers": [{"layers": g.name, "family": g.family, "N": g.n, "K": g.k, "config": g.tuned,
+                        "untuned_config": g.untuned, "source": g.source, "tuned_ms": t.tuned_ms,
+                        "untuned_ms": t.untuned_ms, "ratio": t.ratio}
+                       for g, t in zip(gemms, timing.gemms, strict=True)],
+            "samples_ms": timing.samples_ms})
+        del timing
+        torch.cuda.empty_cache()
+    rows = []
+    for r in results:
+        rows.append([r["m"], "step", r["tuned_ms"], r["untuned_ms"], r["ratio"], ""])
+        rows += [["", g["layers"], g["tuned_ms"], g["untuned_ms"], g["ratio"],
+                  "cuBLAS" if g["untuned_config"] is None else "vLLM default"] for g in r["layers"]]
+    print(table(rows, ["M", "GEMM", "tuned ms", "untuned ms", "untuned / tuned", "untuned is"]))
+    print("each sample after the oracle's clean L2 flush (every replay reads its weights from HBM)")
+    return {"model": args.model, "tp": args.tp, "device": device, "run": str(args.run), "flush": "clean",
             "steps": results}
-
-
-def _decode_call(launch: Any, x: Any, b: Any, c: Any) -> Any:
-    """The decode kernel's launch on ``x`` (M, K) and ``b`` (K, N), K-contiguous (the (N, K) weight's view)."""
-    return lambda: launch(x, b, c)
-
-
-def _gemm_call(mm: Any, config: dict[str, Any], x: Any, b: Any, c: Any) -> Any:
-    grid = mm.grid(x.shape[0], b.shape[1])
-    return lambda: mm.matmul_space_plain[grid](*mm.launch_args(x, b, c), **config)
-
-
-def _lookup(lookup: Any, problem: Any, space: str, path: Path) -> Any:
-    try:
-        found = lookup(problem, space=space, path=path)
-    except LookupError:
-        raise ModelError(f"--run {path}: no {space} configuration for {problem.key}") from None
-    if not found.exact:
-        raise ModelError(f"--run {path}: {problem.key} was not tuned ({space})")
-    return found
-
-
-def _graphs(m: int, steps: list[Any], args: argparse.Namespace) -> dict[str, Any]:
-    import torch
-
-    graphs = {}
-    for name, index in (("tuned", 3), ("untuned", 4)):
-        for step in steps:
-            step[index]()
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _ in range(args.replays):
-                for step in steps:
-                    step[index]()
-        graphs[name] = g
-    samples: dict[str, list[float]] = {"tuned": [], "untuned": []}
-    for _ in range(args.rounds):  # alternated: a clock or thermal drift reaches both
-        for name, g in graphs.items():
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            g.replay()
-            end.record()
-            end.synchronize()
-            samples[name].append(start.elapsed_time(end) / args.replays)
-    med = {k: statistics.median(v) for k, v in samples.items()}
-    return {"m": m, "layers": [{"layers": s[0], "N": s[1], "K": s[2], "config": s[5]} for s in steps],
-            "tuned_ms": med["tuned"], "untuned_ms": med["untuned"], "ratio": med["untuned"] / med["tuned"],
-            "samples_ms": samples}
 
 
 def _ints(text: str) -> list[int]:
@@ -604,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="what", required=True)
     helps = {"grid": "tune-model's fused-MoE picks against vLLM's grid, run the grid's way on the same GPUs",
              "scaling": "the same tune-model job on 1, 2, 4 GPUs, and the cost model's prediction",
-             "decode-step": "one decoder layer's GEMMs in one CUDA graph, tuned against cuBLAS"}
+             "decode-step": "one decoder layer's GEMMs in one CUDA graph, tuned against untuned"}
     helps["startup"] = "each worker's seconds from its start to its first evaluation, spawned as the run does"
     for name in ("grid", "scaling", "decode-step", "startup"):
         s = sub.add_parser(name, help=helps[name], description=helps[name])
@@ -636,9 +592,9 @@ def main(argv: list[str] | None = None) -> int:
     sc.add_argument("--tuner", default=DEFAULT_TUNER)
     ds = sub.choices["decode-step"]
     ds.add_argument("--ms", type=_ints, default=[1, 16, 64], help="the batches (tokens of the decode step)")
-    ds.add_argument("--run", required=True, help="a tune-model run's --out (its tuned.json)")
-    ds.add_argument("--replays", type=int, default=20, help="steps per graph")
-    ds.add_argument("--rounds", type=int, default=50)
+    ds.add_argument("--run", required=True, help="a tune-model run's --out (its tuned.json and vllm/)")
+    ds.add_argument("--replays", type=int, default=10, help="samples of each version a round (each after a flush)")
+    ds.add_argument("--rounds", type=int, default=10, help="rounds, tuned and untuned alternated")
     ds.add_argument("--max-seconds", type=float, default=120.0, help="no batch is started after this")
     st = sub.choices["startup"]
     st.add_argument("--gpus", type=int, default=0, help="workers, one a GPU, started together (default every GPU)")

@@ -17,10 +17,15 @@ ROOT = Path(__file__).resolve().parents[1]
 # the checkout first, then whatever the suite itself runs with (a GPU machine's packages may come that way)
 PYTHONPATH = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+import layer_step  # noqa: E402
 import tune_model as bench  # noqa: E402
 
+from evotune.model.exports import write_tuned  # noqa: E402
 from evotune.model.models import load_model  # noqa: E402
-from evotune.model.plan import make_plan  # noqa: E402
+from evotune.model.outcome import Outcome  # noqa: E402
+from evotune.model.plan import Family, make_plan  # noqa: E402
+from evotune.model.tuning import LAYOUTS  # noqa: E402
+from search_spaces import _triton_fused_moe as moe  # noqa: E402
 
 TINY = ROOT / "tests" / "data" / "tiny_moe_config.json"
 
@@ -93,18 +98,122 @@ def test_the_grid_comparison_times_the_grid_runs_tune_model_and_retimes_both(tmp
 
 
 @pytest.mark.gpu
-@pytest.mark.slow  # a tune-model run of the tiny model at M = 16, then the step's graphs
-def test_decode_step_tuned_against_cublas(tmp_path) -> None:
+@pytest.mark.slow  # a tune-model run of the tiny model at M = 16 (decode GEMMs and the fused MoE), then the step
+def test_decode_step_tuned_against_untuned(tmp_path) -> None:
     env = {**os.environ, "PYTHONPATH": PYTHONPATH}
     run = tmp_path / "run"
     subprocess.run([sys.executable, "-m", "evotune", "tune-model", str(TINY), "--gpus", "1", "--batch-sizes", "16",
-                    "--kernels", "triton_decode_gemm", "--out", str(run), "--no-progress"], env=env, check=True,
-                   cwd=ROOT)
+                    "--kernels", "triton_decode_gemm,fused_moe", "--out", str(run), "--no-progress"], env=env,
+                   check=True, cwd=ROOT)
     assert bench.main(["decode-step", "--model", str(TINY), "--ms", "16", "--run", str(run), "--out", str(tmp_path),
-                       "--rounds", "5"]) == 0
+                       "--rounds", "3"]) == 0
     (step,) = json.loads((tmp_path / "decode_step.json").read_text())["steps"]
-    assert [row["layers"] for row in step["layers"]] == ["qkv_proj", "o_proj"] and step["m"] == 16
+    assert [row["layers"] for row in step["layers"]] == ["qkv_proj", "o_proj", "experts.gate_up", "experts.down"]
+    assert step["m"] == 16 and all(row["config"] is not None for row in step["layers"])  # every GEMM tuned
+    assert [row["untuned_config"] is None for row in step["layers"]] == [True, True, False, False]
+    assert step["layers"][2]["source"].endswith("batch size 16")
     assert step["tuned_ms"] > 0 and step["untuned_ms"] > 0 and step["ratio"] == step["untuned_ms"] / step["tuned_ms"]
+    for row in step["layers"]:
+        assert row["tuned_ms"] > 0 and row["ratio"] == row["untuned_ms"] / row["tuned_ms"]
+    # the step holds the four GEMMs: it takes at least as long as the slowest alone
+    assert step["untuned_ms"] >= max(row["untuned_ms"] for row in step["layers"])
+
+
+def _outcome(m: int, n: int, k: int) -> Outcome:
+    config = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 2, "REDUCE": "sum", "num_warps": 4,
+              "num_stages": 3}
+    return Outcome(f"triton_decode_gemm N={n} K={k} M={m}", f"triton_decode_gemm N={n} K={k}",
+                   Family.DECODE.value, {"M": m, "N": n, "K": k}, config, 64, 64, 1.0, 0.01, 0.012, "confirmed",
+                   "NVIDIA H200", "3.4.0", "triton_decode_gemm")
+
+
+def _moe_file(run: Path, sizes: dict[int, int]) -> None:
+    """A vLLM fused-MoE file of the tiny model (E = 4, N = 512 per shard): BLOCK_SIZE_N says which size it is."""
+    doc = {str(m): {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 4,
+                    "num_stages": 3} for m, bn in sizes.items()}
+    (run / "vllm").mkdir(parents=True, exist_ok=True)
+    (run / "vllm" / "E=4,N=512,device_name=NVIDIA_H200.json").write_text(json.dumps({"triton_version": "3.4.0",
+                                                                                    **doc}))
+
+
+def test_the_step_of_a_moe_layer_holds_its_dense_gemms_then_the_experts_tuned_against_untuned(tmp_path) -> None:
+    plan = make_plan(load_model(str(TINY)), 1, "bf16", (16,))
+    write_tuned([_outcome(16, 384, 256), _outcome(16, 256, 256)], tmp_path, "bf16", LAYOUTS, "run")
+    _moe_file(tmp_path, {1: 32, 64: 128})
+    gemms = layer_step.compose(plan, 16, tmp_path, "NVIDIA H200")
+    assert [(g.name, g.family, g.n, g.k) for g in gemms] == [
+        ("qkv_proj", "triton_decode_gemm", 384, 256), ("o_proj", "triton_decode_gemm", 256, 256),
+        ("experts.gate_up", "fused_moe", 1024, 256), ("experts.down", "fused_moe", 256, 512)]
+    assert gemms[0].tuned == _outcome(16, 384, 256).config and gemms[0].untuned is None  # against cuBLAS
+    # both expert GEMMs take the nearest batch size's configuration (1 is nearer 16 than 64), against vLLM's default
+    for g in gemms[2:]:
+        assert g.tuned is not None and g.tuned["BLOCK_SIZE_N"] == 32 and g.source.endswith("batch size 1")
+        assert g.untuned == moe.default_config(16, 4) and (g.experts, g.top_k) == (4, 2)
+    at64 = layer_step.compose(make_plan(plan.model, 1, "bf16", (64,)), 64, tmp_path)[2]
+    assert at64.tuned is not None and at64.tuned["BLOCK_SIZE_N"] == 128 and at64.source.endswith("batch size 64")
+
+
+def test_a_gemm_the_run_did_not_decide_runs_untuned_in_both_and_says_so(tmp_path) -> None:
+    plan = make_plan(load_model(str(TINY)), 1, "bf16", (16,))
+    write_tuned([_outcome(16, 384, 256), _outcome(1, 256, 256)], tmp_path, "bf16", LAYOUTS, "run")  # O at M=1 only
+    qkv, o, gate_up, down = layer_step.compose(plan, 16, tmp_path)
+    assert qkv.tuned is not None
+    assert o.tuned is None and o.source.startswith(layer_step.NO_DECISION)  # no nearest key for a dense GEMM
+    assert gate_up.tuned is None and down.tuned is None and gate_up.source.startswith(layer_step.NO_DECISION)
+    assert "vllm/E=4,N=512" in gate_up.source
+
+
+def test_a_dense_model_step_holds_its_four_linear_layers_and_no_experts(tmp_path) -> None:
+    plan = make_plan(load_model("Llama-3-8B"), 1, "bf16", (64,))
+    gemms = layer_step.compose(plan, 64, tmp_path)
+    assert [(g.name, g.n, g.k) for g in gemms] == [(n, nn, k) for n, nn, k in bench.dense_layers(plan, 64)]
+    assert all(g.tuned is None and g.family == "triton_decode_gemm" for g in gemms)
+
+
+class _Timer:
+    """A stand-in for the oracle: each sample is the number of launches one call of ``fn`` makes."""
+
+    def __init__(self, calls: list[str]):
+        self.calls = calls
+
+    def warm(self, fn) -> None:
+        fn()
+
+    def round(self, fn, n: int) -> list[float]:
+        before = len(self.calls)
+        fn()
+        return [float(len(self.calls) - before)] * n
+
+
+def test_the_step_replays_every_gemm_in_order_and_each_alone_tuned_and_untuned_alternated() -> None:
+    calls: list[str] = []
+    pairs = [((lambda i=i: calls.append(f"t{i}")), (lambda i=i: calls.append(f"u{i}"))) for i in range(3)]
+    timing = layer_step.time_step(pairs, rounds=2, per_round=4, timer=_Timer(calls))
+    assert timing.step.tuned_ms == timing.step.untuned_ms == 3.0  # the whole step: the three GEMMs
+    assert [(g.tuned_ms, g.untuned_ms) for g in timing.gemms] == [(1.0, 1.0)] * 3
+    # warm-ups, then the rounds alternated: tuned step, untuned step, tuned step, untuned step
+    assert calls[:12] == ["t0", "t1", "t2", "u0", "u1", "u2"] * 2
+    assert calls[12:18] == ["t0", "t1", "t2", "u0", "u1", "u2"]
+    assert len(timing.samples_ms["step tuned"]) == 2 * 4 and set(timing.samples_ms) >= {"gemm2 untuned"}
+
+
+@pytest.mark.slow  # the tiny model's four GEMMs under Triton's interpreter (about 10 s)
+def test_the_step_launches_run_the_fused_moe_with_the_decision_and_vllms_default(tmp_path) -> None:
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": PYTHONPATH}
+    _moe_file(tmp_path, {4: 64})
+    code = f"""
+import sys; sys.path.insert(0, {str(ROOT / 'benchmarks')!r})
+import layer_step
+from pathlib import Path
+from evotune.model.models import load_model
+from evotune.model.plan import make_plan
+gemms = layer_step.compose(make_plan(load_model({str(TINY)!r}), 1, "bf16", (4,)), 4, Path({str(tmp_path)!r}))
+pairs = layer_step.launches(gemms, 4, "cpu", "float16")  # each tuned launch checked against torch there
+print(len(pairs), [g.tuned is not None for g in gemms])
+"""
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.split() == ["4", "[False,", "False,", "True,", "True]"]
 
 
 def test_decode_step_names_a_run_without_tuned_json(tmp_path, capsys) -> None:
