@@ -19,6 +19,7 @@ from evotune.measurement.base import Evaluator
 from evotune.model import exports
 from evotune.model.exports import write_tuned
 from evotune.model.models import ModelError, load_model
+from evotune.model.outcome import Outcome
 from evotune.model.plan import Family, make_plan
 from evotune.model.study_tuner import StudyTuner, decide
 from evotune.reporting.lookup import lookup
@@ -176,3 +177,24 @@ def test_the_default_tuner_takes_fp8_plans_per_tensor_and_in_128_blocks(tmp_path
     check_supported(make_plan(load_model("Mixtral-8x7B"), 2, "fp8", (16,)))  # per tensor
     with pytest.raises(ModelError, match="--dtype int8: the default tuner's kernels are bf16 and fp8"):
         check_supported(make_plan(load_model("Mixtral-8x7B"), 2, "int8", (16,)))
+
+
+def test_a_key_whose_untuned_default_was_faster_is_not_handed_to_lookup(tmp_path) -> None:
+    """cuBLAS timed faster than the best configuration found: tuned.json leaves the key out, so that ``lookup()``
+    has no exact answer for it and the caller keeps cuBLAS; the other key is written."""
+    def outcome(m: int, tuned_ms: float, untuned_ms: float) -> Outcome:
+        return Outcome(f"triton_decode_gemm N=256 K=256 M={m}", "triton_decode_gemm N=256 K=256",
+                       Family.DECODE.value, {"M": m, "N": 256, "K": 256},
+                       {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 1, "REDUCE": "sum", "num_warps": 4,
+                        "num_stages": 3}, 8, 8, 1.0, tuned_ms, untuned_ms, "confirmed", "NVIDIA H200", "3.6.0",
+                       SPACE_NAME)
+
+    slower, faster = outcome(64, 0.018, 0.013), outcome(16, 0.012, 0.014)
+    assert exports.untuned_wins(slower) and not exports.untuned_wins(faster)
+    path = write_tuned([slower, faster], tmp_path, "bf16", {SPACE_NAME: "tn"}, "run")
+    assert path is not None
+    with pytest.warns(UserWarning, match="was never tuned"):
+        found = lookup(Problem.gemm(64, 256, 256, "bf16", "tn"), space=SPACE_NAME, path=path, oracle="gpu")
+    assert found is not None and not found.exact  # only the nearest tuned key's, said as not exact
+    assert lookup(Problem.gemm(16, 256, 256, "bf16", "tn"), space=SPACE_NAME, path=path, oracle="gpu").exact
+    assert write_tuned([slower], tmp_path / "none", "bf16", {SPACE_NAME: "tn"}, "run") is None

@@ -110,9 +110,12 @@ def tune_model(args: TuneModelArgs, say: Callable[[str], None] = print) -> int:
     rep = report.build_report(plan, outcomes, files)
     md, js = report.write_report(rep, out)
     missing = len(plan.keys) - len(outcomes)
+    kept = [o.key for o in outcomes.values() if exports.untuned_wins(o)]
     say(f"{len(outcomes)}/{len(plan.keys)} keys decided; {len(written)} config files under {out} (vllm/, sglang/)"
         + (", the dense GEMMs in tuned.json (lookup())" if tuned else "") + f"; report {md} and {js}"
-        + (f"; {missing} keys left: run the same command to go on" if missing else ""))
+        + (f"; {missing} keys left: run the same command to go on" if missing else "")
+        + (f"; {len(kept)} keys keep their untuned default, faster than any configuration found ({', '.join(kept)})"
+           if kept else ""))
     return 0
 
 

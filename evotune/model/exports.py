@@ -227,17 +227,26 @@ class TunedRow:
     study: str
 
 
+def untuned_wins(o: Outcome) -> bool:
+    """Whether the untuned default was timed faster than the key's tuned configuration: nothing to hand out."""
+    return o.time_ms is not None and o.untuned_ms is not None and o.untuned_ms < o.time_ms
+
+
 def write_tuned(outcomes: Iterable[Outcome], out: Path, dtype: str, layouts: Mapping[str, str],
                 experiment: str) -> Path | None:
     """``OUT/tuned.json``: each dense GEMM key's configuration in the tuning-result cache's format, so that
     ``evotune.lookup(Problem.gemm(M, N, K, dtype, layout, scaling), space=..., path=OUT/tuned.json)`` answers it,
     the layout being its space's kernel's (``layouts``, by space name; ``tn``, a linear layer's, for any other) and
     the scaling its family's (:func:`~evotune.model.plan.scaling_of`); an interpreter's times as oracle ``cpu``,
-    never standing for a GPU's. None when no dense key was timed."""
+    never standing for a GPU's. A key whose untuned default (cuBLAS, or vLLM's default configuration) was timed
+    faster than the best configuration found is left out (:func:`untuned_wins`): ``lookup()`` then has no exact
+    answer for it, and a caller that takes only exact answers keeps its default. None when no dense key was timed
+    and kept."""
     rows = []
     for o in outcomes:
         family = Family(o.family)
-        if family not in (Family.DECODE, Family.GEMM, Family.BLOCK_FP8) or o.time_ms is None or not o.space:
+        if family not in (Family.DECODE, Family.GEMM, Family.BLOCK_FP8) or o.time_ms is None or not o.space \
+                or untuned_wins(o):
             continue
         problem = Problem.gemm(o.fields["M"], o.fields["N"], o.fields["K"], dtype, layouts.get(o.space, "tn"),
                                scaling_of(family, dtype))
