@@ -1,18 +1,8 @@
 """The matmul of ``matmul.py`` tuned over a space of configurations instead of a list (the space and the plain
 kernel are shipped with evotune, in ``search_spaces/_triton_matmul_example.py``: ``tune-model`` tunes them).
 
-``SPACE``: ``BLOCK_M`` and ``BLOCK_N`` in {16, ..., 256}, ``BLOCK_K`` in {16, ..., 128}, ``GROUP_M`` in
-{1, 4, 8}, ``num_warps`` in {2, 4, 8}, ``num_stages`` in {2, 3, 4, 5}: 3,600 points, of which 2,478 are
-feasible for fp16 on an H100. Its named constraints read the launch (``ctx.args``: the element size of
-``a_ptr``) and the GPU (``ctx.hardware``; the H100's limits when the context names none, as inside
-``evotune.autotune``, whose check of each compiled kernel then catches a smaller device's):
-
-* ``shared-memory``: the pipelined A and B tiles, ``num_stages`` x (BLOCK_M + BLOCK_N) x BLOCK_K elements,
-  within the shared memory a block may use;
-* ``accumulator-registers``: the fp32 accumulator, at most 128 registers a thread;
-* ``warps-for-tile``: every warp owns at least one 16 x 16 block of the output tile.
-
-None of them reads the problem's shape, so every shape has the same feasible set (a sample drawn once serves
+``SPACE`` and its named constraints (shared memory, accumulator registers, warps for the tile) are described
+there. None of them reads the problem's shape, so every shape has the same feasible set (a sample drawn once serves
 them all, each kernel compiled once)::
 
     python -m evotune tune-kernel examples/triton_autotune/matmul_space.py:matmul_space_kernel \\
