@@ -122,6 +122,8 @@ def tune(opts: argparse.Namespace, deadline: float) -> dict[str, Any]:
     keys = load_keys(Path(opts.keys), module)
     kernel.use_cache(str(out / "cache.db"))
     kernel.mode = "online"
+    if opts.budget:
+        kernel.budget = opts.budget
     for key in keys.keys:
         name = key_name(key)
         if name in doc["keys"]:
@@ -448,6 +450,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sample", type=int, default=128, help="grid configurations timed for the other batch sizes")
     p.add_argument("--nearest", type=int, default=16, help="... plus this many fastest of the nearest exhaustive M")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--budget", type=int, default=0, help="evaluations a key (default the kernel's own, 48)")
     p.add_argument("--grid-limit", type=int, default=0, help="only the first N grid configurations (CPU tests)")
     p.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 4) - 2), help="compile workers")
     p.add_argument("--n-divisor", type=int, default=2, help="vLLM's file N = the key's N / this")

@@ -68,7 +68,7 @@ def test_a_tiny_run_of_every_phase(tmp_path: Path) -> None:
     env = {**os.environ, "TRITON_INTERPRET": "1", "EVOTUNE_AUTOTUNE_CACHE": str(tmp_path / "default"),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, str(SCRIPT), "--keys", str(keys), "--out", str(out), "--exhaustive", "16",
-                           "--sample", "3", "--nearest", "2", "--grid-limit", "6", "--jobs", "1"],
+                           "--sample", "3", "--nearest", "2", "--grid-limit", "6", "--jobs", "1", "--budget", "6"],
                           env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     tune = json.loads((out / "tune.json").read_text())
