@@ -203,7 +203,7 @@ def triton_tests(path: str, out: str) -> None:
 
 
 # -- --moe: the plain fused-MoE kernel, each pick against its grid ------------------------------------------------
-def moe(keys_path: str, out: str) -> None:
+def moe(keys_path: str, out: str, budget: int = 0) -> None:
     import fused_moe as moe_example
 
     from evotune.measurement.options import TimingOptions
@@ -217,6 +217,8 @@ def moe(keys_path: str, out: str) -> None:
     source = EXAMPLES / "fused_moe.py"
     # what `tune-kernel fused_moe.py:moe_gemm_kernel --space fused_moe.py:SPACE --key M,N,K,E` loads and launches
     tuned, module = load_kernel(f"{source}:moe_gemm_kernel", f"{source}:SPACE", "M,N,K,E")
+    if budget:
+        tuned.budget = budget
     tuned.use_cache(tempfile.mkdtemp(prefix="evotune_moe_"))
     keys = load_keys(Path(keys_path), module)
     plain = module.moe_gemm_kernel
@@ -288,6 +290,7 @@ def main() -> None:
                                                            "plainly and with evotune.autotune swapped in")
     p.add_argument("--moe", action="store_true", help="the plain fused-MoE kernel: each pick against its grid")
     p.add_argument("--moe-keys", default=str(EXAMPLES / "moe_keys_plain.toml"), help="the keys of --moe")
+    p.add_argument("--moe-budget", type=int, default=0, help="evaluations a key of --moe (default tune-kernel's)")
     p.add_argument("--child", metavar="CACHE", help=argparse.SUPPRESS)
     p.add_argument("--cold", choices=("triton", "evotune"), help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -301,7 +304,7 @@ def main() -> None:
         triton_tests(args.triton_tests, args.out)
         return
     if args.moe:
-        moe(args.moe_keys, args.out)
+        moe(args.moe_keys, args.out, args.moe_budget)
         return
     if not torch.cuda.is_available():
         sys.exit("autotune_dropin: needs a CUDA GPU")
