@@ -58,12 +58,14 @@ sys.path[:0] = [str(ROOT), str(EXAMPLES)]
 
 import torch  # noqa: E402
 
+from benchmarks.triton_device import device, interpreted, sync  # noqa: E402
 from evotune.core.landscape import landscape_document, write_landscape  # noqa: E402
 from evotune.core.problem import Problem  # noqa: E402
 from evotune.core.result import EvalResult, Status  # noqa: E402
 from evotune.core.space import Point  # noqa: E402
 from evotune.measurement.options import TimingOptions  # noqa: E402
 from evotune.triton_tuning.ahead import load_kernel, load_keys  # noqa: E402
+from evotune.triton_tuning.builds import value_class  # noqa: E402
 from evotune.triton_tuning.configs import Candidates  # noqa: E402
 from evotune.triton_tuning.resources import compile_config, over_limits  # noqa: E402
 from evotune.triton_tuning.timers import OracleTimer, Timer, WallClockTimer  # noqa: E402
@@ -76,22 +78,10 @@ TOLERANCE = {"bfloat16": 2e-2, "float16": 5e-3, "float32": 1e-4, "float8_e4m3fn"
 MAX_SAMPLES = 4  # timing samples kept per point in the landscapes
 
 
-def interpreted() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
-
-
-def device() -> str:
-    return "cuda" if torch.cuda.is_available() and not interpreted() else "cpu"
-
-
-def sync() -> None:
-    if device() == "cuda":
-        torch.cuda.synchronize()
-
-
 def specialization(m: int) -> str:
-    """Triton compiles one kernel per class of the integer M: 1, a multiple of 16, anything else."""
-    return "1" if m == 1 else "16n" if m % 16 == 0 else "other"
+    """Triton compiles one kernel per class of the integer M (:func:`evotune.triton_tuning.builds.value_class`): 1,
+    a multiple of 16, anything else."""
+    return {"1": "1", "16": "16n"}.get(value_class(m), "other")
 
 
 def grid_points(space: Any) -> list[Point]:

@@ -52,6 +52,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.triton_device import device, interpreted, sync  # noqa: E402
+
 SCALE_GROUP = 128  # the 1x128 activation groups and 128x128 weight blocks
 E4M3_MAX = 448.0
 SCALE_FACTOR = 1e-2  # vLLM's tuning script draws its scales uniformly from [0, 1e-2)
@@ -74,23 +76,6 @@ class InputError(ValueError):
 def weight_shapes(tp: int) -> list[tuple[int, int]]:
     """DeepSeek-V3's (N, K) at tensor parallelism ``tp``, in vLLM's order."""
     return [*WHOLE, *((n // tp, k) for n, k in SPLIT_N), *((n, k // tp) for n, k in SPLIT_K)]
-
-
-def interpreted() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
-
-
-def device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() and not interpreted() else "cpu"
-
-
-def sync() -> None:
-    import torch
-
-    if device() == "cuda":
-        torch.cuda.synchronize()
 
 
 def read_json(path: Path) -> dict[str, Any]:
