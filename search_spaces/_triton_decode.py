@@ -233,7 +233,8 @@ def specialization(problem: Problem) -> tuple[str, str, str, tuple[tuple[bool, b
     """What of the shape a binary depends on: Triton compiles M, N, K, M x N (the workspace's split stride)
     and the row strides (K; N for the workspace and ``c``) as runtime integers, specialised only on
     divisibility by 16 and on being 1; the kernel also on whether K is a multiple of BLOCK_K (EVEN_K), and the
-    reduction kernel on its block (:func:`reduce_block` of M x N); the cache key adds both."""
+    reduction kernel, where a point launches it, on its block (:func:`reduce_block` of M x N); the cache key adds
+    both."""
     m, n, k = problem.m, problem.n, problem.k
     return problem.dtype, problem.layout, problem.scaling, tuple((x % 16 == 0, x == 1) for x in (m, n, k, m * n))
 
@@ -242,8 +243,11 @@ def _key(point: Point, problem: Problem) -> str:
     from evotune.authoring import KernelCache
 
     even_k = problem.k % point["BLOCK_K"] == 0
+    # the reduction kernel's block only where the point launches that kernel (split K, REDUCE=sum): the other
+    # points' binaries serve every M x N
+    reduces = point["SPLIT_K"] > 1 and point["REDUCE"] == "sum"
     return KernelCache.key("triton-decode", triton.__version__, torch.cuda.get_device_name(0),
-                           *specialization(problem), even_k, reduce_block(problem.m * problem.n),
+                           *specialization(problem), even_k, reduce_block(problem.m * problem.n) if reduces else 0,
                            sorted(point.items()))
 
 
