@@ -37,6 +37,7 @@ def add_key(n: int) -> dict:
     return {"n": n, "x.dtype": "torch.float32", "y.dtype": "torch.float32", "out.dtype": "torch.float32"}
 
 
+@pytest.mark.slow  # about 1.6 s: kept out of the fast lane (its 3-minute margin)
 def test_outputs_identical_to_triton_autotune(kernels, tmp_path: Path) -> None:
     import triton
 

@@ -126,6 +126,7 @@ print(json.dumps(codes))
 """
 
 
+@pytest.mark.slow  # about 2.8 s: kept out of the fast lane (its 3-minute margin)
 def test_the_autotune_examples_without_a_gpu_or_the_interpreter_say_to_set_triton_interpret() -> None:
     """Both scripts run as ``python examples/triton_autotune/NAME.py`` does, in one process (one import of torch
     and Triton), with no GPU visible and the interpreter off."""

@@ -504,6 +504,7 @@ def test_a_plain_kernel_tuned_in_code_leaves_its_module_as_it_is(kernels) -> Non
     assert torch.equal(again, out)
 
 
+@pytest.mark.slow  # about 1.8 s: kept out of the fast lane (its 3-minute margin)
 def test_tune_kernel_takes_a_plain_kernel_with_its_space_and_key(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture) -> None:
     import json

@@ -95,6 +95,7 @@ def test_doctor_reads_the_gpus_from_nvidia_smi(tmp_path, monkeypatch, capsys) ->
     assert "GPU 2 x NVIDIA H100 80GB HBM3 (compute capability 9.0)" in out
 
 
+@pytest.mark.slow  # about 1.8 s: kept out of the fast lane (its 3-minute margin)
 def test_spaces_in_80_columns_keeps_every_name_whole(monkeypatch, capsys) -> None:
     from evotune.core.plugins import builtin_names, load_space
 

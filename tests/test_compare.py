@@ -53,6 +53,7 @@ def read_csv(path):
         return list(csv.reader(f))
 
 
+@pytest.mark.slow  # about 1.8 s: kept out of the fast lane (its 3-minute margin)
 def test_files_have_exactly_the_specified_columns(tiny, tmp_path, capsys):
     out = tmp_path / "out"
     rc = compare_cli("--landscape", str(tiny), "--landscape", str(GEMM), "--strategy", "ga", "--strategy", "random",
@@ -74,6 +75,7 @@ def test_files_have_exactly_the_specified_columns(tiny, tmp_path, capsys):
     assert KT_CAVEAT not in printed and "exhaustive" in printed and "gemm_RTX_2080_Ti" in printed  # no kt: asked for
 
 
+@pytest.mark.slow  # about 1.9 s: kept out of the fast lane (its 3-minute margin)
 def test_deterministic_for_a_seed(tmp_path):
     def run(out, seed="11"):
         assert compare_cli("--landscape", str(PNPOLY), "--strategy", "ga", "--strategy", "tpe", "--strategy", "random",

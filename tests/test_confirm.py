@@ -174,6 +174,7 @@ class ConfirmingReplay:
         return _Confirming(landscape)
 
 
+@pytest.mark.slow  # about 2.6 s: kept out of the fast lane (its 3-minute margin)
 def test_the_best_the_report_gives_is_the_confirmed_one(tmp_path, monkeypatch):
     from conftest import replay_experiment
 

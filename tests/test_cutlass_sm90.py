@@ -74,6 +74,7 @@ def test_int8_needs_k_major_operands_and_takes_its_own_tile_k():
         "8bit-k-major:")
 
 
+@pytest.mark.slow  # about 2.5 s: kept out of the fast lane (its 3-minute margin)
 def test_every_pruning_message_is_formatted():
     for problem in (BF16, SKINNY, Problem.gemm(4096, 4098, 4100, "fp16", "nt"), Problem.gemm(16, 64, 64, "fp8")):
         for reason in SPACE.feasible(ctx(problem)).reasons.values():

@@ -82,6 +82,7 @@ def wait_for(url: str, proc: subprocess.Popen, log: Path, timeout: float) -> dic
             time.sleep(0.2)
 
 
+@pytest.mark.slow  # about 2.0 s: kept out of the fast lane (its 3-minute margin)
 def test_dashboard_serves_the_trials_of_a_finished_experiment(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     db = tmp_path / "dash.db"

@@ -213,6 +213,7 @@ def test_a_piece_counts_what_the_file_gains_when_the_study_outran_it(tmp_path, p
     assert [p["new_points"] for p in full.meta["pieces"]] == [len(first), len(pnpoly) - len(first)]
 
 
+@pytest.mark.slow  # about 1.7 s: kept out of the fast lane (its 3-minute margin)
 def test_record_keeps_its_study_out_of_the_tuning_results(tmp_path, pnpoly, monkeypatch, capsys):
     """best, plot and the dashboard read the tuning storage; recording has a storage of its own."""
     from evotune.reporting.report import collect_best

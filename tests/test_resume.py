@@ -27,6 +27,7 @@ def trials_of(exp):
     return StudyStore.open(exp.storage, name, space).history()
 
 
+@pytest.mark.slow  # about 1.9 s: kept out of the fast lane (its 3-minute margin)
 def test_interrupted_run_resumes_without_remeasuring(tmp_path, monkeypatch):
     exp = write_experiment(tmp_path)
     measured = Counter()
@@ -59,6 +60,7 @@ def test_interrupted_run_resumes_without_remeasuring(tmp_path, monkeypatch):
     assert len(trials_of(exp)) == 40
 
 
+@pytest.mark.slow  # about 2.1 s: kept out of the fast lane (its 3-minute margin)
 def test_failed_points_are_stored_with_their_reason(tmp_path):
     exp = write_experiment(tmp_path, trials=300, strategy="ga")
     run_experiment(exp, progress=False)

@@ -216,6 +216,7 @@ def test_run_transfers_from_the_experiments_own_studies_and_says_so(tmp_path, ca
     assert off["gemm_int8_tn_64x4096x11008"]["sources"] == []
 
 
+@pytest.mark.slow  # about 1.6 s: kept out of the fast lane (its 3-minute margin)
 def test_an_experiment_names_landscapes_as_sources(tmp_path):
     source = H100 / INT8.format("64x4096x4096")
     (got,) = run_h100(tmp_path, "named", shapes=("64x4096x11008",), top=f"sources = [{str(source)!r}]")

@@ -48,6 +48,7 @@ def gemm() -> Case:
     return Case.load(str(LANDSCAPES / "gemm_RTX_2080_Ti.json.gz"), 100)
 
 
+@pytest.mark.slow  # about 1.9 s: kept out of the fast lane (its 3-minute margin)
 def test_a_prior_that_leads_to_a_local_optimum_is_given_up_and_plain_default_goes_on(gemm):
     """The source's best is a local optimum of the target, and the source ranks every other point as the target
     does: the prior is trusted, its winner measured first, and once it brings no better time it is dropped;
