@@ -267,6 +267,9 @@ class _Run:
         """
         while True:
             wanted = self.evaluator.to_ask(len(self.queue), wide=not self.strategy.adapts)
+            if self.budget.trials is not None:
+                # a pool compiles what it is handed: no more than the budget can still measure
+                wanted = min(wanted, max(0, self.budget.trials - self.state.trials - len(self.queue)))
             if wanted:
                 more = self.strategy.ask(wanted)
                 if more and self.evaluator.prefetch_depth > 1:

@@ -13,16 +13,18 @@ lacks ``AsyncCompileMode``.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from evotune.triton_tuning.resources import compile_config
 
 if TYPE_CHECKING:
+    from evotune.core.space import Point
     from evotune.triton_tuning.configs import TritonConfig
 
 log = logging.getLogger("evotune.autotune")
@@ -31,6 +33,17 @@ log = logging.getLogger("evotune.autotune")
 def workers(count: int) -> int:
     """Threads for ``count`` compiles: one a core, at most one a configuration."""
     return max(1, min(count, os.cpu_count() or 1))
+
+
+def pool_threads() -> int | None:
+    """The threads a :class:`CompilePool` builds on, from ``EVOTUNE_COMPILE_THREADS`` (0: none, the search builds
+    each point when it is measured); None: one a core."""
+    text = os.environ.get("EVOTUNE_COMPILE_THREADS", "").strip()
+    if not text:
+        return None
+    if not text.isdigit():
+        raise ValueError(f"EVOTUNE_COMPILE_THREADS: {text!r} is not a whole number of threads (0: no pool)")
+    return int(text)
 
 
 def compile_ahead(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], configs: Sequence[TritonConfig]) -> float:
@@ -51,3 +64,93 @@ def compile_ahead(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], config
     seconds = time.perf_counter() - started
     log.info("compiled %d configurations ahead in %.2f s", len(configs), seconds)
     return seconds
+
+
+class CompilePool:
+    """A search's proposals compiled side by side while the GPU times the ones built.
+
+    A searched key is measured one point at a time, and each point's first launch compiles it: about a second of
+    Triton's compiler against a few milliseconds of timing. The tuner hands this pool its next proposals
+    (:meth:`submit`, as many as :attr:`depth` ahead); each goes to Triton's ``AsyncCompileMode`` at once, which
+    builds it on a thread of the pool, and the tuner measures first the points whose build is done (:meth:`ready`).
+    The mode is entered in a context of its own (``contextvars``), so the launches this thread times are not made
+    asynchronous by it. A point's measurement waits for its build (:meth:`wait`); one that failed to build is built
+    again by the measurement, which records why it fails. Builds still running when the key is decided are not
+    waited for (:meth:`close`): they land in Triton's on-disk cache, for the keys that follow.
+
+    Example::
+
+        pool = CompilePool(fn, args, kwargs, lambda p: candidates.config(p), space.key)
+        pool.submit(points); pool.ready(points[0]); pool.wait(points[0]); pool.close()
+    """
+
+    def __init__(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 config_of: Callable[[Point], TritonConfig], key_of: Callable[[Point], str],
+                 threads: int | None = None):
+        from triton import AsyncCompileMode
+
+        self.fn, self.args, self.kwargs = fn, args, kwargs
+        self.config_of, self.key_of = config_of, key_of
+        self.depth = threads or pool_threads() or workers(os.cpu_count() or 1)
+        self._executor = ThreadPoolExecutor(self.depth, thread_name_prefix="evotune-compile")
+        self._mode = AsyncCompileMode(self._executor, ignore_errors=True)
+        self._context = contextvars.Context()
+        self._context.run(self._mode.__enter__)
+        self._kernels: dict[str, Any] = {}  # point key -> what the build returned (a FutureKernel while it runs)
+
+    @classmethod
+    def available(cls) -> bool:
+        """Whether builds can run ahead here: a Triton with ``AsyncCompileMode``, not the interpreter, and
+        ``EVOTUNE_COMPILE_THREADS`` not 0."""
+        if os.environ.get("TRITON_INTERPRET") == "1" or pool_threads() == 0:
+            return False
+        try:
+            from triton import AsyncCompileMode  # noqa: F401
+        except ImportError:
+            return False
+        return True
+
+    def submit(self, points: list[Point]) -> None:
+        """Start building ``points`` (those not handed over before)."""
+        for point in points:
+            key = self.key_of(point)
+            if key in self._kernels:
+                continue
+            try:
+                self._kernels[key] = self._context.run(compile_config, self.fn, self.args, self.kwargs,
+                                                       self.config_of(point))
+            except Exception:  # the measurement builds it again and records why it fails
+                self._kernels[key] = None
+
+    def ready(self, point: Point) -> bool:
+        """Whether ``point`` can be measured without waiting for its build (always, when it was not handed over)."""
+        future = getattr(self._kernels.get(self.key_of(point)), "future", None)
+        return future is None or bool(future.done())
+
+    def wait(self, point: Point) -> None:
+        """Wait for ``point``'s build and put the kernel where its launch finds it (nothing for a failed build)."""
+        _collect(self._kernels.get(self.key_of(point)))
+
+    def close(self) -> None:
+        """Wait for the builds handed over and not measured (the tuner hands over no more than its budget, so these
+        are few), so that no unfinished build is left where a later launch would find it."""
+        for kernel in self._kernels.values():
+            _collect(kernel)
+        self._executor.shutdown(wait=True)
+        self._kernels.clear()
+
+
+def _collect(kernel: Any) -> None:
+    """Finish a build handed to ``AsyncCompileMode``: the kernel goes where its launch finds it; a failed build is
+    left for the measurement, which builds it again and records why it fails."""
+    if getattr(kernel, "future", None) is None:
+        return  # built before it was handed over, or not handed over, or collected already
+    try:
+        kernel.result(ignore_errors=True)
+    except TypeError:  # a Triton whose result() takes no ignore_errors
+        try:
+            kernel.result()
+        except Exception:
+            pass
+    except Exception:
+        pass

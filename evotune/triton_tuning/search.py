@@ -42,6 +42,7 @@ from evotune.storage.claims import Claims, NoClaims, make_claims
 from evotune.storage.claims.base import owner_id
 from evotune.storage.study import StudyStore
 from evotune.triton_tuning.cache import Decision, DecisionStore, candidates_hash, key_text, now
+from evotune.triton_tuning.compile_ahead import CompilePool
 from evotune.triton_tuning.neighbours import sources
 from evotune.triton_tuning.timers import Call, Timer
 
@@ -72,6 +73,8 @@ class KeyJob:
     seed: int = 0
     #: builds a list's configurations before they are timed (None: each is built when first timed)
     compile_ahead: Callable[[list[Point]], object] | None = None
+    #: a pool that builds a search's proposals while others are timed (None: each is built when first timed)
+    pool: Callable[[], CompilePool] | None = None
     #: the number of programs a point's launch runs at this key (None: the grid is not known)
     programs: Callable[[Point], int] | None = None
     #: the GPU's multiprocessors, for the launch features (None: not known)
@@ -137,15 +140,26 @@ def _measured(store: StudyStore) -> dict[str, tuple[Point, float | None]]:
 
 class LaunchEvaluator(Evaluator):
     """A key's configurations measured in this process, by launching the kernel (``measure``: build, check
-    against the device, time with the hooks around each launch)."""
+    against the device, time with the hooks around each launch). With a :class:`CompilePool`, the tuner hands
+    it the next proposals to build while the GPU times the built ones."""
 
     kind = "launch"
 
-    def __init__(self, measure: Callable[[Point], EvalResult]):
-        self.measure = measure
+    def __init__(self, measure: Callable[[Point], EvalResult], pool: CompilePool | None = None):
+        self.measure, self.pool = measure, pool
+        self.prefetch_depth = 1 if pool is None else pool.depth
 
     def evaluate(self, point: Point, problem: Problem) -> EvalResult:
+        if self.pool is not None:
+            self.pool.wait(point)
         return self.measure(point)
+
+    def prefetch(self, points: list[Point], problem: Problem) -> None:
+        if self.pool is not None:
+            self.pool.submit(points)
+
+    def ready(self, point: Point, problem: Problem) -> bool:
+        return self.pool is None or self.pool.ready(point)
 
 
 def measure_points(job: KeyJob, store: StudyStore) -> int:
@@ -169,9 +183,14 @@ def measure_points(job: KeyJob, store: StudyStore) -> int:
         return {"timer": job.timer.kind, **({} if job.programs is None else {"programs": job.programs(point)})}
 
     ctx = replace(job.ctx, problem=Problem(kind="triton", label=key_text(job.key)))
-    result = tune_study(space, ctx, LaunchEvaluator(job.measure), strategy, store,
-                        Budget(trials=outside + min(job.budget, len(points))), claims=claims,
-                        per_trial=PerTrial(attrs, Infeasible.REFUSED))
+    pool = job.pool() if job.pool is not None and not isinstance(strategy, Listed) else None
+    try:
+        result = tune_study(space, ctx, LaunchEvaluator(job.measure, pool), strategy, store,
+                            Budget(trials=outside + min(job.budget, len(points))), claims=claims,
+                            per_trial=PerTrial(attrs, Infeasible.REFUSED))
+    finally:
+        if pool is not None:
+            pool.close()
     while claims.active():  # points other processes are timing: the decision waits for them
         time.sleep(POLL_S)
     return result.new_trials
