@@ -19,6 +19,13 @@ Timing: each version of the step is one CUDA graph replayed by evotune's oracle 
 sample (:meth:`evotune.measurement.oracle.Oracle.empty_l2`: the L2 emptied of the previous replay's weights and
 written back, so every sample reads its weights from HBM, as a step of a model whose layers together exceed L2
 does), the two versions in alternated rounds; each GEMM alone is timed the same way for the breakdown.
+
+Against the memory: what each GEMM must move at the batch (:meth:`StepGemm.bytes`: its input, the weights it
+touches, a fused MoE's only those of the experts the routing drawn hits, and its output) and the whole step's sum
+are each read by ``benchmarks/read_ceiling.py``'s plain read (``torch.sum`` and its Triton read's sweep, the
+fastest counting), timed the same way (the oracle, the clean flush, the rounds). A time as % of its read (100: as
+fast as reading the bytes and nothing else) says how much is left to gain; ``untuned / read`` is the most any tuning
+can gain on the untuned kernel: ``untuned / tuned`` cannot exceed it unless the tuned kernel outruns the plain read.
 """
 
 from __future__ import annotations
@@ -27,14 +34,21 @@ import json
 import statistics
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+
+from read_ceiling import PlainRead, fastest_read
 
 from evotune.model.plan import DECODE_MAX_M, Family, Plan
 
 #: the source of a GEMM the run decided nothing for: it runs untuned in both versions of the step
 NO_DECISION = "no decision in the run: untuned in both"
+#: the names of a MoE layer's two expert GEMMs in the step
+GATE_UP, DOWN = "experts.gate_up", "experts.down"
+#: why a step's time is not set against a plain read (the plain read is not timed on the CPU)
+READ_NOT_MEASURED = ("not measured: the plain read is timed on the GPU only (under Triton's interpreter it says "
+                     "nothing of the memory's bandwidth)")
 
 
 @dataclass(frozen=True)
@@ -52,6 +66,21 @@ class StepGemm:
     source: str
     experts: int = 0
     top_k: int = 0
+
+    def bytes(self, m: int, itemsize: int, experts_hit: int | None = None) -> int:
+        """The bytes the GEMM must move at batch ``m``, ``itemsize`` bytes an element: its input, the weights it
+        touches and its output, each once. A dense GEMM reads its whole (N, K) weight; a fused-MoE GEMM the
+        weights of the ``experts_hit`` experts the routing sends a token to (the others' blocks are not
+        launched), its gate-up each token's row once for its top-k experts, its down one row per (token, expert)
+        slot, both writing one row per slot. The routing's indices and weights (a few bytes a token) are left
+        out."""
+        if self.family != Family.FUSED_MOE.value:
+            return (m * self.k + self.n * self.k + m * self.n) * itemsize
+        if experts_hit is None or not 0 < experts_hit <= self.experts:
+            raise ValueError(f"{self.name}: experts_hit must be 1 to {self.experts}, got {experts_hit}")
+        slots = m * self.top_k
+        rows_in = m if self.name == GATE_UP else slots
+        return (rows_in * self.k + experts_hit * self.n * self.k + slots * self.n) * itemsize
 
 
 @dataclass
@@ -134,9 +163,9 @@ def compose(plan: Plan, m: int, run: Path, device: str | None = None) -> list[St
             else:
                 tuned, source = None, f"{NO_DECISION} (no vllm/E={e},N={n_half},device_name=*.json)"
             # gate-up: (tokens x top_k, 2 x intermediate) from the hidden state; down: the activated half back
-            out.append(StepGemm("experts.gate_up", shape.family.value, shape.n, shape.k, tuned, default, source, e,
+            out.append(StepGemm(GATE_UP, shape.family.value, shape.n, shape.k, tuned, default, source, e,
                                 top_k))
-            out.append(StepGemm("experts.down", shape.family.value, shape.k, n_half, tuned, default, source, e,
+            out.append(StepGemm(DOWN, shape.family.value, shape.k, n_half, tuned, default, source, e,
                                 top_k))
     return out
 
@@ -145,9 +174,19 @@ def compose(plan: Plan, m: int, run: Path, device: str | None = None) -> list[St
 Launch = Callable[[], object]
 
 
-def launches(gemms: list[StepGemm], m: int, device: str = "cuda", dtype: str = "bfloat16"
-             ) -> list[tuple[Launch, Launch]]:
-    """(tuned, untuned) launch of each GEMM on fresh inputs of ``dtype`` on ``device`` (the CPU under Triton's
+@dataclass(frozen=True)
+class StepLaunch:
+    """One GEMM of the step on its inputs: its tuned and untuned launch, the bytes it must move
+    (:meth:`StepGemm.bytes`) and, for a fused-MoE GEMM, how many experts the routing drawn sends a token to."""
+
+    tuned: Launch
+    untuned: Launch
+    bytes: int
+    experts_hit: int = 0
+
+
+def launches(gemms: list[StepGemm], m: int, device: str = "cuda", dtype: str = "bfloat16") -> list[StepLaunch]:
+    """The launches of each GEMM on fresh inputs of ``dtype`` on ``device`` (the CPU under Triton's
     interpreter, which computes float16 but not bfloat16),
     each tuned launch checked first: a dense one against cuBLAS, a fused-MoE one against the untuned
     configuration's output and both against torch on the first slots."""
@@ -156,18 +195,18 @@ def launches(gemms: list[StepGemm], m: int, device: str = "cuda", dtype: str = "
     from search_spaces import _triton_fused_moe as moe
 
     dt = getattr(torch, dtype)
-    out: list[tuple[Launch, Launch]] = []
+    out: list[StepLaunch] = []
     routed: dict[tuple[int, ...], Any] = {}  # per MoE layer: the routing and the gate-up's activated output
     for g in gemms:
         if g.family != Family.FUSED_MOE.value:
             x = torch.randn(m, g.k, device=device, dtype=dt)
             w = torch.randn(g.n, g.k, device=device, dtype=dt) / g.k**0.5  # (N, K): the layer's weight
             c = torch.empty(m, g.n, device=device, dtype=dt)
-            out.append(_dense(g, m, x, w, c))
+            out.append(StepLaunch(*_dense(g, m, x, w, c), g.bytes(m, dt.itemsize)))
             torch.testing.assert_close(c, x @ w.t(), rtol=2e-2, atol=2e-2)  # the tuned launch's output
             continue
         key = (g.experts, g.top_k)
-        if g.name == "experts.gate_up":
+        if g.name == GATE_UP:
             x = torch.randn(m, g.k, device=device, dtype=dt)
             gate = torch.randn(g.k, g.experts, device=device, dtype=dt)
             w = (torch.randn(g.experts, g.n, g.k, device=device) / g.k**0.5).to(dt)
@@ -176,7 +215,7 @@ def launches(gemms: list[StepGemm], m: int, device: str = "cuda", dtype: str = "
             a, top_k = x, g.top_k
             routed[key] = (weights, ids)
         else:
-            weights, ids = routed[key]
+            weights, ids = routed[key]  # the gate-up's routing: the same experts hit
             inter = routed[(*key, 0)]
             w = (torch.randn(g.experts, g.n, g.k, device=device) / g.k**0.5).to(dt)
             # each slot (token, j) one row of top_k = 1, as vLLM's second GEMM reads the intermediate cache
@@ -194,11 +233,12 @@ def launches(gemms: list[StepGemm], m: int, device: str = "cuda", dtype: str = "
         for s in range(min(4, flat.numel())):
             want = (a[s // top_k].float() @ w[flat[s]].float().T) * scale.flatten()[s]
             torch.testing.assert_close(c_untuned[s].float(), want, rtol=2e-2, atol=2e-2)
-        if g.name == "experts.gate_up":  # SiLU(gate) x up: the down GEMM's input
+        if g.name == GATE_UP:  # SiLU(gate) x up: the down GEMM's input
             half = g.n // 2
             routed[(*key, 0)] = (torch.nn.functional.silu(c_untuned[:, :half].float())
                                   * c_untuned[:, half:].float()).to(dt)
-        out.append((tuned, untuned))
+        hit = int(routed[key][1].unique().numel())
+        out.append(StepLaunch(tuned, untuned, g.bytes(m, dt.itemsize, hit), hit))
     return out
 
 
@@ -239,25 +279,36 @@ class Timer(Protocol):
     def round(self, fn: Launch, n: int) -> list[float]: ...
 
 
+def clean_oracle() -> Timer:
+    """evotune's oracle with its clean L2 flush before every sample: what times the step, its GEMMs and their
+    reads."""
+    from evotune.measurement.options import TimingOptions
+    from evotune.measurement.oracle import Oracle
+
+    return Oracle(TimingOptions(flush="clean"))
+
+
+def _rounds(timer: Timer, fns: list[Launch], rounds: int, per_round: int) -> list[list[float]]:
+    """The samples of each of ``fns``: each warmed up, then ``rounds`` rounds of ``per_round`` samples of each in
+    turn (a clock or thermal drift reaches all of them)."""
+    for fn in fns:
+        timer.warm(fn)
+    got: list[list[float]] = [[] for _ in fns]
+    for _ in range(rounds):
+        for fn, samples in zip(fns, got, strict=True):
+            samples += timer.round(fn, per_round)
+    return got
+
+
 def time_step(pairs: list[tuple[Launch, Launch]], rounds: int, per_round: int,
               timer: Timer | None = None) -> StepTiming:
     """The step (every GEMM, in order, one graph) tuned and untuned, and each GEMM alone, by evotune's oracle with
     the clean L2 flush before every sample (or ``timer``), tuned and untuned alternated each round; medians of all
     samples."""
-    if timer is None:
-        from evotune.measurement.options import TimingOptions
-        from evotune.measurement.oracle import Oracle
-
-        timer = Oracle(TimingOptions(flush="clean"))
-    oracle = timer
+    oracle = timer if timer is not None else clean_oracle()
 
     def both(tuned: Launch, untuned: Launch, label: str, samples: dict[str, list[float]]) -> GemmTiming:
-        for fn in (tuned, untuned):
-            oracle.warm(fn)
-        got: dict[str, list[float]] = {"tuned": [], "untuned": []}
-        for _ in range(rounds):  # alternated: a clock or thermal drift reaches both
-            got["tuned"] += oracle.round(tuned, per_round)
-            got["untuned"] += oracle.round(untuned, per_round)
+        got = dict(zip(("tuned", "untuned"), _rounds(oracle, [tuned, untuned], rounds, per_round), strict=True))
         for name, v in got.items():
             samples[f"{label} {name}"] = v
         return GemmTiming(statistics.median(got["tuned"]), statistics.median(got["untuned"]))
@@ -272,3 +323,73 @@ def time_step(pairs: list[tuple[Launch, Launch]], rounds: int, per_round: int,
     step = both(whole(0), whole(1), "step", samples)
     gemms = [both(t, u, f"gemm{i}", samples) for i, (t, u) in enumerate(pairs)]
     return StepTiming(step, gemms, samples)
+
+
+def read_sizes(steps: list[StepLaunch]) -> list[int]:
+    """The bytes each GEMM must move, then the whole step's: the plain reads the step is set against."""
+    return [s.bytes for s in steps] + [sum(s.bytes for s in steps)]
+
+
+def time_reads(sizes: list[int], rounds: int, per_round: int, timer: Timer | None = None, device: str = "cuda",
+               sms: int | None = None) -> list[PlainRead]:
+    """The fastest plain read of each of ``sizes`` (bytes): ``benchmarks/read_ceiling.py``'s reads (``torch.sum``
+    and its Triton read's sweep), each timed as the step is: by ``timer`` (the oracle with its clean L2 flush
+    before every sample), warmed up, ``rounds`` rounds of ``per_round`` samples, the median."""
+    oracle = timer if timer is not None else clean_oracle()
+
+    def median(fn: Launch) -> float:
+        (samples,) = _rounds(oracle, [fn], rounds, per_round)
+        return statistics.median(samples)
+
+    return [fastest_read(nbytes, median, device, sms) for nbytes in sizes]
+
+
+@dataclass(frozen=True)
+class AgainstRead:
+    """A GEMM's or the whole step's times set against a plain read of the bytes it must move, timed the same way
+    (``read`` None: not measured, :data:`READ_NOT_MEASURED`)."""
+
+    bytes: int
+    timing: GemmTiming
+    read: PlainRead | None
+
+    @property
+    def tuned_pct_of_read(self) -> float | None:
+        """The tuned time as % of the read's: 100 is as fast as reading the bytes and nothing else."""
+        return None if self.read is None else 100 * self.timing.tuned_ms / self.read.ms
+
+    @property
+    def untuned_over_read(self) -> float | None:
+        """The most any kernel moving these bytes could gain on the untuned one: untuned ms / read ms (the
+        bound of ``untuned / tuned``)."""
+        return None if self.read is None else self.timing.untuned_ms / self.read.ms
+
+    def fields(self) -> dict[str, Any]:
+        """What ``decode_step.json`` holds of it."""
+        out: dict[str, Any] = {
+            "bytes": self.bytes, "read_ms": None if self.read is None else self.read.ms,
+            "read": None if self.read is None else asdict(self.read), "tuned_pct_of_read": self.tuned_pct_of_read,
+            "untuned_over_read": self.untuned_over_read}
+        if self.read is None:
+            out["read_note"] = READ_NOT_MEASURED
+        return out
+
+
+def step_record(m: int, gemms: list[StepGemm], steps: list[StepLaunch], timing: StepTiming,
+                reads: list[PlainRead] | None) -> dict[str, Any]:
+    """Batch ``m``'s record, as ``decode_step.json`` holds it: the step's tuned and untuned ms, their ratio, its
+    bytes against its plain read; each GEMM the same, with its configurations, their source and (a fused-MoE
+    GEMM) the experts hit; every sample. ``reads``: the plain read of each of :func:`read_sizes` (None: not
+    measured)."""
+    sizes = read_sizes(steps)
+    against = [AgainstRead(nbytes, t, None if reads is None else reads[i])
+               for i, (nbytes, t) in enumerate(zip(sizes, [*timing.gemms, timing.step], strict=True))]
+    layers = []
+    for g, s, a in zip(gemms, steps, against[:-1], strict=True):
+        layers.append({"layers": g.name, "family": g.family, "N": g.n, "K": g.k, "config": g.tuned,
+                       "untuned_config": g.untuned, "source": g.source, "tuned_ms": a.timing.tuned_ms,
+                       "untuned_ms": a.timing.untuned_ms, "ratio": a.timing.ratio, **a.fields(),
+                       **({"experts_hit": s.experts_hit} if g.family == Family.FUSED_MOE.value else {})})
+    step = against[-1]
+    return {"m": m, "tuned_ms": step.timing.tuned_ms, "untuned_ms": step.timing.untuned_ms,
+            "ratio": step.timing.ratio, **step.fields(), "layers": layers, "samples_ms": timing.samples_ms}

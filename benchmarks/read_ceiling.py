@@ -14,7 +14,8 @@ oracle that times the GEMMs (CUDA graph, clean L2 flush, CI of the median within
 For each size it prints the fastest read's share of the achievable read bandwidth (the ceiling any kernel
 reading those bytes meets, as far as these reads find it) beside the confirmed decode rows of
 ``benchmarks/confirmed/h100.json`` (their share and the share of the ceiling they reach). Everything goes
-to ``--out`` as JSON.
+to ``--out`` as JSON. :func:`fastest_read` is that read of any byte count, timed by any timer: ``layer_step.py``
+sets a decode step's GEMMs against it.
 
 With ``--experiment`` it times the bytes of exactly that experiment's problems and prints its acceptance table:
 for each problem the read's time, the tuned best's share of it (the read's time over the best's, the same bytes)
@@ -43,6 +44,7 @@ import json
 import math
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -57,6 +59,7 @@ SHAPES = [(dtype, m, n, k) for dtype, ms in (("bf16", (16, 64)), ("int8", (16, 3
 # the Triton read's sweep: (BLOCK words, num_warps, UNROLL, programs per SM)
 SWEEP = [c for c in itertools.product((1024, 2048, 4096), (4, 8), (1, 4), (1, 2, 4, 8))
          if c[0] * c[2] <= 8192]
+READ_FIELDS = ("BLOCK", "num_warps", "UNROLL", "programs_per_sm")  # a SWEEP entry's fields
 WORD = 4  # bytes per int32 word
 MIN_MIB = 64  # the problems whose share of the read is held to MIN_SHARE: at least this many MiB
 MIN_SHARE = 0.90
@@ -96,6 +99,45 @@ def launch_read(src: Any, out: Any, block: int, warps: int, unroll: int, program
     def fn() -> None:
         kernel[(programs,)](src, out, words, BLOCK=block, UNROLL=unroll, num_warps=warps)
     return fn
+
+
+@dataclass(frozen=True)
+class PlainRead:
+    """The fastest plain read of ``bytes``: ``torch.sum``'s time, the fastest Triton read's and its configuration."""
+
+    bytes: int
+    torch_sum_ms: float
+    triton_read_ms: float
+    triton_read: dict[str, int]  # READ_FIELDS of the fastest Triton read
+
+    @property
+    def ms(self) -> float:
+        """The faster of the two: the time a kernel that only reads these bytes takes."""
+        return min(self.torch_sum_ms, self.triton_read_ms)
+
+
+def fastest_read(nbytes: int, time: Callable[[Callable[[], object]], float], device: str = "cuda",
+                 sms: int | None = None) -> PlainRead:
+    """The fastest plain read of ``nbytes`` (in whole int32 words) on ``device``: ``torch.sum`` of them and the
+    Triton read of each configuration of SWEEP (``programs per SM x sms`` programs; ``sms``: the GPU's SMs when
+    not given), each timed by ``time`` (its ms); each Triton read launched once first, so that no compile is timed."""
+    import torch
+
+    if sms is None:
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+    src = torch.ones(-(-nbytes // WORD), dtype=torch.int32, device=device)
+    out = torch.empty(max(c[3] for c in SWEEP) * sms, dtype=torch.int32, device=device)
+    sink = torch.empty((), dtype=torch.int64, device=device)
+    torch_ms = time(lambda: torch.sum(src, dim=0, out=sink))
+    best: tuple[float, tuple[int, ...]] | None = None
+    for block, warps, unroll, per_sm in SWEEP:
+        fn = launch_read(src, out, block, warps, unroll, per_sm * sms)
+        fn()
+        ms = time(fn)
+        if best is None or ms < best[0]:
+            best = (ms, (block, warps, unroll, per_sm))
+    assert best is not None
+    return PlainRead(nbytes, torch_ms, best[0], dict(zip(READ_FIELDS, best[1], strict=True)))
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -245,34 +287,15 @@ def load_ceilings(path: Path) -> dict[int, dict[str, Any]]:
 
 def measure(sizes: list[int]) -> tuple[float, dict[int, dict[str, Any]]]:
     """The achievable read bandwidth (GB/s) and each size's fastest read (one GPU)."""
-    import torch
-
     from evotune.measurement.options import TimingOptions
     from evotune.measurement.oracle import Oracle
 
     oracle = Oracle(TimingOptions(flush="clean"), max_seconds=5.0)
     read_gbps = oracle.read_bandwidth_gbps()
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    out = torch.empty(8 * sms, dtype=torch.int32, device="cuda")
-    sink = torch.empty((), dtype=torch.int64, device="cuda")
     ceilings: dict[int, dict[str, Any]] = {}
     for nbytes in sorted(set(sizes)):
-        src = torch.ones(-(-nbytes // WORD), dtype=torch.int32, device="cuda")
-        torch_ms = oracle.time(lambda src=src: torch.sum(src, dim=0, out=sink)).median_ms
-        best: tuple[float, tuple[int, ...]] | None = None
-        for block, warps, unroll, per_sm in SWEEP:
-            fn = launch_read(src, out, block, warps, unroll, per_sm * sms)
-            fn()  # compile outside the timing
-            ms = oracle.time(fn).median_ms
-            if best is None or ms < best[0]:
-                best = (ms, (block, warps, unroll, per_sm))
-        assert best is not None
-        del src
-        fastest = min(torch_ms, best[0])
-        ceilings[nbytes] = {
-            "bytes": nbytes, "torch_sum_ms": torch_ms, "triton_read_ms": best[0],
-            "triton_read": dict(zip(("BLOCK", "num_warps", "UNROLL", "programs_per_sm"), best[1], strict=True)),
-            "pct_read_bw": 100 * nbytes / (read_gbps * 1e9) / (fastest * 1e-3)}
+        read = fastest_read(nbytes, lambda fn: oracle.time(fn).median_ms)
+        ceilings[nbytes] = {**asdict(read), "pct_read_bw": 100 * nbytes / (read_gbps * 1e9) / (read.ms * 1e-3)}
     return read_gbps, ceilings
 
 

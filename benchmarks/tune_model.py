@@ -42,7 +42,14 @@ cap and options that make its job smaller, so that each fits in minutes:
   checked first. Every sample is one replay of the whole layer after the oracle's clean L2 flush (so no replay finds
   the previous one's weights in L2, for a dense model too), tuned and untuned in alternated rounds (``--rounds``,
   ``--replays`` samples each); each GEMM alone is timed the same way: per batch the step's tuned and untuned ms,
-  their ratio, and the per-GEMM breakdown. Cap: ``--max-seconds`` (no new batch after it). ``decode_step.json``.
+  their ratio, and the per-GEMM breakdown. Against the memory, per batch, per GEMM and for the step: ``MB``, the
+  bytes it must move (input, output, and the weights it touches: a fused MoE's only those of the experts the
+  routing drawn hits, ``experts_hit``); ``read ms``, the fastest plain read of those bytes
+  (``benchmarks/read_ceiling.py``'s ``torch.sum`` and Triton reads) timed the same way (the oracle, the clean flush,
+  the rounds); ``tuned % of read`` (100: as fast as only reading the bytes); ``untuned / read``, the most any
+  tuning can gain on the untuned kernel, the bound of ``untuned / tuned``. Cap: ``--max-seconds`` (no new batch
+  after it). ``decode_step.json`` (per record also ``bytes``, ``read_ms``, ``read``: both reads' times and the
+  Triton read's configuration, ``tuned_pct_of_read``, ``untuned_over_read``).
 
 ``startup``: what a worker does before its first evaluation, spawned as the run spawns it (the run's environment:
   one Triton cache, the storages made and checked once by the parent): per worker, the seconds from its process's
@@ -514,6 +521,7 @@ def decode_step(args: argparse.Namespace) -> dict[str, Any]:
     model = load_model(args.model)
     device = torch.cuda.get_device_name()
     deadline = time.perf_counter() + args.max_seconds
+    oracle = layer_step.clean_oracle()  # one oracle for the steps, their GEMMs and their reads
     results = []
     for m in args.ms:
         if time.perf_counter() > deadline:
@@ -523,26 +531,30 @@ def decode_step(args: argparse.Namespace) -> dict[str, Any]:
         for g in gemms:
             if g.tuned is None:
                 print(f"decode-step: M={m} {g.name}: {g.source}", flush=True)
-        timing = layer_step.time_step(layer_step.launches(gemms, m), args.rounds, args.replays)
-        results.append({
-            "m": m, "tuned_ms": timing.step.tuned_ms, "untuned_ms": timing.step.untuned_ms,
-            "ratio": timing.step.ratio,
-            "layers": [{"layers": g.name, "family": g.family, "N": g.n, "K": g.k, "config": g.tuned,
-                        "untuned_config": g.untuned, "source": g.source, "tuned_ms": t.tuned_ms,
-                        "untuned_ms": t.untuned_ms, "ratio": t.ratio}
-                       for g, t in zip(gemms, timing.gemms, strict=True)],
-            "samples_ms": timing.samples_ms})
-        del timing
+        steps = layer_step.launches(gemms, m)
+        timing = layer_step.time_step([(s.tuned, s.untuned) for s in steps], args.rounds, args.replays, oracle)
+        reads = layer_step.time_reads(layer_step.read_sizes(steps), args.rounds, args.replays, oracle)
+        results.append(layer_step.step_record(m, gemms, steps, timing, reads))
+        del steps, timing
         torch.cuda.empty_cache()
     rows = []
     for r in results:
-        rows.append([r["m"], "step", r["tuned_ms"], r["untuned_ms"], r["ratio"], ""])
-        rows += [["", g["layers"], g["tuned_ms"], g["untuned_ms"], g["ratio"],
-                  "cuBLAS" if g["untuned_config"] is None else "vLLM default"] for g in r["layers"]]
-    print(table(rows, ["M", "GEMM", "tuned ms", "untuned ms", "untuned / tuned", "untuned is"]))
-    print("each sample after the oracle's clean L2 flush (every replay reads its weights from HBM)")
+        rows.append([r["m"], "step", *_step_row(r), ""])
+        rows += [["", g["layers"], *_step_row(g), "cuBLAS" if g["untuned_config"] is None else "vLLM default"]
+                 for g in r["layers"]]
+    print(table(rows, ["M", "GEMM", "MB", "tuned ms", "untuned ms", "untuned / tuned", "read ms", "tuned % of read",
+                       "untuned / read", "untuned is"]))
+    print("each sample after the oracle's clean L2 flush (every replay reads its weights from HBM); MB: what the GEMM "
+          "must move (input, the weights it touches, output); read ms: a plain read of those bytes timed the same "
+          "way; untuned / read: the most tuning can gain")
     return {"model": args.model, "tp": args.tp, "device": device, "run": str(args.run), "flush": "clean",
             "steps": results}
+
+
+def _step_row(r: dict[str, Any]) -> list[Any]:
+    """A step's or a GEMM's cells of the decode-step table, from its record."""
+    return [r["bytes"] / 1e6, r["tuned_ms"], r["untuned_ms"], r["ratio"], r["read_ms"], r["tuned_pct_of_read"],
+            r["untuned_over_read"]]
 
 
 def _ints(text: str) -> list[int]:
@@ -560,7 +572,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="what", required=True)
     helps = {"grid": "tune-model's fused-MoE picks against vLLM's grid, run the grid's way on the same GPUs",
              "scaling": "the same tune-model job on 1, 2, 4 GPUs, and the cost model's prediction",
-             "decode-step": "one decoder layer's GEMMs in one CUDA graph, tuned against untuned"}
+             "decode-step": "one decoder layer's GEMMs in one CUDA graph, tuned against untuned and against a "
+                            "plain read of the bytes each must move"}
     helps["startup"] = "each worker's seconds from its start to its first evaluation, spawned as the run does"
     for name in ("grid", "scaling", "decode-step", "startup"):
         s = sub.add_parser(name, help=helps[name], description=helps[name])
@@ -593,8 +606,10 @@ def main(argv: list[str] | None = None) -> int:
     ds = sub.choices["decode-step"]
     ds.add_argument("--ms", type=_ints, default=[1, 16, 64], help="the batches (tokens of the decode step)")
     ds.add_argument("--run", required=True, help="a tune-model run's --out (its tuned.json and vllm/)")
-    ds.add_argument("--replays", type=int, default=10, help="samples of each version a round (each after a flush)")
-    ds.add_argument("--rounds", type=int, default=10, help="rounds, tuned and untuned alternated")
+    ds.add_argument("--replays", type=int, default=10, help="samples of each version a round (each after a flush; "
+                                                             "each plain read's too)")
+    ds.add_argument("--rounds", type=int, default=10, help="rounds, tuned and untuned alternated (a plain read: "
+                                                            "as many)")
     ds.add_argument("--max-seconds", type=float, default=120.0, help="no batch is started after this")
     st = sub.choices["startup"]
     st.add_argument("--gpus", type=int, default=0, help="workers, one a GPU, started together (default every GPU)")

@@ -117,6 +117,18 @@ def test_decode_step_tuned_against_untuned(tmp_path) -> None:
         assert row["tuned_ms"] > 0 and row["ratio"] == row["untuned_ms"] / row["tuned_ms"]
     # the step holds the four GEMMs: it takes at least as long as the slowest alone
     assert step["untuned_ms"] >= max(row["untuned_ms"] for row in step["layers"])
+    # what each must move at M = 16 in bf16: x, W and y of QKV and O; the experts' hit by the routing drawn
+    qkv, o, gate_up, down = step["layers"]
+    assert (qkv["bytes"], o["bytes"]) == ((16 * 256 + 384 * 256 + 16 * 384) * 2, (16 * 256 + 256 * 256 + 16 * 256) * 2)
+    hit = gate_up["experts_hit"]
+    assert 1 <= hit <= 4 and down["experts_hit"] == hit
+    assert gate_up["bytes"] == (16 * 256 + hit * 1024 * 256 + 32 * 1024) * 2
+    assert step["bytes"] == sum(row["bytes"] for row in step["layers"])
+    for row in [step, *step["layers"]]:
+        assert row["read_ms"] == min(row["read"]["torch_sum_ms"], row["read"]["triton_read_ms"]) > 0
+        assert row["read"]["bytes"] == row["bytes"] and "read_note" not in row
+        assert row["tuned_pct_of_read"] == pytest.approx(100 * row["tuned_ms"] / row["read_ms"])
+        assert row["untuned_over_read"] == pytest.approx(row["untuned_ms"] / row["read_ms"])
 
 
 def _outcome(m: int, n: int, k: int) -> Outcome:
@@ -170,6 +182,51 @@ def test_a_dense_model_step_holds_its_four_linear_layers_and_no_experts(tmp_path
     assert all(g.tuned is None and g.family == "triton_decode_gemm" for g in gemms)
 
 
+def test_the_bytes_each_gemm_of_mixtral_tp2_must_move_at_m16() -> None:
+    qkv, o, gate_up, down = layer_step.compose(make_plan(load_model("Mixtral-8x7B"), 2, "bf16", (16,)), 16,
+                                               Path("no-run"))
+    assert [(g.n, g.k) for g in (qkv, o, gate_up, down)] == [(3072, 4096), (4096, 2048), (14336, 4096), (4096, 7168)]
+    # bf16: x (16 x K), the weight (N x K) and y (16 x N), each once
+    assert qkv.bytes(16, 2) == 25_395_200 and o.bytes(16, 2) == 16_973_824
+    # the gate-up reads each token once and writes a row per slot (16 x top-2); the weights of the experts hit only
+    assert gate_up.bytes(16, 2, 8) == 940_572_672  # 8 x 14336 x 4096 x 2 = 939.5 MB of it weights
+    assert gate_up.bytes(16, 2, 3) == 940_572_672 - 5 * 14336 * 4096 * 2
+    # the down GEMM reads a row per slot (32 x 7168) and writes one (32 x 4096)
+    assert down.bytes(16, 2, 8) == 470_482_944
+    with pytest.raises(ValueError, match=r"experts\.down: experts_hit must be 1 to 8"):
+        down.bytes(16, 2)
+
+
+def test_the_record_sets_each_gemm_and_the_step_against_a_plain_read_of_its_bytes(tmp_path) -> None:
+    import read_ceiling
+
+    gemms = layer_step.compose(make_plan(load_model(str(TINY)), 1, "bf16", (4,)), 4, tmp_path)
+    calls: list[str] = []
+    hits = [0, 0, 3, 3]
+    steps = [layer_step.StepLaunch((lambda i=i: calls.append(f"t{i}")), (lambda i=i: calls.append(f"u{i}")),
+                                   g.bytes(4, 2, h or None), h)
+             for i, (g, h) in enumerate(zip(gemms, hits, strict=True))]
+    timing = layer_step.time_step([(s.tuned, s.untuned) for s in steps], rounds=1, per_round=2, timer=_Timer(calls))
+    sizes = layer_step.read_sizes(steps)
+    assert sizes == [201_728, 135_168, 1_591_296, 798_720, 2_726_912]  # the tiny model at M = 4, the step last
+    # stand-in reads: a GEMM's launch counts 1 in the stand-in timing; its read half that (torch.sum or Triton's)
+    reads = [read_ceiling.PlainRead(n, 0.5 if i % 2 else 0.8, 0.8 if i % 2 else 0.5, {"BLOCK": 1024})
+             for i, n in enumerate(sizes[:-1])] + [read_ceiling.PlainRead(sizes[-1], 3.0, 2.0, {"BLOCK": 2048})]
+    record = layer_step.step_record(4, gemms, steps, timing, reads)
+    assert record["m"] == 4 and record["bytes"] == 2_726_912 and record["tuned_ms"] == 4.0
+    assert record["read_ms"] == 2.0 and record["read"]["triton_read"] == {"BLOCK": 2048}
+    assert record["tuned_pct_of_read"] == 200.0 and record["untuned_over_read"] == 2.0
+    for row, nbytes in zip(record["layers"], sizes, strict=False):
+        assert row["bytes"] == nbytes and row["read_ms"] == 0.5
+        assert row["tuned_pct_of_read"] == 200.0 and row["untuned_over_read"] == 2.0
+    assert [row.get("experts_hit") for row in record["layers"]] == [None, None, 3, 3]
+    assert bench._step_row(record) == [2.726912, 4.0, 4.0, 1.0, 2.0, 200.0, 2.0]
+    # the CPU path: no plain read timed there, and it says why
+    unread = layer_step.step_record(4, gemms, steps, timing, None)
+    assert unread["bytes"] == 2_726_912 and unread["read_ms"] is None and unread["tuned_pct_of_read"] is None
+    assert all(r["read_note"] == layer_step.READ_NOT_MEASURED for r in [unread, *unread["layers"]])
+
+
 class _Timer:
     """A stand-in for the oracle: each sample is the number of launches one call of ``fn`` makes."""
 
@@ -208,12 +265,50 @@ from pathlib import Path
 from evotune.model.models import load_model
 from evotune.model.plan import make_plan
 gemms = layer_step.compose(make_plan(load_model({str(TINY)!r}), 1, "bf16", (4,)), 4, Path({str(tmp_path)!r}))
-pairs = layer_step.launches(gemms, 4, "cpu", "float16")  # each tuned launch checked against torch there
-print(len(pairs), [g.tuned is not None for g in gemms])
+steps = layer_step.launches(gemms, 4, "cpu", "float16")  # each tuned launch checked against torch there
+print(len(steps), [g.tuned is not None for g in gemms])
+print(*[(s.bytes, s.experts_hit) for s in steps])
 """
     got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT)
     assert got.returncode == 0, got.stderr
-    assert got.stdout.split() == ["4", "[False,", "False,", "True,", "True]"]
+    first, second = got.stdout.splitlines()
+    assert first.split() == ["4", "[False,", "False,", "True,", "True]"]
+    qkv, o, gate_up, down = (tuple(map(int, pair.strip("()").split(","))) for pair in second.split(") ("))
+    assert qkv == (201_728, 0) and o == (135_168, 0)  # float16 at M = 4: x, W, y
+    hit = gate_up[1]  # the experts the routing drawn sends the 4 tokens' 8 slots to: both GEMMs' weights
+    assert 1 <= hit <= 4 and down[1] == hit
+    assert gate_up[0] == (4 * 256 + hit * 1024 * 256 + 8 * 1024) * 2 and down[0] == (8 * 512 + hit * 256 * 512
+                                                                                     + 8 * 256) * 2
+
+
+@pytest.mark.slow  # the read's sweep through Triton's interpreter
+def test_the_plain_reads_are_read_ceilings_timed_as_the_step_is() -> None:
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": PYTHONPATH}
+    code = f"""
+import sys; sys.path.insert(0, {str(ROOT / 'benchmarks')!r})
+import layer_step, read_ceiling
+
+class Timer:  # each launch its own stand-in time, later ones faster: the last of the sweep is the fastest
+    def __init__(self):
+        self.seen, self.rounds = [], []
+    def warm(self, fn):
+        fn()
+        self.seen.append(fn)
+    def round(self, fn, n):
+        fn()
+        self.rounds.append(self.seen.index(fn))
+        return [100.0 - self.seen.index(fn)] * n
+
+timer = Timer()
+(read,) = layer_step.time_reads([1000], rounds=2, per_round=3, timer=timer, device="cpu", sms=1)
+assert read.bytes == 1000 and read.torch_sum_ms == 100.0, read
+assert read.triton_read_ms == 100.0 - len(read_ceiling.SWEEP) and read.ms == read.triton_read_ms, read
+assert read.triton_read == dict(zip(read_ceiling.READ_FIELDS, read_ceiling.SWEEP[-1])), read
+assert timer.rounds == [i for i in range(len(read_ceiling.SWEEP) + 1) for _ in range(2)], timer.rounds
+print("ok")
+"""
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT)
+    assert got.returncode == 0 and got.stdout.strip() == "ok", got.stderr[-3000:]
 
 
 def test_decode_step_names_a_run_without_tuned_json(tmp_path, capsys) -> None:
