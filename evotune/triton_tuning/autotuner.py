@@ -41,7 +41,7 @@ from evotune.core.space import FeasibleSet, Point, SearchSpace
 from evotune.search import launch
 from evotune.triton_tuning.builds import built_points
 from evotune.triton_tuning.cache import CacheArg, Decision, DecisionStore, KernelId, cache_url
-from evotune.triton_tuning.compile_ahead import CompilePool, compile_ahead
+from evotune.triton_tuning.compile_ahead import CompilePool, compile_ahead, pool_depth
 from evotune.triton_tuning.configs import Candidates, LaunchContext, TritonConfig
 from evotune.triton_tuning.hooks import Hooks
 from evotune.triton_tuning.measure import launch_call, measure
@@ -237,7 +237,8 @@ class Autotuner:
                      lambda p: self._call(args, kwargs, candidates.config(p)), self.timer, self.confirm,
                      compile_ahead=lambda points: compile_ahead(self.fn, args, kwargs,
                                                                 [candidates.config(p) for p in points]),
-                     pool=(lambda: CompilePool(self.fn, args, kwargs, candidates.config, space.key))
+                     pool=(lambda: CompilePool(self.fn, args, kwargs, candidates.config, space.key,
+                                               pool_depth(self.budget)))
                      if CompilePool.available() else None,
                      programs=None if counts is None else (lambda p: counts[space.key(p)]), sms=_sms(args),
                      ctx=LaunchContext(args={**(self.nargs or {}), **kwargs}), compile_cost=self.compile_cost,

@@ -207,15 +207,19 @@ def _search(job: KeyJob) -> Strategy:
     # replay at the default budget 32 x 4096 x 4096: 9 -> 30 evaluations to 0.99, 256 x 4096 x 4096: 8 -> 31,
     # 4096^3: 8 -> 26; docs/STRATEGY_DESIGN.md)
     table = None if counts is None else launch.table(counts, job.sms)
+    # the space's named configurations (what a server launches untuned) are measured first: the pick is never
+    # slower than what the user would deploy anyway, and the search looks around it (the fastest configurations
+    # of a kernel are often a parameter or two away from its hand-picked default)
+    first = list(job.space.named.values())
     if job.compile_cost <= 0:
         return make_strategy("default", job.space, job.feasible, seed=job.seed, sources=srcs, lone_patience=0,
-                             launch=table)
+                             launch=table, first=first)
     # every configuration is its own kernel: the space says which are built, so the search weighs the others'
     # compile (and draws its first points among the built ones where there are enough)
     space = replace(job.space, built=lambda point, problem: job.space.key(point) in job.built)
     ctx = replace(job.ctx, problem=Problem(kind="triton", label=key_text(job.key)))
     return make_strategy("default", space, job.feasible, seed=job.seed, ctx=ctx, sources=srcs, lone_patience=0,
-                         launch=table, compile_cost=job.compile_cost)
+                         launch=table, compile_cost=job.compile_cost, first=first)
 
 
 def decide_key(job: KeyJob, store: StudyStore) -> Decision:

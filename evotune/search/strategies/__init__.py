@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from evotune.core.space import Context, FeasibleSet, SearchSpace
+from evotune.core.space import Context, FeasibleSet, Point, SearchSpace
 from evotune.search.prior import Source
 from evotune.search.strategies.base import Strategy, Told
 from evotune.search.strategies.default import Default
@@ -36,18 +36,20 @@ def strategy_names() -> list[str]:
 
 def make_strategy(name: str, space: SearchSpace, feasible: FeasibleSet, *, seed: int = 0,
                   ctx: Context | None = None, sources: Sequence[Source] = (), launch: np.ndarray | None = None,
-                  **options: Any) -> Strategy:
+                  first: Sequence[Point] = (), **options: Any) -> Strategy:
     """Build a strategy by name with ``options`` (its :attr:`Strategy.Options` by name). Raises KeyError for an
     unknown name, OptionError (a ValueError) for a bad option.
 
     ``sources`` are related results (:class:`~evotune.search.prior.Source`) for the strategies
     that transfer (``default``); the others ignore them. ``launch``: the launch features of each feasible
     row (:mod:`evotune.search.launch`), read by the GP surrogate and the transfer prior; the others ignore it.
+    ``first``: points every strategy proposes before its own choices (those that are feasible and not yet told).
     """
     if name not in STRATEGIES:
         raise KeyError(name)
     cls = STRATEGIES[name]
-    return cls(space, feasible, cls.parse_options(options), seed=seed, ctx=ctx, sources=sources, launch=launch)
+    return cls(space, feasible, cls.parse_options(options), seed=seed, ctx=ctx, sources=sources, launch=launch,
+               first=first)
 
 
 __all__ = ["STRATEGIES", "Source", "Strategy", "Told", "make_strategy", "strategy_names"]

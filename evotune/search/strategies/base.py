@@ -43,6 +43,7 @@ class StrategyArgs(TypedDict, total=False):
     ctx: Context | None
     sources: Sequence[Source]
     launch: np.ndarray | None
+    first: Sequence[Point]
 
 
 class Strategy(ABC):
@@ -64,7 +65,7 @@ class Strategy(ABC):
 
     def __init__(self, space: SearchSpace, feasible: FeasibleSet, options: StrategyOptions | None = None, *,
                  seed: int = 0, ctx: Context | None = None, sources: Sequence[Source] = (),
-                 launch: np.ndarray | None = None):
+                 launch: np.ndarray | None = None, first: Sequence[Point] = ()):
         self.sources = tuple(sources)
         if launch is not None and len(launch) != len(feasible):
             raise ValueError(f"launch: one row per feasible point expected ({len(feasible)}), got {len(launch)}")
@@ -81,6 +82,9 @@ class Strategy(ABC):
         self.taken = np.zeros(n, dtype=bool)  # measured or handed out
         self.values: dict[int, float | None] = {}  # row -> told value
         self._startup: list[int] = []  # see startup_row
+        #: points proposed before anything the strategy chooses (the feasible ones): configurations a user would
+        #: otherwise deploy, so that the search hears first how good the untuned choice is and looks around it
+        self._first = [r for r in map(feasible.row, first) if r is not None]
         # which points share a compiled kernel, for spaces whose launch arguments are free (see kernels.py)
         self.kernels = Kernels.of(space, feasible, self.ctx)
 
@@ -91,7 +95,9 @@ class Strategy(ABC):
         for _ in range(n):
             if self.taken.all():
                 break
-            row = self._propose()
+            while self._first and self.taken[self._first[0]]:
+                self._first.pop(0)
+            row = self._first.pop(0) if self._first else self._propose()
             row = self._claim(row)
             if row is None:
                 break
