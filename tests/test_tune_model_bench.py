@@ -137,7 +137,7 @@ TINY_GRID_FILES = {"bf16": "E=4,N=32,device_name=NVIDIA_H100_80GB_HBM3.json",
                    "fp8": "E=4,N=32,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8.json"}
 
 
-@pytest.mark.slow  # the grid's way and tune-model on a tiny MoE under the interpreter (about 30 s a dtype)
+@pytest.mark.slow  # the grid's way and tune-model on a tiny MoE under the interpreter (30 to 50 s a dtype)
 @pytest.mark.parametrize("dtype", ["bf16", "fp8"])  # fp8: e4m3 scaled per tensor, which the interpreter runs
 def test_the_grid_comparison_times_the_grid_runs_tune_model_and_retimes_both(tmp_path, dtype: str) -> None:
     cfg = json.loads(TINY.read_text())
@@ -148,10 +148,10 @@ def test_the_grid_comparison_times_the_grid_runs_tune_model_and_retimes_both(tmp
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": PYTHONPATH}
     env.pop("CUDA_VISIBLE_DEVICES", None)
     out = tmp_path / "out"
-    got = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tune_model.py"), "grid", "--model", str(model),
-                          "--batch-sizes", "1,16", "--exhaustive", "16", "--sample", "1", "--nearest", "1",
-                          "--grid-limit", "2", "--tuner", f"{ROOT / 'tests' / 'model_standin.py'}:make", "--out",
-                          str(out), "--dtype", dtype], env=env, capture_output=True, text=True)
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "tune_model.py"), "grid", "--model", str(model), "--batch-sizes",
+           "1,16", "--exhaustive", "16", "--sample", "1", "--nearest", "1", "--grid-limit", "2", "--tuner",
+           f"{ROOT / 'tests' / 'model_standin.py'}:make", "--out", str(out), "--dtype", dtype]
+    got = subprocess.run(cmd, env=env, capture_output=True, text=True)
     assert got.returncode == 0, got.stderr
     doc = json.loads((out / "grid.json").read_text())
     assert doc["dtype"] == dtype and doc["scaling"] == ("tensor" if dtype == "fp8" else None)
@@ -182,6 +182,14 @@ def test_the_grid_comparison_times_the_grid_runs_tune_model_and_retimes_both(tmp
         assert 0 < r["fraction"] <= 1 and r["fraction"] == min(r["medians_ms"].values()) / r["tuned_ms"]
     assert "fraction" in got.stdout and file["path"] in got.stdout
     assert ("fused MoE fp8 (e4m3 activations and weights, per-tensor scales" in got.stdout) == (dtype == "fp8")
+    if dtype == "fp8":  # the same command again resumes: nothing of the grid is timed again, the calls' walls add up
+        again = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        assert again.returncode == 0, again.stderr
+        doc2 = json.loads((out / "grid.json").read_text())
+        assert doc2["grid"]["sizes"] == doc["grid"]["sizes"]  # each size's rows and seconds as the first call left them
+        assert doc2["tune"]["calls"] == 2 and doc2["tune"]["decided"] == 2
+        assert doc2["tune"]["wall_s_total"] == doc["tune"]["wall_s_total"] + doc2["tune"]["wall_s"]
+        assert doc2["summary"]["tune_wall_s"] == doc2["tune"]["wall_s_total"]
 
 
 @pytest.mark.gpu
