@@ -11,7 +11,9 @@ Two phases, each resumable (run the command again to go on where ``--max-seconds
    for the others a uniform sample (``--sample``) plus the ``--nearest`` fastest of the nearest exhaustive batch
    size, so that the reference is a strong one. Configurations are compiled beforehand in a process pool (one
    compile per Triton specialization of M: 1, not a multiple of 16, a multiple of 16); each is launched once and
-   checked against a float32 torch product of its slots (a wrong one is failed, not timed), then timed by
+   checked against a float32 torch product of its slots (a key of dtype ``float8_e4m3fn``: e4m3 activations and
+   weights scaled per tensor, vLLM's ``fp8_w8a8``, against the product of the values they stand for, their scales
+   applied, within evotune's scaled-fp8 tolerance of 1e-2; a wrong one is failed, not timed), then timed by
    evotune's oracle (CUDA graph, clean L2 flush, 10 to 50 samples until the 95% CI of the median is within 2%:
    a cheaper timing than the search's, so the grid's GPU time below is, if anything, understated). The
    exhaustive batch sizes are written as landscapes (``--landscapes``).
@@ -64,17 +66,20 @@ from evotune.core.problem import Problem  # noqa: E402
 from evotune.core.result import EvalResult, Status  # noqa: E402
 from evotune.core.space import Point  # noqa: E402
 from evotune.measurement.options import TimingOptions  # noqa: E402
+from evotune.measurement.workloads.gemm_fp8 import SCALED_TOLERANCE  # noqa: E402
 from evotune.triton_tuning.ahead import load_kernel, load_keys  # noqa: E402
 from evotune.triton_tuning.builds import value_class  # noqa: E402
 from evotune.triton_tuning.configs import Candidates  # noqa: E402
 from evotune.triton_tuning.resources import compile_config, over_limits  # noqa: E402
 from evotune.triton_tuning.timers import OracleTimer, Timer, WallClockTimer  # noqa: E402
+from search_spaces._triton_fused_moe import dequantized  # noqa: E402
 
 KERNEL = f"{EXAMPLES / 'fused_moe.py'}:moe_gemm_tuned"
 KEYS = EXAMPLES / "moe_mixtral_tp2.toml"
 GRID_TIMING = TimingOptions(min_samples=10, max_samples=50, ci_target=0.02)
-# relative norm error of a slot's row (fp8: against the product of the values its inputs stand for, bf16 out)
-TOLERANCE = {"bfloat16": 2e-2, "float16": 5e-3, "float32": 1e-4, "float8_e4m3fn": 2e-2}
+# relative norm error of the output; fp8 (e4m3 scaled per tensor, bf16 out) against the fp32 product of the values
+# its inputs stand for, within the tolerance evotune's scaled-fp8 GEMMs are verified with
+TOLERANCE = {"bfloat16": 2e-2, "float16": 5e-3, "float32": 1e-4, "float8_e4m3fn": SCALED_TOLERANCE}
 MAX_SAMPLES = 4  # timing samples kept per point in the landscapes
 
 
@@ -172,8 +177,8 @@ class Inputs:
         expert_of[sorted_slots[live]] = owners[live]
         ref = torch.empty(c.shape, dtype=torch.float32, device=c.device)
         xf, wf = x.float(), w.float()
-        if kwargs.get("FP8"):  # what the e4m3 inputs stand for: their per-tensor scales applied
-            xf, wf = xf * args[7], wf * args[8][:, None, None]
+        if kwargs.get("FP8"):  # what the e4m3 inputs stand for: the scales the kernel is given, applied
+            xf, wf = dequantized(x, args[7], w, args[8], kwargs["SCALE_BLOCK"])
         for e in range(w.shape[0]):
             rows = slots[expert_of == e]
             ref[rows] = weights[rows, None] * (xf[rows // top_k] @ wf[e].T)
@@ -340,9 +345,11 @@ def row_result(row: dict[str, Any]) -> EvalResult:
 
 
 def write_moe_landscape(folder: Path, space: Any, key: dict[str, Any], results: list[tuple[Point, EvalResult]]) -> Path:
-    dtype = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[key.get("dtype", "float16")]
-    # the GEMM of the slots routed to each expert: M x top_k rows through N x K weights
-    problem = Problem.gemm(key["M"] * 2, key["N"], key["K"], dtype=dtype, layout="tn")
+    dtype = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float8_e4m3fn": "fp8"}[
+        key.get("dtype", "float16")]
+    # the GEMM of the slots routed to each expert: M x top_k rows through N x K weights (fp8: e4m3 scaled per tensor)
+    problem = Problem.gemm(key["M"] * 2, key["N"], key["K"], dtype=dtype, layout="tn",
+                           scaling="tensor" if dtype == "fp8" else "")
     meta = {"device": torch.cuda.get_device_name() if device() == "cuda" else "cpu (Triton interpreter)",
             "key": key, "complete": True, "feasible": len(results), "flush": GRID_TIMING.flush,
             "command": command()}

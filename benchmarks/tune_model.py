@@ -3,26 +3,33 @@
 Three subcommands, one measurement each; each writes ``OUT/<name>.json``, prints a short table, and takes a time
 cap and options that make its job smaller, so that each fits in minutes:
 
-``grid``: the plan's fused-MoE keys (Mixtral-8x7B at tp 2: E = 8, N = 14336, K = 4096, vLLM's 18 batch sizes)
+``grid``: the plan's fused-MoE keys (Mixtral-8x7B at tp 2: E = 8, N = 14336, K = 4096, vLLM's 18 batch sizes) at
+  ``--dtype`` (bf16; or fp8: e4m3 activations and weights with per-tensor scales, the activations' one and each
+  expert's, as vLLM's ``fp8_w8a8`` fused MoE runs them, the output bf16; each of the three steps on those keys)
   1. timed the grid's way (``benchmarks/autotune_moe.py --phase grid``: vLLM's ``benchmark_moe.py`` grid of 1,920
      configurations, each compiled once per Triton specialisation of M in a compile pool of ``--jobs`` processes
      a GPU, checked, then timed by evotune's oracle): every configuration for the ``--exhaustive`` batch sizes
      (one process a GPU, side by side), and for the others a seeded sample (``--sample``, ``--seed``) plus the
      ``--nearest`` fastest of the nearest exhaustive size, spread over the GPUs; one Triton cache for the grid's
-     processes (``OUT/grid/triton_cache``, cold). Measured: its wall clock, its GPU time (the configurations'
-     timing), its compiles and their seconds; estimated from those per-configuration costs: the whole grid's GPU
-     time, compile time and wall clock on these GPUs (every configuration at every batch size);
-  2. ``python -m evotune tune-model MODEL --kernels fused_moe`` on the same GPUs (``--gpus``), cold (its own Triton
-     cache, ``OUT/tune/triton_cache``), the same compile pool per worker: its wall clock, evaluations, GPU time and
-     compiles per key;
-  3. per batch size, tune-model's pick and the grid's three fastest re-timed side by side on one GPU (the
-     confirmation's interleaved rounds, evotune's oracle); ``fraction``: the fastest's median over the pick's
-     (1: the pick is the fastest).
+     processes (``OUT/grid/triton_cache``, cold). Each configuration is checked before it is timed against the
+     float32 product (fp8: of the dequantized inputs, within evotune's scaled-fp8 tolerance, 1e-2); a wrong one is
+     not timed. Measured: its wall clock, its GPU time (the configurations' timing), its compiles and their
+     seconds; estimated from those per-configuration costs: the whole grid's GPU time, compile time and wall clock
+     on these GPUs (every configuration at every batch size);
+  2. ``python -m evotune tune-model MODEL --kernels fused_moe --dtype DTYPE`` on the same GPUs (``--gpus``), cold
+     (its own Triton cache, ``OUT/tune/triton_cache``), the same compile pool per worker: its wall clock (summed
+     over the calls that resumed it), evaluations, GPU time and compiles per key; its vLLM file
+     (``OUT/tune/vllm/E=8,N=7168,device_name=NVIDIA_H200[,dtype=fp8_w8a8].json``: N is the intermediate size per
+     shard) read back as vLLM reads it (a run cut by the cap has its file written from its record first);
+  3. per batch size, tune-model's pick as vLLM launches it from that file and the grid's three fastest re-timed side
+     by side on one GPU (the confirmation's interleaved rounds, evotune's oracle); ``fraction``: the fastest's
+     median over the pick's (1: the pick is the fastest).
   Caps: ``--grid-seconds`` (each of the grid's two phases, 140 s), ``--tune-seconds`` (150 s; tune-model is
   interrupted then: its decided keys are kept and compared), ``--retime-seconds`` (75 s, ``--retime-each`` 3 s a
   batch size): the defaults fit one 10-minute call with the start-ups. The same command again goes on where the caps
-  stopped it (the grid's finished sizes and tune-model's decided keys are kept; the re-timing is redone). Smaller:
-  ``--batch-sizes``, ``--exhaustive``, ``--sample``. ``grid.json``.
+  stopped it (the grid's finished sizes and tune-model's decided keys are kept; the re-timing is redone); an
+  ``OUT`` of another dtype is refused. Smaller: ``--batch-sizes``, ``--exhaustive``, ``--sample``. ``grid.json``
+  (with its ``dtype``).
 
 ``scaling``: the same tune-model job on each GPU count of ``--gpus`` (1,2,4), each in a fresh folder ``OUT/gpusG``
   (cold: its own storage, autotune cache and Triton cache): per count the wall clock of the whole command, keys,
@@ -59,6 +66,7 @@ cap and options that make its job smaller, so that each fits in minutes:
 Run on the GPU host, in this order (the scaling and decode-step runs need no grid)::
 
     python benchmarks/tune_model.py grid --model Mixtral-8x7B --tp 2 --out runs/tm_grid
+    python benchmarks/tune_model.py grid --model Mixtral-8x7B --tp 2 --dtype fp8 --out runs/tm_grid_fp8
     python benchmarks/tune_model.py scaling --model Mixtral-8x7B --tp 2 --kernels fused_moe \\
         --batch-sizes 1,16,64,256,1024,4096 --out runs/tm_scaling
     python benchmarks/tune_model.py decode-step --model Llama-3-8B --tp 1 --ms 1,16,64 --run RUN --out runs/tm_decode
@@ -71,6 +79,7 @@ where RUN is the ``--out`` of ``python -m evotune tune-model Llama-3-8B --kernel
 from __future__ import annotations
 
 import argparse
+import enum
 import json
 import math
 import os
@@ -79,7 +88,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +100,9 @@ from evotune.model.plan import Family, Key, Plan, make_plan, only, parse_batch_s
 from evotune.model.runner import DEFAULT_TUNER, Ledger, visible_gpus  # noqa: E402
 from evotune.triton_tuning.builds import value_class  # noqa: E402
 
-TORCH_DTYPES = {"bf16": "bfloat16"}
+#: the grid comparison's dtypes: tune-model's ``--dtype`` -> the keys' torch dtype (fp8: e4m3 activations and
+#: weights scaled per tensor, vLLM's ``fp8_w8a8`` fused MoE, the output bf16)
+TORCH_DTYPES = {"bf16": "bfloat16", "fp8": "float8_e4m3fn"}
 MOE_FIELDS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
 GRID_CONFIGS = 1920  # vLLM's grid: 5 x 4 x 3 x 4 x 2 x 4
 GRID_GRACE_S = 120.0  # a grid process still running this long past its --max-seconds is stopped
@@ -102,13 +113,26 @@ def interpreted() -> bool:
 
 
 def torch_dtype(plan: Plan) -> str:
-    """The keys' activations: the plan's dtype; float32 under the interpreter (numpy has no bfloat16)."""
-    return "float32" if interpreted() else TORCH_DTYPES[plan.dtype]
+    """The keys' inputs: the plan's dtype; bf16 as float32 under the interpreter (numpy has no bfloat16; the
+    interpreter does run the e4m3 product, so fp8 stays fp8 there)."""
+    return "float32" if interpreted() and plan.dtype == "bf16" else TORCH_DTYPES[plan.dtype]
 
 
-def moe_plan(model: str, tp: int, batch_sizes: str) -> Plan:
-    return only(make_plan(load_model(model), tp, "bf16", parse_batch_sizes(batch_sizes)),
-                frozenset({Family.FUSED_MOE}))
+def dtype_label(plan: Plan) -> str:
+    """The plan's dtype as the grid comparison's output says it."""
+    if plan.dtype == "fp8":
+        return "fp8 (e4m3 activations and weights, per-tensor scales: vLLM's fp8_w8a8)"
+    return plan.dtype if torch_dtype(plan) == TORCH_DTYPES[plan.dtype] else f"{plan.dtype} (float32 interpreted)"
+
+
+def moe_plan(model: str, tp: int, batch_sizes: str, dtype: str = "bf16") -> Plan:
+    """The model's fused-MoE keys at ``dtype``; :class:`ModelError` for an fp8 checkpoint quantized in blocks (its
+    fused MoE is tuned with block scales, which the grid's run does not launch)."""
+    loaded = load_model(model)
+    if dtype == "fp8" and loaded.fp8_block is not None:
+        raise ModelError(f"{loaded.source}: weight_block_size: {list(loaded.fp8_block)}; the grid comparison's fp8 "
+                         "is scaled per tensor (vLLM's fp8_w8a8 without block_shape)")
+    return only(make_plan(loaded, tp, dtype, parse_batch_sizes(batch_sizes)), frozenset({Family.FUSED_MOE}))
 
 
 def moe_keys_toml(plan: Plan, ms: set[int] | None = None) -> str:
@@ -157,10 +181,10 @@ def run_capped(cmd: list[str], env: dict[str, str], seconds: float | None) -> tu
 
 
 def tune_model_cmd(model: str, tp: int, batch_sizes: str, gpus: int, out: Path, tuner: str,
-                   kernels: str) -> list[str]:
+                   kernels: str, dtype: str | None = None) -> list[str]:
     return [sys.executable, "-m", "evotune", "tune-model", model, "--tp", str(tp), "--gpus", str(gpus),
             "--batch-sizes", batch_sizes, "--kernels", kernels, "--out", str(out), "--no-progress",
-            "--tuner", tuner]
+            "--tuner", tuner, *(["--dtype", dtype] if dtype else [])]
 
 
 def outcomes_of(run: Path, plan: Plan) -> dict[str, Any]:
@@ -239,9 +263,84 @@ def _merge_sizes(docs: list[dict[str, Any]], skip: dict[str, Any]) -> dict[str, 
     return {name: size for doc in docs for name, size in doc.get("sizes", {}).items() if name not in skip}
 
 
+class Writer(enum.StrEnum):
+    """Who wrote the tune-model phase's vLLM file."""
+
+    TUNE_MODEL = "tune-model"  # at its end
+    RECORD = "tune_model.py"  # from tune-model's record, tune-model having been cut first
+
+
+@dataclass(frozen=True)
+class TunedFile:
+    """The tune-model phase's vLLM fused-MoE file, read back as vLLM reads it: ``{batch size: configuration}``."""
+
+    path: Path
+    configs: dict[int, dict[str, int]]
+    written_by: Writer
+
+    def pick(self, m: int) -> tuple[int, dict[str, int]]:
+        """(batch size, configuration) vLLM launches M tokens with: the file's nearest batch size."""
+        nearest = min(self.configs, key=lambda b: abs(b - m))
+        return nearest, {f: int(self.configs[nearest][f]) for f in MOE_FIELDS}
+
+
+def tuned_file(plan: Plan, outcomes: dict[str, Any], run: Path, since: float) -> TunedFile | None:
+    """The vLLM fused-MoE file of the tune-model run ``run`` (named as vLLM looks it up for the plan's dtype:
+    ``E=..,N=..,device_name=..[,dtype=fp8_w8a8].json``), read back; None before any key is decided. tune-model
+    writes its files when it ends; where it did not end by itself since ``since`` (cut by ``--tune-seconds``),
+    they are written here from its record, by the same function, so that what is compared is always the file."""
+    from evotune.model import exports
+
+    decided = [o for o in outcomes.values() if o.family == Family.FUSED_MOE.value]
+    if not decided:
+        return None
+    (relative,) = [p for p, (kind, _) in exports.files(decided, plan.dtype).items()
+                   if kind is exports.ServerFileKind.VLLM_MOE]
+    path = run / relative
+    written_by = Writer.TUNE_MODEL
+    if not path.is_file() or path.stat().st_mtime < since:
+        exports.write_server_files(outcomes.values(), run, plan.dtype)
+        written_by = Writer.RECORD
+    with open(path) as f:  # as vLLM reads it (fused_moe.get_moe_configs)
+        configs = {int(k): v for k, v in json.load(f).items() if k != "triton_version"}
+    return TunedFile(path, configs, written_by)
+
+
+def _read_doc(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelError(f"{path}: (syntax): cannot read it as JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ModelError(f"{path}: (syntax): not a JSON object")
+    return doc
+
+
+def earlier_calls(out: Path, plan: Plan) -> dict[str, Any]:
+    """What the calls before this one on ``out`` recorded (``grid.json``; empty for the first): the grid's and
+    tune-model's records there are resumed, so ``out`` holding another dtype's is a :class:`ModelError` naming the
+    file and the field, before anything is written."""
+    doc: dict[str, Any] = {}
+    top = out / "grid.json"
+    if top.is_file():
+        doc = _read_doc(top)
+        got = doc.get("dtype", "bf16")  # grid.json of a bf16 comparison may not say its dtype
+        if got != plan.dtype:
+            raise ModelError(f"{top}: dtype: {got}, not --dtype {plan.dtype}: give each dtype its own --out")
+    want = torch_dtype(plan)
+    for path in sorted((out / "grid").glob("*/gpu*/grid.json")):
+        for name, size in _read_doc(path).get("sizes", {}).items():
+            got = size.get("key", {}).get("dtype") if isinstance(size, dict) else None
+            if got != want:
+                raise ModelError(f"{path}: sizes.{name}.key.dtype: {got}, not {want} (--dtype {plan.dtype}): give "
+                                 "each dtype its own --out")
+    return doc
+
+
 def grid(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.out)
-    plan = moe_plan(args.model, args.tp, args.batch_sizes)
+    plan = moe_plan(args.model, args.tp, args.batch_sizes, args.dtype)
+    before = earlier_calls(out, plan)
     ms = [k.m for k in plan.keys]
     args.exhaustive = {m for m in args.exhaustive if m in ms}
     gpus = args.gpus or max(1, visible_gpus())
@@ -274,29 +373,43 @@ def grid(args: argparse.Namespace) -> dict[str, Any]:
     # 2. tune-model, cold, on the same GPUs
     tune_dir = out / "tune"
     tenv = {**env, "TRITON_CACHE_DIR": str((tune_dir / "triton_cache").resolve())}
-    cmd = tune_model_cmd(args.model, args.tp, args.batch_sizes, gpus, tune_dir, args.tuner, Family.FUSED_MOE.value)
+    cmd = tune_model_cmd(args.model, args.tp, args.batch_sizes, gpus, tune_dir, args.tuner, Family.FUSED_MOE.value,
+                         plan.dtype)
+    tune_began = time.time()
     tune_wall, cut = run_capped(cmd, tenv, args.tune_seconds)
     outcomes = outcomes_of(tune_dir, plan)
-    tune = {"wall_s": tune_wall, "interrupted": cut, "keys": len(plan.keys), "decided": len(outcomes),
+    # a run cut by --tune-seconds goes on in the next call: its wall clock is the calls' together
+    total_wall = float(before.get("tune", {}).get("wall_s_total", 0.0)) + tune_wall
+    tune = {"wall_s": tune_wall, "wall_s_total": total_wall, "calls": int(before.get("tune", {}).get("calls", 0)) + 1,
+            "interrupted": cut, "keys": len(plan.keys), "decided": len(outcomes),
             "evaluations": sum(o.evaluations for o in outcomes.values()),
             "gpu_s": sum(o.gpu_s for o in outcomes.values()),
             "compiles": {str(o.fields["M"]): o.compiles for o in outcomes.values()},
             "command": " ".join(cmd[1:])}
-    # 3. side by side: tune-model's pick against the grid's fastest, per batch size
-    retimed = _retime(plan, outcomes, rows_by_m, args)
+    file = tuned_file(plan, outcomes, tune_dir, tune_began)
+    if file is not None:
+        tune["vllm_file"] = {"path": str(file.path.relative_to(out)), "name": file.path.name,
+                             "batch_sizes": sorted(file.configs), "written_by": file.written_by}
+    # 3. side by side: tune-model's pick, as vLLM reads it from that file, against the grid's fastest, per batch size
+    retimed = _retime(plan, outcomes, file, rows_by_m, args)
     fractions = [r["fraction"] for r in retimed]
     summary = {"batch_sizes": len(ms), "compared": len(retimed), "min_fraction": min(fractions, default=None),
                "geomean_fraction": math.exp(statistics.fmean(math.log(f) for f in fractions)) if fractions else None,
-               "tune_wall_s": tune_wall, "grid_wall_s_measured": grid_wall,
+               "tune_wall_s": total_wall, "grid_wall_s_measured": grid_wall,
                "grid_wall_s_estimated": estimate["wall_s"], "tune_gpu_s": tune["gpu_s"],
                "grid_gpu_s_estimated": estimate["gpu_s"]}
     rows = [[r["M"], r["grid_timed"], r["tuned_ms"], r["grid_best_ms"], r["fraction"],
              tune["compiles"].get(str(r["M"]))] for r in retimed]
+    print(f"{plan.model.name} tp {plan.tp}, fused MoE {dtype_label(plan)}; tune-model's picks read back from "
+          + (f"{tune['vllm_file']['path']} (written by {file.written_by})" if file is not None else "no file: "
+             "no key decided"))
     print(table(rows, ["M", "grid timed", "tuned ms", "grid best ms", "fraction", "compiles"]))
-    print(f"tune-model: {tune['decided']}/{tune['keys']} keys in {tune_wall:.0f} s wall on {gpus} GPUs, "
-          f"{tune['gpu_s']:.0f} GPU-s; the grid: {grid_wall:.0f} s measured, whole grid estimated "
+    print(f"tune-model: {tune['decided']}/{tune['keys']} keys in {total_wall:.0f} s wall ({tune['calls']} calls) on "
+          f"{gpus} GPUs, {tune['gpu_s']:.0f} GPU-s; the grid: {grid_wall:.0f} s measured, whole grid estimated "
           f"{estimate['wall_s']:.0f} s wall, {estimate['gpu_s']:.0f} GPU-s, {estimate['compile_s']:.0f} compile-s")
-    return {"model": args.model, "tp": args.tp, "gpus": gpus, "jobs": args.jobs, "exhaustive": exhaustive,
+    return {"model": args.model, "tp": args.tp, "dtype": plan.dtype, "torch_dtype": torch_dtype(plan),
+            "scaling": "tensor" if plan.dtype == "fp8" else None, "gpus": gpus, "jobs": args.jobs,
+            "exhaustive": exhaustive,
             "sample": args.sample, "seed": args.seed, "grid": {"measured": measured, "estimate": estimate,
                                                                 "sizes": {n: {k: v for k, v in s.items() if k != "rows"}
                                                                           for n, s in sizes.items()}},
@@ -336,9 +449,11 @@ def _grid_costs(sizes: dict[str, Any], ms: list[int], gpus: int, jobs: int, wall
     return measured, estimate, rows_by_m
 
 
-def _retime(plan: Plan, outcomes: dict[str, Any], rows_by_m: dict[int, list[tuple[float, int]]],
-            args: argparse.Namespace) -> list[dict[str, Any]]:
-    if not outcomes:
+def _retime(plan: Plan, outcomes: dict[str, Any], file: TunedFile | None,
+            rows_by_m: dict[int, list[tuple[float, int]]], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Per decided batch size: the configuration vLLM launches from ``file`` and the grid's three fastest, re-timed
+    side by side."""
+    if not outcomes or file is None:
         return []
     import itertools
 
@@ -361,7 +476,8 @@ def _retime(plan: Plan, outcomes: dict[str, Any], rows_by_m: dict[int, list[tupl
             break
         grid_, launch_args, kwargs = moe.make_args(key.m, key.shape.n, key.shape.k, key.shape.experts,
                                                    key.shape.top_k, torch_dtype(plan))
-        configs = {"tuned": {f: outcome.config[f] for f in MOE_FIELDS}}
+        file_m, tuned = file.pick(key.m)
+        configs = {"tuned": tuned}
         for rank, (_, i) in enumerate(ranked[:3]):
             configs[f"grid#{rank + 1}"] = points[i]
 
@@ -376,7 +492,8 @@ def _retime(plan: Plan, outcomes: dict[str, Any], rows_by_m: dict[int, list[tupl
                               warm=getattr(timer, "warm", None))
         medians = {n: conf.items[n].median_ms for n in calls}
         best = min(v for n, v in medians.items() if n != "tuned")
-        out.append({"M": key.m, "grid_timed": len(ranked), "tuned": configs["tuned"], "medians_ms": medians,
+        out.append({"M": key.m, "grid_timed": len(ranked), "tuned": configs["tuned"], "file_batch_size": file_m,
+                    "file_is_decision": tuned == {f: int(outcome.config[f]) for f in MOE_FIELDS}, "medians_ms": medians,
                     "tuned_ms": medians["tuned"], "grid_best_ms": best,
                     "fraction": min(medians.values()) / medians["tuned"]})
     return out
@@ -582,6 +699,9 @@ def main(argv: list[str] | None = None) -> int:
         s.add_argument("--out", required=True, help="where the JSON and the runs go")
     g = sub.choices["grid"]
     g.add_argument("--batch-sizes", default="vllm", help="the fused-MoE keys (default vLLM's 18)")
+    g.add_argument("--dtype", choices=tuple(TORCH_DTYPES), default="bf16",
+                   help="the keys' dtype: bf16, or fp8 (e4m3 activations and weights scaled per tensor, vLLM's "
+                        "fp8_w8a8) for the grid, tune-model and the re-timing")
     g.add_argument("--gpus", type=int, default=0, help="GPUs for the grid and for tune-model (default every one)")
     g.add_argument("--exhaustive", type=lambda t: set(_ints(t)), default={16, 256, 2048},
                    help="batch sizes timed over the whole grid (default 16,256,2048)")
@@ -594,7 +714,7 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--tune-seconds", type=float, default=150.0, help="cap of the tune-model run")
     g.add_argument("--retime-seconds", type=float, default=75.0, help="no batch size is re-timed after this")
     g.add_argument("--retime-each", type=float, default=3.0, help="seconds of rounds a batch size is re-timed for")
-    g.add_argument("--grid-limit", type=int, default=0, help="only the first N grid configurations (CPU tests)")
+    g.add_argument("--grid-limit", type=int, default=0, help="only the first N grid configurations (tests)")
     g.add_argument("--tuner", default=DEFAULT_TUNER, help="tune-model's --tuner (a stand-in on the CPU)")
     sc = sub.choices["scaling"]
     sc.add_argument("--gpus", default="1,2,4", help="the GPU counts to run, comma-separated")

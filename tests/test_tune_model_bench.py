@@ -8,10 +8,13 @@ import json
 import os
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 # the checkout first, then whatever the suite itself runs with (a GPU machine's packages may come that way)
@@ -35,6 +38,69 @@ def test_the_grid_run_gets_mixtral_tp2_keys_as_the_shipped_keys_file_has_them() 
     shipped = tomllib.loads((ROOT / "examples" / "triton_autotune" / "moe_mixtral_tp2.toml").read_text())
     assert got["launch"] == shipped["launch"] == "make_args"
     assert got["key"] == [{**k, "top_k": 2} for k in shipped["key"]]
+
+
+def test_the_fp8_grid_keys_are_e4m3_and_tune_model_is_run_at_fp8() -> None:
+    plan = bench.moe_plan("Mixtral-8x7B", 2, "vllm", "fp8")
+    keys = tomllib.loads(bench.moe_keys_toml(plan))["key"]
+    assert len(keys) == 18 and all(k["dtype"] == "float8_e4m3fn" for k in keys)
+    assert {(k["N"], k["K"], k["E"], k["top_k"]) for k in keys} == {(14336, 4096, 8, 2)}
+    cmd = bench.tune_model_cmd("Mixtral-8x7B", 2, "vllm", 1, Path("out"), "default", "fused_moe", plan.dtype)
+    assert cmd[-2:] == ["--dtype", "fp8"]
+
+
+def test_a_block_fp8_model_or_an_out_of_another_dtype_is_one_line_and_nothing_is_written(tmp_path, capsys) -> None:
+    fresh = tmp_path / "fresh"
+    assert bench.main(["grid", "--model", "DeepSeek-V3", "--tp", "8", "--dtype", "fp8", "--out", str(fresh)]) == 2
+    assert "weight_block_size: [128, 128]; the grid comparison's fp8 is scaled per tensor" in capsys.readouterr().err
+    assert not fresh.exists()
+    bf16 = tmp_path / "bf16"
+    (bf16 / "grid" / "exhaustive" / "gpu0").mkdir(parents=True)
+    sizes = {"sizes": {"M16": {"key": {"M": 16, "dtype": "bfloat16"}, "rows": {}}}}
+    (bf16 / "grid" / "exhaustive" / "gpu0" / "grid.json").write_text(json.dumps(sizes))
+    before = sorted(p for p in tmp_path.rglob("*"))
+    mixtral = ["grid", "--model", "Mixtral-8x7B", "--tp", "2", "--dtype", "fp8", "--out", str(bf16)]
+    assert bench.main(mixtral) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("gpu0/grid.json: sizes.M16.key.dtype: bfloat16, not float8_e4m3fn (--dtype fp8): give each "
+                        "dtype its own --out") and "\n" not in err
+    assert sorted(p for p in tmp_path.rglob("*")) == before
+    (bf16 / "grid.json").write_text(json.dumps({"model": "Mixtral-8x7B"}))  # a bf16 comparison's, without its dtype
+    before = sorted(p for p in tmp_path.rglob("*"))
+    assert bench.main(mixtral) == 2
+    assert f"{bf16 / 'grid.json'}: dtype: bf16, not --dtype fp8" in capsys.readouterr().err
+    assert sorted(p for p in tmp_path.rglob("*")) == before
+
+
+def _mixtral_fp8_outcomes(sizes: dict[int, int]) -> tuple[Any, dict[str, Outcome]]:
+    """Mixtral-8x7B's fp8 fused-MoE keys at tp 2, decided on an H200; BLOCK_SIZE_N says which batch size it is."""
+    plan = bench.moe_plan("Mixtral-8x7B", 2, ",".join(map(str, sizes)), "fp8")
+    outcomes = {}
+    for key in plan.keys:
+        config = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": sizes[key.m], "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,
+                  "num_warps": 4, "num_stages": 3}
+        outcomes[key.ident] = Outcome(key.ident, key.shape.name, key.shape.family.value, key.fields(), config, 8, 8,
+                                      1.0, 0.1, 0.2, "confirmed", "NVIDIA H200", "3.4.0", "vllm_fused_moe")
+    return plan, outcomes
+
+
+def test_the_tune_phase_file_is_vllms_fp8_name_read_back_and_written_from_the_record_if_the_run_was_cut(
+        tmp_path) -> None:
+    plan, outcomes = _mixtral_fp8_outcomes({16: 64, 64: 128})
+    assert bench.tuned_file(plan, {}, tmp_path, 0.0) is None  # nothing decided: no file
+    # tune-model cut by its cap wrote nothing: the file is written from its record, by the same function
+    cut = bench.tuned_file(plan, outcomes, tmp_path, time.time() + 60)
+    assert cut is not None and cut.written_by == "tune_model.py"
+    assert cut.path == tmp_path / "vllm" / "E=8,N=7168,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
+    assert sorted(cut.configs) == [16, 64] and cut.pick(16)[1]["BLOCK_SIZE_N"] == 64
+    # a file tune-model wrote since the phase began is read as it is, as vLLM reads it: the nearest batch size
+    doc = json.loads(cut.path.read_text())
+    doc["64"]["BLOCK_SIZE_N"] = 256
+    cut.path.write_text(json.dumps(doc))
+    ended = bench.tuned_file(plan, outcomes, tmp_path, 0.0)
+    assert ended is not None and ended.written_by == "tune-model"
+    assert ended.pick(100) == (64, {**outcomes[plan.keys[1].ident].config, "BLOCK_SIZE_N": 256})
+    assert ended.pick(1)[0] == 16
 
 
 def test_a_decoder_layer_of_llama_3_8b_at_m16() -> None:
@@ -65,8 +131,15 @@ def test_scaling_runs_each_gpu_count_in_its_own_folder_and_predicts_the_last(tmp
     assert "GPUs" in got.stdout and "speed-up" in got.stdout
 
 
-@pytest.mark.slow  # the grid's way and tune-model on a tiny MoE under the interpreter (about a minute)
-def test_the_grid_comparison_times_the_grid_runs_tune_model_and_retimes_both(tmp_path) -> None:
+#: the file name vLLM looks up for the grid tests' tiny MoE (E = 4, intermediate size 32 at tp 1) as the stand-in
+#: tuner reports its device, by dtype
+TINY_GRID_FILES = {"bf16": "E=4,N=32,device_name=NVIDIA_H100_80GB_HBM3.json",
+                   "fp8": "E=4,N=32,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8.json"}
+
+
+@pytest.mark.slow  # the grid's way and tune-model on a tiny MoE under the interpreter (30 to 50 s a dtype)
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])  # fp8: e4m3 scaled per tensor, which the interpreter runs
+def test_the_grid_comparison_times_the_grid_runs_tune_model_and_retimes_both(tmp_path, dtype: str) -> None:
     cfg = json.loads(TINY.read_text())
     cfg.update(hidden_size=64, intermediate_size=32, num_attention_heads=2, num_key_value_heads=1, head_dim=32)
     model = tmp_path / "tiny" / "config.json"
@@ -75,26 +148,76 @@ def test_the_grid_comparison_times_the_grid_runs_tune_model_and_retimes_both(tmp
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": PYTHONPATH}
     env.pop("CUDA_VISIBLE_DEVICES", None)
     out = tmp_path / "out"
-    got = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tune_model.py"), "grid", "--model", str(model),
-                          "--batch-sizes", "1,16", "--exhaustive", "16", "--sample", "1", "--nearest", "1",
-                          "--grid-limit", "2", "--tuner", f"{ROOT / 'tests' / 'model_standin.py'}:make", "--out",
-                          str(out)], env=env, capture_output=True, text=True)
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "tune_model.py"), "grid", "--model", str(model), "--batch-sizes",
+           "1,16", "--exhaustive", "16", "--sample", "1", "--nearest", "1", "--grid-limit", "2", "--tuner",
+           f"{ROOT / 'tests' / 'model_standin.py'}:make", "--out", str(out), "--dtype", dtype]
+    got = subprocess.run(cmd, env=env, capture_output=True, text=True)
     assert got.returncode == 0, got.stderr
     doc = json.loads((out / "grid.json").read_text())
+    assert doc["dtype"] == dtype and doc["scaling"] == ("tensor" if dtype == "fp8" else None)
     sizes = doc["grid"]["sizes"]
     assert sizes["M16"]["exhaustive"] and sizes["M16"]["complete"] and sizes["M16"]["timed"] == 2
     assert not sizes["M1"]["exhaustive"] and sizes["M1"]["complete"]  # its sample and M = 16's fastest
+    # the grid ran the dtype's keys, and every configuration passed the check against the reference: for fp8 the
+    # product of the dequantized inputs, within the scaled-fp8 tolerance
+    want = {"bf16": "float32", "fp8": "float8_e4m3fn"}[dtype]  # bf16 runs as float32 under the interpreter
+    assert all(s["key"]["dtype"] == want and s["ok"] == s["timed"] for s in sizes.values())
+    landscape = f"vllm_fused_moe_E4_N64_K64_M16_{'fp8' if dtype == 'fp8' else 'fp32'}.json.gz"
+    assert (out / "grid" / "exhaustive" / "gpu0" / landscape).is_file()
     measured = doc["grid"]["measured"]
     assert measured["configs_timed"] == sizes["M16"]["timed"] + sizes["M1"]["timed"]
     assert measured["compiled"] == 2 + sizes["M1"]["timed"]  # once per specialisation: M = 16 and M = 1 differ
     est = doc["grid"]["estimate"]
     assert est["configs"] == 2 * 2 and est["gpu_s"] > 0 and est["wall_s"] >= est["gpu_s"] / doc["gpus"]
     assert doc["tune"]["decided"] == doc["tune"]["keys"] == 2 and not doc["tune"]["interrupted"]
+    assert doc["tune"]["command"].endswith(f"--dtype {dtype}") and doc["tune"]["calls"] == 1
+    # tune-model's picks are re-timed as vLLM reads them from the file tune-model wrote, named as vLLM names it
+    file = doc["tune"]["vllm_file"]
+    assert file["name"] == TINY_GRID_FILES[dtype] and file["written_by"] == "tune-model"
+    assert file["batch_sizes"] == [1, 16] and (out / file["path"]).is_file()
     assert [r["M"] for r in doc["retime"]] == [1, 16]
     for r in doc["retime"]:
+        assert r["file_batch_size"] == r["M"] and r["file_is_decision"]
         assert set(r["medians_ms"]) == {"tuned"} | {f"grid#{i + 1}" for i in range(min(3, r["grid_timed"]))}
         assert 0 < r["fraction"] <= 1 and r["fraction"] == min(r["medians_ms"].values()) / r["tuned_ms"]
-    assert "fraction" in got.stdout
+    assert "fraction" in got.stdout and file["path"] in got.stdout
+    assert ("fused MoE fp8 (e4m3 activations and weights, per-tensor scales" in got.stdout) == (dtype == "fp8")
+    if dtype == "fp8":  # the same command again resumes: nothing of the grid is timed again, the calls' walls add up
+        again = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        assert again.returncode == 0, again.stderr
+        doc2 = json.loads((out / "grid.json").read_text())
+        assert doc2["grid"]["sizes"] == doc["grid"]["sizes"]  # each size's rows and seconds as the first call left them
+        assert doc2["tune"]["calls"] == 2 and doc2["tune"]["decided"] == 2
+        assert doc2["tune"]["wall_s_total"] == doc["tune"]["wall_s_total"] + doc2["tune"]["wall_s"]
+        assert doc2["summary"]["tune_wall_s"] == doc2["tune"]["wall_s_total"]
+
+
+@pytest.mark.gpu
+@pytest.mark.slow  # the grid's way (96 configurations) and tune-model on the tiny MoE at fp8 on one GPU: minutes
+def test_the_fp8_grid_comparison_on_a_gpu(tmp_path) -> None:
+    from evotune.model.exports import ServerFileKind, device_part
+
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH}
+    out = tmp_path / "out"
+    got = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tune_model.py"), "grid", "--model", str(TINY),
+                          "--dtype", "fp8", "--gpus", "1", "--batch-sizes", "16,64", "--exhaustive", "16", "--sample",
+                          "16", "--nearest", "4", "--grid-limit", "96", "--tune-seconds", "1200", "--out", str(out)],
+                         env=env, capture_output=True, text=True)
+    assert got.returncode == 0, got.stderr[-3000:]
+    doc = json.loads((out / "grid.json").read_text())
+    assert doc["dtype"] == "fp8" and doc["torch_dtype"] == "float8_e4m3fn" and doc["scaling"] == "tensor"
+    sizes = doc["grid"]["sizes"]
+    assert all(s["complete"] and s["key"]["dtype"] == "float8_e4m3fn" and s["ok"] > 0 for s in sizes.values())
+    # every configuration that ran matched the product of the dequantized inputs (the others did not build)
+    rows = [r for path in (out / "grid").glob("*/gpu*/grid.json")
+            for size in json.loads(path.read_text())["sizes"].values() for r in size["rows"].values()]
+    assert rows and {r["status"] for r in rows} <= {"ok", "compile_error"}
+    assert doc["tune"]["decided"] == 2 and not doc["tune"]["interrupted"]
+    device = device_part(torch.cuda.get_device_name(), ServerFileKind.VLLM_MOE)
+    file = doc["tune"]["vllm_file"]
+    assert file["name"] == f"E=4,N=512,device_name={device},dtype=fp8_w8a8.json" and file["written_by"] == "tune-model"
+    assert [r["M"] for r in doc["retime"]] == [16, 64]
+    assert all(r["file_is_decision"] and 0 < r["fraction"] <= 1 for r in doc["retime"])
 
 
 @pytest.mark.gpu
