@@ -384,6 +384,8 @@ def grid(args: argparse.Namespace) -> dict[str, Any]:
             "interrupted": cut, "keys": len(plan.keys), "decided": len(outcomes),
             "evaluations": sum(o.evaluations for o in outcomes.values()),
             "gpu_s": sum(o.gpu_s for o in outcomes.values()),
+            # the GPU's seconds on timing (evaluations and confirmations), as the grid's GPU time counts its timing
+            "timing_s": sum(o.timing_s or 0.0 for o in outcomes.values()),
             "compiles": {str(o.fields["M"]): o.compiles for o in outcomes.values()},
             "command": " ".join(cmd[1:])}
     file = tuned_file(plan, outcomes, tune_dir, tune_began)
@@ -397,7 +399,9 @@ def grid(args: argparse.Namespace) -> dict[str, Any]:
                "geomean_fraction": math.exp(statistics.fmean(math.log(f) for f in fractions)) if fractions else None,
                "tune_wall_s": total_wall, "grid_wall_s_measured": grid_wall,
                "grid_wall_s_estimated": estimate["wall_s"], "tune_gpu_s": tune["gpu_s"],
-               "grid_gpu_s_estimated": estimate["gpu_s"]}
+               "tune_timing_s": tune["timing_s"], "grid_gpu_s_estimated": estimate["gpu_s"],
+               "wall_fraction": total_wall / estimate["wall_s"] if estimate["wall_s"] else None,
+               "gpu_fraction": tune["timing_s"] / estimate["gpu_s"] if estimate["gpu_s"] else None}
     rows = [[r["M"], r["grid_timed"], r["tuned_ms"], r["grid_best_ms"], r["fraction"],
              tune["compiles"].get(str(r["M"]))] for r in retimed]
     print(f"{plan.model.name} tp {plan.tp}, fused MoE {dtype_label(plan)}; tune-model's picks read back from "
@@ -405,8 +409,12 @@ def grid(args: argparse.Namespace) -> dict[str, Any]:
              "no key decided"))
     print(table(rows, ["M", "grid timed", "tuned ms", "grid best ms", "fraction", "compiles"]))
     print(f"tune-model: {tune['decided']}/{tune['keys']} keys in {total_wall:.0f} s wall ({tune['calls']} calls) on "
-          f"{gpus} GPUs, {tune['gpu_s']:.0f} GPU-s; the grid: {grid_wall:.0f} s measured, whole grid estimated "
-          f"{estimate['wall_s']:.0f} s wall, {estimate['gpu_s']:.0f} GPU-s, {estimate['compile_s']:.0f} compile-s")
+          f"{gpus} GPUs, {tune['gpu_s']:.0f} GPU-s held, {tune['timing_s']:.1f} s of them timing; the grid: "
+          f"{grid_wall:.0f} s measured, whole grid estimated {estimate['wall_s']:.0f} s wall, "
+          f"{estimate['gpu_s']:.0f} GPU-s timing, {estimate['compile_s']:.0f} compile-s")
+    if summary["wall_fraction"] is not None and summary["gpu_fraction"] is not None:
+        print(f"tune-model / whole grid: wall {100 * summary['wall_fraction']:.1f}%, GPU timing "
+              f"{100 * summary['gpu_fraction']:.2f}%")
     return {"model": args.model, "tp": args.tp, "dtype": plan.dtype, "torch_dtype": torch_dtype(plan),
             "scaling": "tensor" if plan.dtype == "fp8" else None, "gpus": gpus, "jobs": args.jobs,
             "exhaustive": exhaustive,

@@ -166,3 +166,23 @@ def test_export_configs_from_a_missing_or_empty_cache_says_what_fills_it(kernels
     assert main(["export-configs", "--cache", str(tmp_path / "cache"), "--kernel", "other"]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.endswith(f"autotune.db holds no tuned kernel named other {filled_by}")
+
+
+def test_tune_kernel_counts_the_gpus_timing_seconds_of_each_key_apart_from_its_wall(tmp_path: Path) -> None:
+    """A key's ``timing_s``: its new evaluations' timing and the confirmation's rounds, within its seconds; a key
+    decided before times nothing."""
+    from evotune.triton_tuning.ahead import KeyProgress, Stage, tune_kernel
+
+    keys = tmp_path / "keys.toml"
+    keys.write_text('launch = "make_add_args"\n[[key]]\nn = 32\n')
+    cache = str(tmp_path / "cache")
+    events: list[KeyProgress] = []
+    tune_kernel(ADD_TUNED, keys, cache, progress=events.append)
+    (done,) = [e for e in events if e.stage is Stage.DECIDED]
+    assert done.new == 3 and 0 < done.timing_s <= done.seconds
+    assert done.decision is not None and done.decision.confirmation is not None
+    assert done.timing_s > float(done.decision.confirmation["seconds"]) > 0  # the trials' timing counted too
+    events.clear()
+    tune_kernel(ADD_TUNED, keys, cache, progress=events.append)
+    (again,) = [e for e in events if e.stage is Stage.DECIDED]
+    assert again.new == 0 and again.timing_s == 0.0

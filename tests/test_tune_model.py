@@ -173,17 +173,18 @@ def test_report_per_kernel(tmp_path) -> None:
     moe = next(k for k in plan.kernels if k.shape.family is Family.FUSED_MOE)
     done = {key.ident: Outcome(key.ident, key.shape.name, key.shape.family.value, key.fields(),
                                model_standin.CONFIGS[0], 5, 5, 2.5, 1.0, untuned, "confirmed", "cpu", "3.4.0",
-                               "vllm_fused_moe", compiles, 5 - compiles)
-            for key, untuned, compiles in zip(moe.keys, (2.0, 8.0), (5, 1), strict=True)}
+                               "vllm_fused_moe", compiles, 5 - compiles, timing)
+            for key, untuned, compiles, timing in zip(moe.keys, (2.0, 8.0), (5, 1), (0.5, None), strict=True)}
     rep = report.build_report(plan, done, ["vllm/x.json"])
     row = next(r for r in rep.kernels if r.family == "fused_moe")
     assert (row.decided, row.keys, row.evaluations, row.gpu_s, row.measured) == (2, 2, 10, 5.0, 2)
+    assert row.timing_s == 0.5  # of the seconds held, those timing (a key that did not count them is left out)
     assert row.ratio_geomean == pytest.approx(4.0) and (row.ratio_min, row.ratio_max) == (2.0, 8.0)
     assert row.untuned == "vLLM default config" and row.grid_gpu_s == pytest.approx(1920 * (2 * 0.2 + 1.5))
     dense = [r for r in rep.kernels if r.family != "fused_moe"]
     assert all(r.decided == 0 and r.ratio_geomean is None and r.untuned == "cuBLAS" for r in dense)
     md, js = report.write_report(rep, tmp_path)
-    assert "| 2/2 | 10 | 5.0 |" in md.read_text() and "4.000x" in md.read_text()
+    assert "| 2/2 | 10 | 5.0 | 0.5 |" in md.read_text() and "4.000x" in md.read_text()
     assert "| 2.000x - 8.000x | 5, 1 |" in md.read_text()  # compiles per key, in batch-size order
     doc = json.loads(js.read_text())
     assert doc["kernels"][0]["ratio_geomean"] == pytest.approx(4.0)
@@ -349,6 +350,7 @@ def test_the_default_tuner_on_a_gpu(tmp_path) -> None:
     assert got.returncode == 0, got.stderr
     doc = json.loads((out / "report.json").read_text())
     assert all(k["decided"] == k["keys"] and k["measured"] == k["keys"] for k in doc["kernels"])
+    assert all(0 < k["timing_s"] < k["gpu_s"] for k in doc["kernels"])  # compiles hold the GPU too
     assert [p.name for p in exports.check_folder(out)] and (out / "autotune.db").is_file()
     # decode keys by the decode family, confirmed beside cuBLAS, found by lookup() in tuned.json
     decode = [o for o in doc["outcomes"] if o["family"] == "triton_decode_gemm"]

@@ -33,6 +33,8 @@ class Outcome:
     space: str = ""  # the search space the tuner searched (its name), for the tuning-result cache
     compiles: int | None = None  # configurations compiled while the key was searched (None: not counted)
     loads: int | None = None  # configurations found built (by an earlier key, any worker) in the on-disk cache
+    #: of ``gpu_s``, the GPU's seconds on timing (the new evaluations and the confirmation; None: not counted)
+    timing_s: float | None = None
 
     @property
     def ratio(self) -> float | None:

@@ -1,5 +1,6 @@
-"""The run's report, Markdown and JSON: per kernel its keys, evaluations, GPU-seconds, the grid's GPU-seconds
-estimated from its size (``plan.estimate_kernel``), and the ratio of the untuned default's time to the tuned
+"""The run's report, Markdown and JSON: per kernel its keys, evaluations, GPU-seconds (the seconds its keys held
+their GPU, compiles included) and of those the seconds the GPU spent timing, the grid's GPU-seconds estimated from its
+size (``plan.estimate_kernel``), and the ratio of the untuned default's time to the tuned
 configuration's where both were measured (vLLM's default configuration for its Triton kernels, cuBLAS for dense
 GEMMs; above 1: tuning made it faster)."""
 
@@ -33,6 +34,8 @@ class KernelRow:
     compiles: list[int | None] = field(default_factory=list)
     #: of the configurations timed, those found built (for an earlier key, by any worker) in the on-disk cache
     loads: list[int | None] = field(default_factory=list)
+    #: of ``gpu_s``, the GPU's seconds on timing (evaluations and confirmations; None: no key counted them)
+    timing_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -57,10 +60,15 @@ def build_report(plan: Plan, outcomes: dict[str, Outcome], files: list[str]) -> 
                               kernel.shape.family.untuned,
                               None if not ratios else math.exp(sum(math.log(r) for r in ratios) / len(ratios)),
                               min(ratios, default=None), max(ratios, default=None), len(ratios),
-                              [o.compiles for o in got], [o.loads for o in got]))
+                              [o.compiles for o in got], [o.loads for o in got], _timing(got)))
     devices = sorted({o.device for o in outcomes.values()})
     ordered = [outcomes[k.ident].to_json() for k in plan.keys if k.ident in outcomes]
     return Report(plan.model.name, plan.tp, plan.dtype, ", ".join(devices) or "-", rows, ordered, files)
+
+
+def _timing(got: list[Outcome]) -> float | None:
+    counted = [o.timing_s for o in got if o.timing_s is not None]
+    return round(sum(counted), 3) if counted else None
 
 
 def _r(x: float | None) -> str:
@@ -77,13 +85,15 @@ def markdown(report: Report) -> str:
              f"at every key, {EVAL_S} s an evaluation plus one build per configuration. Ratio: the untuned "
              "default's time over the tuned configuration's, geometric mean over the keys where both were timed "
              "(min - max). Compiles: configurations the compiler built for each key in batch-size order (a "
-             "configuration built for an earlier key of the same specialisation is loaded, not built).", "",
-             "| kernel | layers | keys | evaluations | GPU-s | grid GPU-s (est.) | vs | ratio | min - max | "
+             "configuration built for an earlier key of the same specialisation is loaded, not built). GPU-s: the "
+             "seconds the keys held their GPU (compiles included); timing-s: of those, the GPU's on timing.", "",
+             "| kernel | layers | keys | evaluations | GPU-s | timing-s | grid GPU-s (est.) | vs | ratio | min - max | "
              "compiles per key |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report.kernels:
+        timing = "-" if r.timing_s is None else f"{r.timing_s:.1f}"
         lines.append(f"| {r.kernel} | {', '.join(r.layers)} | {r.decided}/{r.keys} | {r.evaluations} | "
-                     f"{r.gpu_s:.1f} | {r.grid_gpu_s:.0f} | {r.untuned} | {_r(r.ratio_geomean)} | "
+                     f"{r.gpu_s:.1f} | {timing} | {r.grid_gpu_s:.0f} | {r.untuned} | {_r(r.ratio_geomean)} | "
                      f"{_r(r.ratio_min)} - {_r(r.ratio_max)} | {_counts(r.compiles)} |")
     lines += ["", "## Files", ""] + [f"- `{f}`" for f in report.files] + [""]
     return "\n".join(lines)

@@ -131,7 +131,7 @@ class AutotuneTuner:
                        done.new, done.seconds, tuned_ms if tuned_ms is not None else
                        (None if decision is None else decision.time_ms), untuned_ms,
                        "single" if decision is None else decision.how, _device(), str(triton.__version__),
-                       SPACES[family], count.compiles, count.loads)
+                       SPACES[family], count.compiles, count.loads, done.timing_s)
 
     def close(self) -> None:
         if self._studies is not None:

@@ -79,6 +79,8 @@ class KeyProgress:
     new: int = 0  # of those, measured now
     decision: Decision | None = None  # None: a single configuration, nothing to time
     seconds: float = 0.0
+    #: of those seconds, the GPU's on timing: the new evaluations' and the confirmation's (compiles not counted)
+    timing_s: float = 0.0
 
 
 @dataclass
@@ -234,7 +236,7 @@ def tune_kernel(ref: str, keys_path: Path, cache: str | None = None, space: str 
         decision = kernel.decisions.get(tuple(fields.values()))
         after = _evaluations(kernel, fields)
         tell(KeyProgress(Stage.DECIDED, i, total, key, after, after - before, decision,
-                         time.perf_counter() - started))
+                         time.perf_counter() - started, _timing_s(kernel, fields, before, decision)))
         out.append((fields, kernel.best_config, decision))
     return out
 
@@ -259,3 +261,14 @@ def _evaluations(kernel: Autotuner, fields: dict[str, Any]) -> int:
     """The configurations measured for the key so far (its study's trials)."""
     store = kernel.decision_store.existing(fields, kernel.candidates.space)
     return 0 if store is None else len(store.history())
+
+
+def _timing_s(kernel: Autotuner, fields: dict[str, Any], before: int, decision: Decision | None) -> float:
+    """The GPU's seconds on timing the key now: its trials after the first ``before`` (their ``bench_s``) and, when
+    the decision was made now, its confirmation's rounds."""
+    store = kernel.decision_store.existing(fields, kernel.candidates.space)
+    trials = [] if store is None else store.history()[before:]
+    seconds = sum(float(r.attrs.get("bench_s") or 0.0) for r in trials)
+    if trials and decision is not None and decision.confirmation is not None:
+        seconds += float(decision.confirmation.get("seconds") or 0.0)
+    return seconds
