@@ -207,10 +207,11 @@ def moe(keys_path: str, out: str, budget: int = 0) -> None:
     import fused_moe as moe_example
 
     from evotune.measurement.options import TimingOptions
-    from evotune.triton_tuning.ahead import load_kernel, load_keys
+    from evotune.triton_tuning.ahead import load_keys
     from evotune.triton_tuning.compile_ahead import compile_ahead
     from evotune.triton_tuning.configs import LaunchContext
     from evotune.triton_tuning.plain import without_config
+    from evotune.triton_tuning.references import load_kernel
     from evotune.triton_tuning.timers import OracleTimer, Timer, WallClockTimer
 
     gpu = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1"

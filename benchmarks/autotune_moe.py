@@ -67,9 +67,10 @@ from evotune.core.result import EvalResult, Status  # noqa: E402
 from evotune.core.space import Point  # noqa: E402
 from evotune.measurement.options import TimingOptions  # noqa: E402
 from evotune.measurement.workloads.gemm_fp8 import SCALED_TOLERANCE  # noqa: E402
-from evotune.triton_tuning.ahead import load_kernel, load_keys  # noqa: E402
+from evotune.triton_tuning.ahead import load_keys  # noqa: E402
 from evotune.triton_tuning.builds import value_class  # noqa: E402
 from evotune.triton_tuning.configs import Candidates  # noqa: E402
+from evotune.triton_tuning.references import load_kernel  # noqa: E402
 from evotune.triton_tuning.resources import compile_config, over_limits  # noqa: E402
 from evotune.triton_tuning.timers import OracleTimer, Timer, WallClockTimer  # noqa: E402
 from search_spaces._triton_fused_moe import dequantized  # noqa: E402

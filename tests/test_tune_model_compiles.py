@@ -15,10 +15,10 @@ import pytest
 from evotune.core.problem import Problem
 from evotune.core.result import EvalResult, Status
 from evotune.core.space import Context, FeasibleSet, Point, SearchSpace, ordinal
-from evotune.model.compiles import CompileCount
 from evotune.search.compile_cost import Kernels
 from evotune.triton_tuning.builds import built_points, specialisation
 from evotune.triton_tuning.cache import DecisionStore, KernelId
+from evotune.triton_tuning.compile_count import CompileCount
 from evotune.triton_tuning.configs import LaunchContext
 from evotune.triton_tuning.search import KeyJob, _search, tune_key
 from evotune.triton_tuning.timers import WallClockTimer

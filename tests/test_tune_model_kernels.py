@@ -43,7 +43,7 @@ def test_each_kernel_and_its_space_resolve_inside_a_shipped_package(family) -> N
 @pytest.mark.parametrize("family", [Family.FUSED_MOE, Family.GEMM])
 def test_each_kernel_loads_as_tune_kernel_loads_it(family) -> None:
     pytest.importorskip("triton")
-    from evotune.triton_tuning.ahead import load_kernel
+    from evotune.triton_tuning.references import load_kernel
 
     source = SOURCES[family]
     kernel, module = load_kernel(source.ref, source.space, source.key)

@@ -29,8 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evotune.model.autotune_api import VLLM_FIELDS, AheadError, KeyProgress, load_module, tune_kernel
-from evotune.model.compiles import CompileCount
+from evotune.model.autotune_api import VLLM_FIELDS, AheadError, CompileCount, KeyProgress, load_module, tune_kernel
 from evotune.model.models import ModelError
 from evotune.model.outcome import Outcome
 from evotune.model.plan import BUILD_S, EVAL_S, FP8_BLOCK, Family, Key, Plan
@@ -62,6 +61,10 @@ SOURCES = {
 #: a configuration's compile in evaluations' worth of GPU time: a key's search weighs the configurations not built
 #: for an earlier key of the same specialisation (Triton's: M is 1, a multiple of 16, or neither) by it
 COMPILE_COST = BUILD_S / EVAL_S
+
+#: milliseconds of do_bench's sampling a round when the decision is timed against the untuned default: three
+#: alternated rounds of a few hundred launches each (a key's whole search is 64 evaluations of a few ms each)
+UNTUNED_REP_MS = 30
 
 #: the search spaces of the two kernels, by the names they carry (the SPACE of each module)
 SPACES = {Family.FUSED_MOE: "vllm_fused_moe", Family.GEMM: "matmul_example"}
@@ -171,7 +174,7 @@ def _against_untuned(source: KernelSource, family: Family, key: Key, fields: dic
     best: dict[str, float] = {}
     for _ in range(3):  # alternated rounds: a clock or thermal drift reaches both
         for name, run in runs.items():
-            ms = float(do_bench(run, warmup=25, rep=100))
+            ms = float(do_bench(run, warmup=10, rep=UNTUNED_REP_MS))
             best[name] = min(ms, best.get(name, ms))
     return best["tuned"], best["untuned"]
 

@@ -28,11 +28,8 @@ it starts and as it is decided (:class:`KeyProgress`).
 from __future__ import annotations
 
 import enum
-import importlib
-import importlib.util
 import inspect
 import os
-import sys
 import time
 import tomllib
 from collections.abc import Callable
@@ -42,13 +39,10 @@ from types import ModuleType
 from typing import Any
 
 from evotune.triton_tuning.autotuner import Autotuner
+from evotune.triton_tuning.build_processes import LaunchRef, ProcessBuilds, processes
 from evotune.triton_tuning.cache import Decision
-from evotune.triton_tuning.plain import PlainKernelError, is_plain, load_candidates, without_config, wrap
-
-
-class AheadError(ValueError):
-    """A bad kernel reference or keys file, in one line naming the file and the field."""
-
+from evotune.triton_tuning.plain import without_config
+from evotune.triton_tuning.references import AheadError, load_kernel
 
 INTERPRETER_HINT = "set TRITON_INTERPRET=1 to run on the CPU through Triton's interpreter"
 
@@ -89,58 +83,6 @@ class KeysFile:
     launch: Callable[..., Any]
     launch_name: str
     keys: list[dict[str, Any]]
-
-
-def load_module(name: str) -> ModuleType:
-    if name.endswith(".py"):
-        path = Path(name)
-        if not path.is_file():
-            raise AheadError(f"{name}: no such file")
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[path.stem] = module
-        try:
-            spec.loader.exec_module(module)
-        except Exception as exc:  # an import it needs, or an error in it
-            del sys.modules[path.stem]
-            raise AheadError(f"{name}: cannot load it ({type(exc).__name__}: {exc})") from None
-        return module
-    try:
-        return importlib.import_module(name)
-    except Exception as exc:  # not found, an import it needs, or an error in it
-        raise AheadError(f"{name}: cannot import it ({type(exc).__name__}: {exc})") from None
-
-
-def load_kernel(ref: str, space: str | None = None, key: str | None = None) -> tuple[Autotuner, ModuleType]:
-    """The tuned kernel ``MODULE:KERNEL`` and its module; a plain jit kernel is wrapped with the candidates
-    ``space`` names (``FILE:NAME``) and ``key`` (argument names, comma-separated)."""
-    module_name, sep, kernel_name = ref.rpartition(":")
-    if not sep or not module_name or not kernel_name:
-        raise AheadError(f"MODULE:KERNEL: expected a module (or .py file) and a kernel name, got {ref!r}")
-    module = load_module(module_name)
-    kernel = getattr(module, kernel_name, None)
-    if kernel is None:
-        raise AheadError(f"{module_name}: no kernel named {kernel_name!r}")
-    if isinstance(kernel, Autotuner):
-        if space is not None or key is not None:
-            raise AheadError(f"--space, --key: {kernel_name} is decorated with evotune.autotune, which gives both")
-        return kernel, module
-    if not is_plain(kernel):
-        raise AheadError(f"{module_name}: {kernel_name} is not decorated with evotune.autotune")
-    if space is None:
-        raise AheadError(f"{module_name}: {kernel_name} is not decorated with evotune.autotune: give its "
-                         "candidates with --space FILE:NAME and its key with --key NAMES")
-    names = [k.strip() for k in (key or "").split(",") if k.strip()]
-    if not names:
-        raise AheadError(f"--key: the arguments of {kernel_name} that key a decision (comma-separated) are "
-                         "required with --space")
-    try:
-        configs, candidates = load_candidates(space, lambda name: module if name == module_name else
-                                              load_module(name))
-        return wrap(kernel, configs, candidates, names), module
-    except PlainKernelError as exc:
-        raise AheadError(str(exc)) from None
 
 
 def load_keys(path: Path, module: ModuleType) -> KeysFile:
@@ -232,7 +174,14 @@ def tune_kernel(ref: str, keys_path: Path, cache: str | None = None, space: str 
         kwargs = without_config(kernel, kwargs)
         fields = kernel.key_fields(dict(zip(kernel.arg_names, args, strict=False)), kwargs)
         before = _evaluations(kernel, fields)
-        kernel[grid](*args, **kwargs)
+        # other processes can make this launch: they build the search's proposals (build_processes.py)
+        launch = LaunchRef(ref, space, key_names, keys.launch_name, tuple(key.items()))
+        kernel.builds = lambda depth, searched, launch=launch: ProcessBuilds(launch, searched.key,
+                                                                             min(depth, processes()))
+        try:
+            kernel[grid](*args, **kwargs)
+        finally:
+            kernel.builds = None
         decision = kernel.decisions.get(tuple(fields.values()))
         after = _evaluations(kernel, fields)
         tell(KeyProgress(Stage.DECIDED, i, total, key, after, after - before, decision,

@@ -41,7 +41,7 @@ from evotune.core.space import FeasibleSet, Point, SearchSpace
 from evotune.search import launch
 from evotune.triton_tuning.builds import built_points
 from evotune.triton_tuning.cache import CacheArg, Decision, DecisionStore, KernelId, cache_url
-from evotune.triton_tuning.compile_ahead import CompilePool, compile_ahead, pool_depth
+from evotune.triton_tuning.compile_ahead import CompilePool, PointBuilds, compile_ahead, pool_depth
 from evotune.triton_tuning.configs import Candidates, LaunchContext, TritonConfig
 from evotune.triton_tuning.hooks import Hooks
 from evotune.triton_tuning.measure import launch_call, measure
@@ -103,6 +103,10 @@ class Autotuner:
         # a configuration's compile in evaluations' worth of time: above 0, a key's search weighs the configurations
         # not built for an earlier key of the same specialisation by it (evotune.triton_tuning.builds)
         self.compile_cost = 0.0
+        #: makes what builds a searched key's proposals from (its depth, the space), where other processes can make
+        #: the launch being tuned (set by ``tune-kernel``, which names the kernel by reference:
+        #: build_processes.py); None: threads of this process build them
+        self.builds: Callable[[int, SearchSpace], PointBuilds] | None = None
         # the GPU oracle always times CUDA graphs, and decisions always persist (where `cache` says): the two
         # flags of Triton's are kept as given and change nothing
         self.use_cuda_graph, self.cache_results = bool(use_cuda_graph), bool(cache_results)
@@ -237,9 +241,7 @@ class Autotuner:
                      lambda p: self._call(args, kwargs, candidates.config(p)), self.timer, self.confirm,
                      compile_ahead=lambda points: compile_ahead(self.fn, args, kwargs,
                                                                 [candidates.config(p) for p in points]),
-                     pool=(lambda: CompilePool(self.fn, args, kwargs, candidates.config, space.key,
-                                               pool_depth(self.budget)))
-                     if CompilePool.available() else None,
+                     pool=self._pool(args, kwargs, candidates, space) if CompilePool.available() else None,
                      programs=None if counts is None else (lambda p: counts[space.key(p)]), sms=_sms(args),
                      ctx=LaunchContext(args={**(self.nargs or {}), **kwargs}), compile_cost=self.compile_cost,
                      built=built_points(self.decision_store, fields, space) if self.compile_cost > 0 else frozenset())
@@ -263,6 +265,15 @@ class Autotuner:
         if timed:  # outputs touched by timing: reset them, as triton.autotune does
             self.pre_hook({**(self.nargs or {}), **kwargs, **config.all_kwargs()}, reset_only=True)
         return config
+
+    def _pool(self, args: tuple[Any, ...], kwargs: dict[str, Any], candidates: Candidates,
+              space: SearchSpace) -> Callable[[], PointBuilds]:
+        """What builds a searched key's proposals ahead: other processes where they can make the launch (a kernel
+        named by reference), else threads of this one."""
+        depth, builds = pool_depth(self.budget), self.builds
+        if builds is not None:
+            return lambda: builds(depth, space)
+        return lambda: CompilePool(self.fn, args, kwargs, candidates.config, space.key, depth)
 
     def _programs(self, fs: FeasibleSet, kwargs: dict[str, Any]) -> dict[str, int] | None:
         """Each candidate's program count at this launch (its grid at the configuration), for the search's

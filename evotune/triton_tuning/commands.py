@@ -10,7 +10,7 @@ from rich.table import Table
 
 from evotune.storage.study import open_existing
 from evotune.storage.url import StorageError, shown, sqlite_file, with_driver
-from evotune.triton_tuning.ahead import AheadError, KeyProgress, Stage, tune_kernel
+from evotune.triton_tuning.ahead import KeyProgress, Stage, tune_kernel
 from evotune.triton_tuning.cache import cache_url
 from evotune.triton_tuning.export import (
     ExportError,
@@ -20,6 +20,7 @@ from evotune.triton_tuning.export import (
     write_vllm_block_fp8,
     write_vllm_moe,
 )
+from evotune.triton_tuning.references import AheadError
 
 # where export-configs writes without --out: under runs/, beside the other commands' outputs, never among the files
 # of the folder it is run in

@@ -19,7 +19,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from evotune.triton_tuning.resources import compile_config
 
@@ -73,6 +73,22 @@ def compile_ahead(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], config
     seconds = time.perf_counter() - started
     log.info("compiled %d configurations ahead in %.2f s", len(configs), seconds)
     return seconds
+
+
+class PointBuilds(Protocol):
+    """What builds a searched key's next proposals while the GPU times the built ones: :class:`CompilePool` (threads
+    of this process) or :class:`~evotune.triton_tuning.build_processes.ProcessBuilds` (other processes)."""
+
+    #: proposals the tuner keeps handed out to it
+    depth: int
+
+    def submit(self, points: list[Point]) -> None: ...
+
+    def ready(self, point: Point) -> bool: ...
+
+    def wait(self, point: Point) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class CompilePool:

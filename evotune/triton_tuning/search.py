@@ -42,7 +42,7 @@ from evotune.storage.claims import Claims, NoClaims, make_claims
 from evotune.storage.claims.base import owner_id
 from evotune.storage.study import StudyStore
 from evotune.triton_tuning.cache import Decision, DecisionStore, candidates_hash, key_text, now
-from evotune.triton_tuning.compile_ahead import CompilePool
+from evotune.triton_tuning.compile_ahead import PointBuilds
 from evotune.triton_tuning.neighbours import sources
 from evotune.triton_tuning.timers import Call, Timer
 
@@ -74,7 +74,7 @@ class KeyJob:
     #: builds a list's configurations before they are timed (None: each is built when first timed)
     compile_ahead: Callable[[list[Point]], object] | None = None
     #: a pool that builds a search's proposals while others are timed (None: each is built when first timed)
-    pool: Callable[[], CompilePool] | None = None
+    pool: Callable[[], PointBuilds] | None = None
     #: the number of programs a point's launch runs at this key (None: the grid is not known)
     programs: Callable[[Point], int] | None = None
     #: the GPU's multiprocessors, for the launch features (None: not known)
@@ -140,12 +140,12 @@ def _measured(store: StudyStore) -> dict[str, tuple[Point, float | None]]:
 
 class LaunchEvaluator(Evaluator):
     """A key's configurations measured in this process, by launching the kernel (``measure``: build, check
-    against the device, time with the hooks around each launch). With a :class:`CompilePool`, the tuner hands
-    it the next proposals to build while the GPU times the built ones."""
+    against the device, time with the hooks around each launch). With a pool (:class:`PointBuilds`), the tuner
+    hands it the next proposals to build while the GPU times the built ones."""
 
     kind = "launch"
 
-    def __init__(self, measure: Callable[[Point], EvalResult], pool: CompilePool | None = None):
+    def __init__(self, measure: Callable[[Point], EvalResult], pool: PointBuilds | None = None):
         self.measure, self.pool = measure, pool
         self.prefetch_depth = 1 if pool is None else pool.depth
 
