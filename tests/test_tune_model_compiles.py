@@ -28,7 +28,7 @@ from search_spaces._triton_fused_moe import SPACE
 
 N, K, E, TOP_K = 2 * 14336 // 2, 4096, 8, 2  # Mixtral-8x7B at tp 2: gate-up N = 2 x 14336 / 2
 BUDGET = 16
-COMPILE_COST = 7.5  # tune-model's: a 1.5 s build against a 0.2 s evaluation
+COMPILE_COST = 7.5  # a 1.5 s build against a 0.2 s evaluation, one build at a time
 
 
 class Half:
@@ -135,3 +135,12 @@ def test_triton_compiles_are_counted_while_a_key_is_tuned(monkeypatch) -> None:
     with CompileCount() as count:
         pass
     assert (count.compiles, count.loads) == (None, None)  # the interpreter compiles nothing: not counted
+
+
+def test_tune_models_compile_cost_is_a_builds_share_of_its_build_processes(monkeypatch) -> None:
+    from evotune.model.tuning import compile_cost
+
+    monkeypatch.setenv("EVOTUNE_COMPILE_THREADS", "14")
+    assert compile_cost() == pytest.approx(1.5 / (0.2 * 14))
+    monkeypatch.setenv("EVOTUNE_COMPILE_THREADS", "1")
+    assert compile_cost() == pytest.approx(7.5)
