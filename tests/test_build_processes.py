@@ -5,6 +5,7 @@ interpreter) nothing is compiled, so a build there says "found built"."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,34 @@ def test_the_pool_builds_in_its_processes_and_a_point_is_ready_once_built(monkey
         pool.close()
     finally:
         shutdown()
+
+
+def test_a_build_still_queued_is_taken_back_and_left_to_the_measurement(monkeypatch) -> None:
+    """The first evaluations do not wait for the processes to start: a point whose build no process has begun is
+    built by the measurement here."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import evotune.triton_tuning.build_processes as bp
+
+    release = threading.Event()
+    began: list[int] = []
+
+    def slow_build(ref: LaunchRef, point: dict[str, int]) -> bool:
+        began.append(point["i"])
+        release.wait()
+        return True
+
+    one = ThreadPoolExecutor(1)
+    monkeypatch.setattr(bp, "executor", lambda ref: one)
+    monkeypatch.setattr(bp, "build", slow_build)
+    pool = ProcessBuilds(LaunchRef(ADD_TUNED, None, None, "make_add_args", (("n", 32),)), lambda p: str(p["i"]), 1)
+    pool.submit([{"i": 0}, {"i": 1}])
+    while not began:  # the single worker has taken the first build
+        threading.Event().wait(0.01)
+    before = BUILT.count
+    pool.wait({"i": 1})  # queued behind it: taken back at once, not waited for
+    assert began == [0] and pool.ready({"i": 1}) and not pool.ready({"i": 0})
+    release.set()
+    pool.wait({"i": 0})  # begun: waited for, and counted as built elsewhere
+    assert pool.ready({"i": 0}) and BUILT.count == before + 1 and began == [0]
+    one.shutdown()

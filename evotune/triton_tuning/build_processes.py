@@ -100,8 +100,13 @@ class ProcessBuilds:
         return future is None or future.done()
 
     def wait(self, point: Point) -> None:
+        """Wait for ``point``'s build where a process has started it; one still queued (behind others, or while the
+        processes start) is taken back, and the measurement builds it here, sooner."""
         future = self._futures.get(self.key_of(point))
         if future is None:
+            return
+        if future.cancel():
+            self._futures[self.key_of(point)] = _done
             return
         try:
             built = future.result()
