@@ -47,11 +47,12 @@ def pool_threads() -> int | None:
 
 
 def pool_depth(budget: int) -> int:
-    """Threads for a search of ``budget`` evaluations: ``EVOTUNE_COMPILE_THREADS``, else one a core but at most a
-    quarter of the budget (at least 2). The tuner keeps about 1.5 pools of proposals handed out, which the search
-    makes before it hears their results: a deeper pool would leave a small budget's search little to learn from.
-    Triton's compiler holds the GIL for part of each build, so threads past a few add little (on an H200's 16
-    cores, 16 threads built the fused-MoE kernel's configurations 4x faster than one)."""
+    """How many builds a search of ``budget`` evaluations keeps going side by side (threads, or processes:
+    :mod:`evotune.triton_tuning.build_processes`): ``EVOTUNE_COMPILE_THREADS``, else one a core but at most a
+    quarter of the budget (at least 2). The tuner keeps about 1.5 times that many proposals handed out, which the
+    search makes before it hears their results: a deeper pool would leave a small budget's search little to learn
+    from. Triton's compiler holds the GIL for part of each build, so threads past a few add little (on an H200's 16
+    cores, 16 threads built the fused-MoE kernel's configurations 4x faster than one; 14 processes 10x)."""
     return pool_threads() or min(workers(os.cpu_count() or 1), max(2, budget // 4))
 
 
@@ -100,8 +101,8 @@ class CompilePool:
     builds it on a thread of the pool, and the tuner measures first the points whose build is done (:meth:`ready`).
     The mode is entered in a context of its own (``contextvars``), so the launches this thread times are not made
     asynchronous by it. A point's measurement waits for its build (:meth:`wait`); one that failed to build is built
-    again by the measurement, which records why it fails. Builds still running when the key is decided are not
-    waited for (:meth:`close`): they land in Triton's on-disk cache, for the keys that follow.
+    again by the measurement, which records why it fails. The few builds handed over and not measured when the key
+    is decided are finished (:meth:`close`): an unfinished one would be found by a later launch of its configuration.
 
     Example::
 
