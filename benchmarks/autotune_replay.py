@@ -34,6 +34,14 @@ given. The acceptance check: the first key within 40 evaluations, every later ke
 
     python benchmarks/autotune_replay.py --landscapes evotune/landscapes/autotune_matmul \\
         --seeds 5 --budget 40 --out runs/autotune_replay.json
+
+With ``--compile-cost X`` each key's search weighs compiles as ``tune-kernel`` does (``tune-model`` passes its
+``compile_cost()``): the configurations measured for an earlier key of the same Triton specialisation
+(:func:`evotune.triton_tuning.builds.built_points`) count as built, every other one costs X evaluations' worth of
+time. Reported beside the fractions, per key: the new compiles (the points measured for the key that were not
+built for an earlier key of its specialisation, failed ones included: a configuration that fails at launch was
+compiled first) and the lowest decided fraction over the seeds. The default, 0, weighs no compile (the
+``Autotuner``'s own default); the new compiles are counted all the same.
 """
 
 from __future__ import annotations
@@ -62,6 +70,7 @@ from evotune.core.landscape import Landscape, LandscapeError, landscape_stem, lo
 from evotune.core.result import EvalResult  # noqa: E402
 from evotune.core.space import Param, Point, SearchSpace, categorical, ordinal  # noqa: E402
 from evotune.search import launch  # noqa: E402
+from evotune.triton_tuning.builds import built_points  # noqa: E402
 from evotune.triton_tuning.cache import DecisionStore, KernelId  # noqa: E402
 from evotune.triton_tuning.neighbours import sources  # noqa: E402
 from evotune.triton_tuning.search import KeyJob, tune_key  # noqa: E402
@@ -98,6 +107,9 @@ class KeyRun:
     decided_fraction: float  # optimum / recorded time of the decided configuration
     how: str
     trials: int  # the trials the key's study holds afterwards (one per evaluation)
+    built: int = 0  # the points built for earlier keys of the key's specialisation when its search began
+    new_compiles: int = 0  # the points measured for the key that were not among them
+    measured: list[str] = field(default_factory=list)  # the points measured (the space's key of each), in order
 
     @property
     def evals(self) -> int:
@@ -122,6 +134,9 @@ class KeySummary:
     median_decided_fraction: float
     sources: list[int] = field(default_factory=list)  # the number of sources, per seed
     evals_to_99: list[int | None] = field(default_factory=list)  # per seed
+    min_decided_fraction: float = 0.0  # the lowest over the seeds
+    median_new_compiles: float = 0.0
+    new_compiles: list[int] = field(default_factory=list)  # per seed
 
     @property
     def passed(self) -> bool:
@@ -230,9 +245,11 @@ class RecordedTimer(Timer):
 class KeyReplay:
     """The measure and make_call of one key's KeyJob: lookups in its landscape, each evaluation logged."""
 
-    def __init__(self, key: ReplayKey):
+    def __init__(self, key: ReplayKey, space: SearchSpace):
         self.key = key
+        self.space = space
         self.times: list[float | None] = []
+        self.measured: list[str] = []  # the points measured (space.key), in order
 
     def result(self, point: Point) -> EvalResult:
         got = self.key.landscape.lookup(point)
@@ -243,6 +260,7 @@ class KeyReplay:
     def measure(self, point: Point) -> EvalResult:
         got = self.result(point)
         self.times.append(got.value)
+        self.measured.append(self.space.key(point))
         return got
 
     def make_call(self, point: Point) -> Call:
@@ -302,9 +320,11 @@ class GridRule:
 
 
 def replay_seed(keys: Sequence[ReplayKey], seed: int, budget: int, confirm: int, storage: str,
-                kernel: str = "matmul_kernel", grid: GridRule | None = None, sms: int | None = None) -> list[KeyRun]:
+                kernel: str = "matmul_kernel", grid: GridRule | None = None, sms: int | None = None,
+                compile_cost: float = 0.0) -> list[KeyRun]:
     """Tune every key in order, on a fresh cache, with ``seed`` for each key's strategy (and, with ``grid``,
-    the launch features of a GPU of ``sms`` multiprocessors, as ``evotune.autotune`` gives them)."""
+    the launch features of a GPU of ``sms`` multiprocessors, as ``evotune.autotune`` gives them; with
+    ``compile_cost`` above 0, each unbuilt configuration weighed by it, as ``Autotuner._tune`` weighs it)."""
     space = common_space(keys)
     runs = []
     with tempfile.TemporaryDirectory(prefix="autotune_replay_") as tmp:
@@ -314,18 +334,23 @@ def replay_seed(keys: Sequence[ReplayKey], seed: int, budget: int, confirm: int,
             names = key.landscape.names
             feasible = FeasibleSet.from_codes(
                 space, (space.encode(dict(zip(names, values, strict=True))) for values in key.landscape.entries))
-            replay = KeyReplay(key)
+            replay = KeyReplay(key, space)
             used = [s.name for s in sources(cache, key.fields, space)]  # what tune's search is given below
             programs = None if grid is None else functools.partial(grid.programs, key.fields)
+            # counted whatever the cost, so that the runs without one report their compiles too; handed to the
+            # search as the Autotuner hands it (only with a cost)
+            built = built_points(cache, key.fields, space)
             job = KeyJob(cache, key.fields, space, feasible, None, budget, replay.measure, replay.make_call,
-                         RecordedTimer(), confirm, seed=seed, programs=programs, sms=sms)
+                         RecordedTimer(), confirm, seed=seed, programs=programs, sms=sms,
+                         compile_cost=compile_cost, built=built if compile_cost > 0 else frozenset())
             decision = tune_key(job)
             decided = key.landscape.lookup(space.from_storage(decision.config))
             decided_ms = decided.value if decided is not None else None
             store = cache.existing(key.fields, space)
             trials = len(store.history()) if store is not None else 0
             runs.append(KeyRun(key.name, seed, used, replay.fractions(),
-                               key.optimum_ms / decided_ms if decided_ms else 0.0, decision.how, trials))
+                               key.optimum_ms / decided_ms if decided_ms else 0.0, decision.how, trials,
+                               len(built), len(set(replay.measured) - built), replay.measured))
     return runs
 
 
@@ -343,7 +368,8 @@ def summarize(keys: Sequence[ReplayKey], runs: Sequence[KeyRun]) -> list[KeySumm
             key.name, key.fields, len(key.landscape), FIRST_LIMIT if i == 0 else LATER_LIMIT,
             None if med == math.inf else float(med), _median([r.fraction_at(10) for r in mine]),
             _median([r.fraction_at(40) for r in mine]), _median([r.decided_fraction for r in mine]),
-            [len(r.sources) for r in mine], reached))
+            [len(r.sources) for r in mine], reached, min(r.decided_fraction for r in mine),
+            _median([r.new_compiles for r in mine]), [r.new_compiles for r in mine]))
     return out
 
 
@@ -354,14 +380,15 @@ def table(summaries: Sequence[KeySummary]) -> str:
                   "") if len(keys) > 1 else ""
     prefix = prefix[:prefix.rfind("_") + 1]  # whole words only
     rows = [f"{'key':<28} {'points':>6} {'sources':>7} {'evals->0.99':>11} {'@10':>6} {'@40':>6} "
-            f"{'decided':>7}  check"]
+            f"{'decided':>7} {'lowest':>6} {'new':>5}  check"]
     for s in summaries:
         evals = "never" if s.median_evals_to_99 is None else f"{s.median_evals_to_99:g}"
         src = "/".join(map(str, sorted(set(s.sources))))
         verdict = "PASS" if s.passed else "FAIL"
         name = s.key[len(prefix):][:28]
         rows.append(f"{name:<28} {s.points:>6} {src:>7} {evals:>11} {s.median_fraction_at_10:>6.3f} "
-                    f"{s.median_fraction_at_40:>6.3f} {s.median_decided_fraction:>7.3f}  {verdict} "
+                    f"{s.median_fraction_at_40:>6.3f} {s.median_decided_fraction:>7.3f} "
+                    f"{s.min_decided_fraction:>6.3f} {s.median_new_compiles:>5g}  {verdict} "
                     f"(<= {s.limit})")
     return "\n".join(rows)
 
@@ -378,6 +405,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--grid", help="FILE:FUNCTION, the kernel's launch grid from the key's fields (see "
                     "GridRule): the search then gets the launch features that evotune.autotune gives it")
     ap.add_argument("--sms", type=int, help="the GPU's multiprocessors, for the launch features (132: H100 SXM)")
+    ap.add_argument("--compile-cost", type=float, default=0.0, help="a configuration's compile in evaluations' "
+                    "worth of time, as tune-kernel weighs it (tune-model: its compile_cost()); 0, the default, "
+                    "weighs none")
     ap.add_argument("--out", help="write the runs and the summary as JSON here")
     args = ap.parse_args(argv)
     try:
@@ -387,6 +417,8 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"--budget: expected an integer >= 1, got {args.budget}")
         if args.sms is not None and args.sms < 1:
             raise UsageError(f"--sms: expected an integer >= 1, got {args.sms}")
+        if not (math.isfinite(args.compile_cost) and args.compile_cost >= 0):
+            raise UsageError(f"--compile-cost: expected a number >= 0, got {args.compile_cost}")
         keys = load_keys(args.landscapes, [o for o in args.order.split(",") if o])
         space = common_space(keys)
         grid = GridRule(args.grid) if args.grid else None
@@ -399,18 +431,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     runs = [r for seed in range(args.seeds) for r in replay_seed(keys, seed, args.budget, args.confirm,
-                                                                   args.storage, grid=grid, sms=args.sms)]
+                                                                   args.storage, grid=grid, sms=args.sms,
+                                                                   compile_cost=args.compile_cost)]
     summaries = summarize(keys, runs)
     features = f"launch features from {args.grid} ({args.sms or 'unknown'} SMs)" if grid else "no launch features"
     print(f"evotune.autotune replayed: {len(keys)} keys, {args.seeds} seeds, budget {args.budget}, "
-          f"confirm {args.confirm}, {features}; medians over seeds")
+          f"confirm {args.confirm}, {features}, compile cost {args.compile_cost:g}; medians over seeds (lowest: "
+          f"the lowest decided fraction; new: the compiles not built for an earlier key)")
     print(table(summaries))
     ok = all(s.passed for s in summaries)
     print(f"acceptance (first key <= {FIRST_LIMIT}, later keys <= {LATER_LIMIT} evaluations to {TARGET}): "
           f"{'PASS' if ok else 'FAIL'}")
     if args.out:
         doc = {"budget": args.budget, "seeds": args.seeds, "confirm": args.confirm, "target": TARGET,
-               "grid": args.grid, "sms": args.sms,
+               "grid": args.grid, "sms": args.sms, "compile_cost": args.compile_cost,
                "order": [k.name for k in keys], "passed": ok,
                "keys": [{**asdict(s), "passed": s.passed} for s in summaries],
                "runs": [{**asdict(r), "evals_to_99": r.evals_to()} for r in runs]}

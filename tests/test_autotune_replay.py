@@ -192,3 +192,73 @@ def test_sources_are_the_keys_within_one_of_the_nearest():
                             tuned=lambda: [(k, f"k/M={k['M']}", None) for k in keys])
     got = sources(cache, {"M": 256, "N": 4096}, space)  # type: ignore[arg-type]
     assert [s.name for s in got] == ["key:M=128", "key:M=512", "key:M=64"]  # 1, 1, 2; not 32 (3) nor 16 (4)
+
+
+def _ok(key, point_key: str) -> bool:
+    """Whether the landscape recorded a time for the point named by ``space.key`` (the stand-ins' values are ints)."""
+    point = {name: int(value) for name, value in (item.split("=") for item in point_key.split(","))}
+    got = key.landscape.lookup(point)
+    return got is not None and got.value is not None
+
+
+@pytest.mark.parametrize("cost", [0.0, 7.5])
+def test_compile_cost_counts_the_earlier_keys_points_as_built(landscapes, monkeypatch, cost):
+    """The stand-in keys share one specialisation (M, N, K all multiples of 16): every point measured with a time
+    for an earlier key is built for the later ones; the search is handed them, as the Autotuner hands them, only
+    with a cost, and the new compiles are the measured points outside them either way."""
+    mod = _replay()
+    jobs = []
+    real = mod.tune_key
+    monkeypatch.setattr(mod, "tune_key", lambda job: jobs.append(job) or real(job))
+    keys = mod.load_keys([str(landscapes)])
+    runs = mod.replay_seed(keys, seed=0, budget=12, confirm=2, storage="sqlite", compile_cost=cost)
+    built: set[str] = set()
+    for key, run, job in zip(keys, runs, jobs, strict=True):
+        assert job.compile_cost == cost
+        assert job.built == (frozenset(built) if cost > 0 else frozenset())
+        assert run.built == len(built) and len(run.measured) == run.evals
+        assert run.new_compiles == len(set(run.measured) - built)
+        built |= {p for p in run.measured if _ok(key, p)}
+    assert runs[0].new_compiles == runs[0].evals  # nothing built before the first key
+    if cost > 0:  # weighed, the later keys' first points are drawn among the built ones
+        assert all(r.new_compiles < r.evals for r in runs[1:])
+
+
+def test_main_reports_new_compiles_and_refuses_a_bad_cost(landscapes, tmp_path, capsys):
+    mod = _replay()
+    out = tmp_path / "replay.json"
+    rc = mod.main(["--landscapes", str(landscapes), "--seeds", "1", "--budget", "8", "--compile-cost", "0.54",
+                   "--out", str(out)])
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    assert doc["compile_cost"] == 0.54
+    assert [k["new_compiles"] for k in doc["keys"]] == [[r["new_compiles"] for r in doc["runs"]][i:i + 1]
+                                                       for i in range(len(SHAPES))]
+    assert doc["keys"][0]["median_new_compiles"] == 8
+    printed = capsys.readouterr().out
+    assert "compile cost 0.54" in printed and "new" in printed.splitlines()[1].split()
+    bad = tmp_path / "bad.json"
+    rc = mod.main(["--landscapes", str(landscapes), "--compile-cost", "-1", "--out", str(bad)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err == "error: --compile-cost: expected a number >= 0, got -1.0" and not bad.exists()
+
+
+@EXAMPLE
+@pytest.mark.parametrize("m", [1, 16, 2048])
+def test_fused_moe_grid_counts_the_kernels_blocks_of_an_even_routing(m):
+    """The key's grid is the kernel's own (search_spaces/_triton_fused_moe.py: a program per padded row block and
+    column block) for a routing that gives every routed expert the same share of the slots."""
+    import torch
+
+    from search_spaces._triton_fused_moe import align
+
+    spec = importlib.util.spec_from_file_location("fused_moe_grid", ROOT / "benchmarks" / "fused_moe_grid.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    experts, n = 8, 14336
+    ids = (torch.arange(m * mod.TOP_K) % experts).view(m, mod.TOP_K)
+    rule = mod.grid(M=m, N=n, E=experts)
+    for bm, bn in [(16, 32), (64, 128), (256, 256)]:
+        _, owners = align(ids, experts, bm)  # one entry per row block
+        assert rule({"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn}) == (len(owners) * -(-n // bn),)
