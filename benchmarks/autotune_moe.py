@@ -46,7 +46,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -220,6 +220,19 @@ def compile_one(index: int, point: Point, spec: str, key: dict[str, Any], keys_p
     return time.perf_counter() - started, None
 
 
+class InPlace(Executor):
+    """Runs each submitted call at once, in this process: the compile "pool" under the interpreter, where
+    :func:`compile_one` compiles nothing and a worker process would spend seconds importing torch and the kernel."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        done: Future[Any] = Future()
+        try:
+            done.set_result(fn(*args, **kwargs))
+        except Exception as exc:  # as a worker's: the configuration fails, the grid goes on
+            done.set_exception(exc)
+        return done
+
+
 def time_point(kernel: Any, inputs: Inputs, config: Any, timer: Timer, compile_s: float,
                compile_error: str | None, tolerance: float) -> EvalResult:
     if compile_error is not None:
@@ -280,7 +293,8 @@ def grid(opts: argparse.Namespace, deadline: float) -> dict[str, Any]:
     order = sorted(keys_file.keys, key=lambda k: k["M"] not in opts.exhaustive)  # exhaustive first: the nearest
     # the grid's timing: fewer samples than the search's (a 2% CI), at most 2 s a configuration
     timer: Timer = OracleTimer(rep_ms=2000.0, timing=GRID_TIMING) if device() == "cuda" else WallClockTimer()
-    pool = ProcessPoolExecutor(max_workers=opts.jobs, mp_context=get_context("spawn"))
+    pool: Executor = InPlace() if interpreted() else ProcessPoolExecutor(max_workers=opts.jobs,
+                                                                          mp_context=get_context("spawn"))
     sizes = doc["sizes"]
     try:
         # every (specialization, configuration) the sizes left need, submitted in the order they are timed: the

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -62,22 +63,31 @@ def test_the_matmul_space_holds_over_2000_feasible_fp16_configurations_on_an_h10
     assert len(FeasibleSet.build(space, ctx(None, torch.float16))) == len(fs)
 
 
-def run_script(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+def run_script(tmp_path: Path, *args: str, jobs: int = 1) -> subprocess.CompletedProcess:
+    """The script on the CPU: each compile worker is a process that imports torch and Triton (seconds), so one
+    unless the test is of several."""
     env = {**os.environ, "TRITON_INTERPRET": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, str(SCRIPT), "--shapes", "32x32x32,16x48x32", "--jobs", "2",
+    done = subprocess.run([sys.executable, str(SCRIPT), "--shapes", "32x32x32,16x48x32", "--jobs", str(jobs),
                            "--out", str(tmp_path), *args], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return done
 
 
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
+    """One recording of four sampled points on both shapes by two compile workers, with one confirmation round of
+    one sample (the run's last step runs; its interpreted launches, 100 per point by default, are what the tests
+    do not look at): (its folder, the run). The tests that read or confirm the files share it."""
+    out = tmp_path_factory.mktemp("recorded")
+    return out, run_script(out, "--sample", "4", "--seed", "3", "--checkpoint", "3", "--confirm-rounds", "1",
+                           "--confirm-samples", "1", jobs=2)
+
+
 @pytest.mark.slow  # Triton kernels through the interpreter, in other processes
-def test_the_script_records_one_sample_on_every_shape_as_landscapes(bench, tmp_path: Path) -> None:
-    # one confirmation round of one sample: the run's last step runs, and its interpreted launches (100 per point by
-    # default) are what this test does not look at
-    done = run_script(tmp_path, "--sample", "4", "--seed", "3", "--checkpoint", "3", "--confirm-rounds", "1",
-                      "--confirm-samples", "1")
-    files = sorted(tmp_path.glob("*.json.gz"))
+def test_the_script_records_one_sample_on_every_shape_as_landscapes(bench, recorded) -> None:
+    folder, done = recorded
+    files = sorted(folder.glob("*.json.gz"))
     assert [f.name for f in files] == ["matmul_example_gemm_fp32_tt_16x48x32.json.gz",
                                        "matmul_example_gemm_fp32_tt_32x32x32.json.gz"]
     space, feasible_ctx = bench.ms.SPACE, ctx("H100", torch.float32)
@@ -145,13 +155,11 @@ def test_a_failing_or_wrong_configuration_is_recorded_failed_and_not_timed(bench
     assert good.status is Status.OK and good.compile_s == 0.5 and timer.calls == 1
 
 
-@pytest.mark.slow  # several seconds: the fast lane stays under 3 minutes
-def test_bad_shapes_are_refused_with_exit_code_2(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, str(SCRIPT), "--shapes", "32x32", "--out", str(tmp_path)],
-                          capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get(
-                              "PYTHONPATH")]))})
-    assert done.returncode == 2 and "--shapes: '32x32' is not MxNxK" in done.stderr
+def test_bad_shapes_are_refused_with_exit_code_2(bench, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    # the script parses its options before anything else (its __main__ block): exit 2 here is the process's
+    with pytest.raises(SystemExit) as exited:
+        bench.parse_args(["--shapes", "32x32", "--out", str(tmp_path)])
+    assert exited.value.code == 2 and "--shapes: '32x32' is not MxNxK" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
 
 
@@ -166,11 +174,13 @@ def test_near_optimal_takes_every_point_within_the_margin_and_at_least_the_top(b
 
 
 @pytest.mark.slow  # Triton kernels through the interpreter, in other processes
-def test_confirm_only_retimes_the_near_optimal_points_and_leaves_the_others(bench, tmp_path: Path) -> None:
-    run_script(tmp_path, "--sample", "3", "--confirm-rounds", "0")
+def test_confirm_only_retimes_the_near_optimal_points_and_leaves_the_others(bench, recorded, tmp_path: Path) -> None:
+    """On the shared recording's files (a copy): their confirmation (four points, one round) is replaced."""
+    for f in recorded[0].glob("*.json.gz"):
+        shutil.copy2(f, tmp_path / f.name)
     files = sorted(tmp_path.glob("*.json.gz"))
     before = [load_landscape(f) for f in files]
-    assert all("confirmed" not in ls.meta for ls in before)
+    assert all((ls.meta["confirmed"]["points"], ls.meta["confirmed"]["rounds"]) == (4, 1) for ls in before)
     run_script(tmp_path, "--confirm-only", "--confirm-within", "0", "--confirm-top", "2", "--confirm-rounds", "2",
                "--confirm-samples", "2")
     for f, old in zip(files, before, strict=True):
@@ -184,12 +194,11 @@ def test_confirm_only_retimes_the_near_optimal_points_and_leaves_the_others(benc
             assert new.entries[key].time_ms == pytest.approx(statistics.median(new.entries[key].samples_ms), rel=1e-4)
 
 
-@pytest.mark.slow  # several seconds: the fast lane stays under 3 minutes
-def test_confirm_only_without_the_recorded_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, str(SCRIPT), "--confirm-only", "--shapes", "32x32x32", "--out",
-                           str(tmp_path)], capture_output=True, text=True,
-                          env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(
-                              filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.strip().splitlines()[-1].endswith("matmul_example_gemm_fp32_tt_32x32x32.json.gz: no such file")
+def test_confirm_only_without_the_recorded_file_is_one_line_and_exit_2(bench, tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exited:
+        bench.parse_args(["--confirm-only", "--shapes", "32x32x32", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2, err
+    assert err.strip().splitlines()[-1].endswith("matmul_example_gemm_fp32_tt_32x32x32.json.gz: no such file")
     assert not list(tmp_path.iterdir())

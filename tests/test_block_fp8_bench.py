@@ -58,28 +58,29 @@ def test_a_tiny_run_tunes_times_the_grid_exports_and_resumes(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "run"
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    # N = 320: not a multiple of 128, as DeepSeek-V3's 576 is not
-    args = [sys.executable, str(SCRIPT), "--out", str(out), "--shapes", "320x256", "--batches", "1,16",
-            "--grid-shapes", "320x256", "--grid-batches", "16", "--grid-limit", "4", "--budget", "2"]
+    # N = 192: not a multiple of 128 (a whole weight block and half of one), as DeepSeek-V3's 576 is not; K = 128,
+    # a single scale group along K: the interpreter runs few programs of few steps per launch
+    args = [sys.executable, str(SCRIPT), "--out", str(out), "--shapes", "192x128", "--batches", "1,16",
+            "--grid-shapes", "192x128", "--grid-batches", "16", "--grid-limit", "4", "--budget", "2"]
     done = subprocess.run(args, env=env, capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     tuned = json.loads((out / "tune.json").read_text())["keys"]
-    assert sorted(tuned) == ["N320_K256_M1", "N320_K256_M16"]
+    assert sorted(tuned) == ["N192_K128_M1", "N192_K128_M16"]
     for row in tuned.values():
         assert row["error"] <= 1e-2 and row["evaluations"] == 2 and row["speedup"] > 0
         assert set(row["config"]) == {"BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps",
                                       "num_stages"}
-    grid = json.loads((out / "grid.json").read_text())["keys"]["N320_K256_M16"]
+    grid = json.loads((out / "grid.json").read_text())["keys"]["N192_K128_M16"]
     assert grid["complete"] and grid["timed"] == 4 and grid["ok"] == 4
     report = json.loads((out / "report.json").read_text())
     summary = report["summary"]
     assert summary["keys"] == 2 and summary["wrong_picks"] == [] and summary["grid_keys"] == 1
     assert summary["geomean_speedup_vs_vllm_default"] > 0 and summary["min_fraction_of_grid_best"] > 0
-    name = "N=320,K=256,device_name=cpu-interpreter,dtype=fp8_w8a8,block_shape=[128,128].json"
+    name = "N=192,K=128,device_name=cpu-interpreter,dtype=fp8_w8a8,block_shape=[128,128].json"
     assert summary["vllm_files"] == {name: 2}
     configs = {int(k): v for k, v in json.loads((out / "vllm" / name).read_text()).items()}
-    assert configs == {m: tuned[f"N320_K256_M{m}"]["config"] for m in (1, 16)}
+    assert configs == {m: tuned[f"N192_K128_M{m}"]["config"] for m in (1, 16)}
     # again: every key and the grid are done, nothing is tuned or timed again
     again = subprocess.run([*args, "--phase", "tune"], env=env, capture_output=True, text=True, cwd=tmp_path)
-    assert again.returncode == 0 and "tune N320" not in again.stdout
+    assert again.returncode == 0 and "tune N192" not in again.stdout
     assert json.loads((out / "tune.json").read_text())["keys"] == tuned

@@ -109,6 +109,26 @@ def test_evals_to_and_fraction_definitions(tiny):
     assert m["fraction"] == 0.0 and m["best_ms"] is None and m["evals_to_95"] == 3
 
 
+def test_a_run_stopped_at_a_fraction_of_the_optimum_is_the_whole_runs_prefix_and_scores_alike(tiny):
+    """``until_fraction``: the run ends at its first evaluation that reaches that fraction of the optimum; stopped at
+    the optimum itself (1.0), every metric at every budget is the whole run's."""
+    from evotune.reporting.compare.runs import run_evotune
+
+    target = Case.load(str(tiny), 8)
+    for seed in range(6):
+        whole = run_evotune(target, "random", seed, 8)
+        reached = [i for i, t in enumerate(whole.times) if target.optimum / t >= 0.45]  # 2.0 or 1.0
+        at_half = run_evotune(target, "random", seed, 8, until_fraction=0.45)
+        assert np.array_equal(at_half.times, whole.times[:reached[0] + 1], equal_nan=True)  # nan: a failed point
+        at_optimum = run_evotune(target, "random", seed, 8, until_fraction=1.0)
+        stop = list(whole.times).index(1.0) + 1
+        assert np.array_equal(at_optimum.times, whole.times[:stop], equal_nan=True) and len(whole.times) == 8
+        for budget in (2, 5, 8):
+            got, want = run_metrics(at_optimum, target, budget), run_metrics(whole, target, budget)
+            for metric in ("fraction", "evals_to_95", "evals_to_99", "best_ms", "score"):
+                assert got[metric] == want[metric], (seed, budget, metric)
+
+
 def test_exhaustive_reaches_the_optimum_at_full_budget(tiny, tmp_path):
     out = tmp_path / "out"
     assert compare_cli("--landscape", str(tiny), "--strategy", "exhaustive", "--strategy", "ga", "--budget", "8",

@@ -105,9 +105,13 @@ def make_compare_plan(landscapes: Sequence[str], strategies: Sequence[str], budg
 
 # -- running ------------------------------------------------------------------
 def run_evotune(target: Case, name: str, seed: int, budget: int, sources: Sequence[Source] = (),
-                **options: Any) -> Run:
+                until_fraction: float | None = None, **options: Any) -> Run:
     """Drive an evotune strategy (with ``options``, and ``sources`` to transfer from) by ask(1) / tell against
-    the landscape, up to ``budget``."""
+    the landscape, up to ``budget``.
+
+    With ``until_fraction``, the run stops at the first evaluation whose time reaches that fraction of the optimum
+    (1.0: the optimum itself). A stopped run keeps that best at every later budget (:func:`best_so_far`), so its
+    evaluations to the fraction are the whole run's, and with 1.0 every fraction of the optimum is too."""
     space, fs, row_times = target.replay()
     ctx = Context(problem=target.landscape.problem)
     strategy = make_strategy(name, space, fs, seed=seed, ctx=ctx, sources=sources, **options)
@@ -126,6 +130,8 @@ def run_evotune(target: Case, name: str, seed: int, budget: int, sources: Sequen
         t3 = clock()
         times.append(t)
         steps.append((t1 - t0 + t3 - t2) * 1e3)
+        if until_fraction is not None and target.optimum / t >= until_fraction:  # as fraction_curve divides
+            break
     return Run(np.array(times, dtype=float), np.array(steps, dtype=float))
 
 
