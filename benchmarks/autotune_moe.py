@@ -433,6 +433,7 @@ def report(opts: argparse.Namespace, tuned: dict[str, Any], timed: dict[str, Any
 
 def write_configs_and_check(opts: argparse.Namespace, out: Path) -> dict[str, int]:
     """``export-configs --format vllm-moe`` on the cache, each file read back the way vLLM reads it."""
+    out = out.resolve()  # the command runs from the repository root: a relative --out is the caller's
     folder = out / "vllm"
     subprocess.run([sys.executable, "-m", "evotune", "export-configs", "--cache", str(out / "cache.db"), "--kernel",
                     "moe_gemm_kernel", "--format", "vllm-moe", "--n-divisor", str(opts.n_divisor), "--out",
