@@ -606,7 +606,7 @@ def startup(args: argparse.Namespace) -> dict[str, Any]:
                          str(run.resolve()), args.tuner, args.kernels)
     plan = options.plan()
     Ledger(options.storage, plan.ident)  # as the run makes it before its workers start
-    env = {**os.environ, **worker_env(options),
+    env = {**os.environ, **worker_env(options, gpus),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     ids = None if interpreted() else [str(i) for i in range(gpus)]
     payload = json.dumps(asdict(options))

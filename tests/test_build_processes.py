@@ -94,3 +94,11 @@ def test_a_build_still_queued_is_taken_back_and_left_to_the_measurement(monkeypa
     pool.wait({"i": 0})  # begun: waited for, and counted as built elsewhere
     assert pool.ready({"i": 0}) and BUILT.count == before + 1 and began == [0]
     one.shutdown()
+
+
+def test_at_most_sixteen_build_processes_unless_set(monkeypatch) -> None:
+    monkeypatch.delenv("EVOTUNE_COMPILE_THREADS", raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 128)
+    assert processes() == 16
+    monkeypatch.setenv("EVOTUNE_COMPILE_THREADS", "40")
+    assert processes() == 40

@@ -410,3 +410,17 @@ def test_the_record_and_its_claims_on_a_journal_file(tmp_path) -> None:
     again = Ledger(url, "tune-model/x/tp1/bf16")  # another process opening the same run
     assert again.outcomes() == {done.key: done}
     assert not again.claims.claim(done.key).mine  # decided: nobody tunes it again
+
+
+def test_each_worker_gets_its_share_of_the_hosts_cores_for_its_build_processes(tmp_path, monkeypatch) -> None:
+    from evotune.model.runner import RunOptions, worker_env
+
+    options = RunOptions(str(TINY), 1, None, "1,2", f"sqlite:///{tmp_path / 'tune_model.db'}", str(tmp_path), STANDIN)
+    monkeypatch.delenv("EVOTUNE_COMPILE_THREADS", raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 64)
+    assert worker_env(options, 4)["EVOTUNE_COMPILE_THREADS"] == "14"  # 16 cores a worker, less two
+    assert worker_env(options, 1)["EVOTUNE_COMPILE_THREADS"] == "16"  # at most 16: each holds a CUDA context
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert worker_env(options, 2)["EVOTUNE_COMPILE_THREADS"] == "1"
+    monkeypatch.setenv("EVOTUNE_COMPILE_THREADS", "3")  # the user's choice is every worker's
+    assert worker_env(options, 4)["EVOTUNE_COMPILE_THREADS"] == "3"

@@ -51,12 +51,17 @@ _executors: dict[tuple[str, str | None, str | None], ProcessPoolExecutor] = {}
 _lock = threading.Lock()
 
 
+#: build processes by default at most: each holds a CUDA context and its key's launch on the GPU (about 1.7 GB for
+#: a Mixtral expert GEMM's), and past a dozen or so the pool outruns the GPU's timing anyway
+MAX_PROCESSES = 16
+
+
 def processes() -> int:
     """Build processes: ``EVOTUNE_COMPILE_THREADS`` where set, else the host's cores less two (one times, one
-    serves the run)."""
+    serves the run), at most :data:`MAX_PROCESSES`."""
     from evotune.triton_tuning.compile_ahead import pool_threads
 
-    return pool_threads() or max(1, (os.cpu_count() or 1) - 2)
+    return pool_threads() or max(1, min(MAX_PROCESSES, (os.cpu_count() or 1) - 2))
 
 
 def executor(ref: LaunchRef) -> ProcessPoolExecutor:
@@ -158,4 +163,4 @@ def build(ref: LaunchRef, point: Point) -> bool | None:
     return count.built > 0
 
 
-__all__ = ["BUILT", "LaunchRef", "ProcessBuilds", "build", "executor", "processes", "shutdown"]
+__all__ = ["BUILT", "MAX_PROCESSES", "LaunchRef", "ProcessBuilds", "build", "executor", "processes", "shutdown"]
