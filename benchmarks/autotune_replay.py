@@ -18,9 +18,16 @@ the compiled kernel's resource check, none of which a recorded landscape can exe
 The candidates of a key are the points its landscape recorded (a sampled recording answers for those
 only), in one space shared by all keys (the union of the landscapes' parameter choices), as the
 ``Autotuner`` keeps one space for every key of a kernel. That space holds the recorded parameters only:
-``tune``'s ``default`` strategy starts from a random sample (no hardware model), so the kernel's own
-space would add its constraints alone, which every recorded point satisfies. Each seed is the
-strategy's seed of every key (the ``Autotuner`` passes 0), so the seeds are independent runs.
+``tune``'s ``default`` strategy starts from a random sample (no hardware model), so what the kernel's own
+space adds is its constraints. A recording may hold points they reject (the fused-MoE landscapes record vLLM's
+whole grid, tiles over the shared memory and ``BLOCK_SIZE_M`` far over the tokens an expert gets included),
+which the ``Autotuner`` never offers its search: with ``--space FILE:NAME`` (the kernel's ``SearchSpace``) and
+``--launch FILE:FUNCTION`` (the launch's arguments from a key's fields, as the constraints read them from
+``ctx.args``), each key keeps only the recorded points the space's constraints accept in its launch, as
+:func:`evotune.triton_tuning.pruning.prune` keeps them (:class:`SpaceRule`); how many each key lost, and by which
+constraint, is reported. The fractions stay against the optimum of every recorded point, so a constraint that
+prunes the fastest point shows (``kept``: the best kept point's fraction). Each seed is the strategy's seed of
+every key (the ``Autotuner`` passes 0), so the seeds are independent runs.
 
 A key's fields come from its landscape: the ``key`` object of the file when it has one, else ``M``,
 ``N``, ``K`` and ``dtype`` of a GEMM problem, else the numeric fields of the problem; the distance
@@ -34,6 +41,12 @@ given. The acceptance check: the first key within 40 evaluations, every later ke
 
     python benchmarks/autotune_replay.py --landscapes evotune/landscapes/autotune_matmul \\
         --seeds 5 --budget 40 --out runs/autotune_replay.json
+
+The fused-MoE landscapes, searched over what ``tune-kernel`` and ``tune-model`` search::
+
+    python benchmarks/autotune_replay.py --landscapes evotune/landscapes/autotune_moe \\
+        --grid benchmarks/fused_moe_grid.py:grid --sms 132 \\
+        --space search_spaces/_triton_fused_moe.py:SPACE --launch benchmarks/fused_moe_grid.py:launch_args
 
 With ``--compile-cost X`` each key's search weighs compiles as ``tune-kernel`` does (``tune-model`` passes its
 ``compile_cost()``): the configurations measured for an earlier key of the same Triton specialisation
@@ -56,7 +69,8 @@ import math
 import statistics
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,6 +86,7 @@ from evotune.core.space import Param, Point, SearchSpace, categorical, ordinal  
 from evotune.search import launch  # noqa: E402
 from evotune.triton_tuning.builds import built_points  # noqa: E402
 from evotune.triton_tuning.cache import DecisionStore, KernelId  # noqa: E402
+from evotune.triton_tuning.configs import LaunchContext  # noqa: E402
 from evotune.triton_tuning.neighbours import sources  # noqa: E402
 from evotune.triton_tuning.search import KeyJob, tune_key  # noqa: E402
 from evotune.triton_tuning.timers import Call, Timer  # noqa: E402
@@ -88,12 +103,25 @@ class ReplayKey:
     name: str
     landscape: Landscape
     fields: dict[str, Any]
+    kept: list[tuple[Any, ...]] | None = None  # the recorded entries a space's constraints keep (None: all)
+    pruned: dict[str, int] = field(default_factory=dict)  # the entries pruned, by the first constraint rejecting each
 
     @property
     def optimum_ms(self) -> float:
         opt = self.landscape.optimum_ms
         assert opt is not None  # checked when loaded
         return opt
+
+    @property
+    def candidates(self) -> list[tuple[Any, ...]]:
+        """The recorded entries the search is offered."""
+        return list(self.landscape.entries) if self.kept is None else self.kept
+
+    def kept_fraction(self) -> float:
+        """The optimum over the fastest candidate: below 1 when the constraints prune the fastest recorded point."""
+        times = [got.value for got in (self.landscape.lookup(dict(zip(self.landscape.names, e, strict=True)))
+                                       for e in self.candidates) if got is not None and got.value is not None]
+        return self.optimum_ms / min(times) if times else 0.0
 
 
 @dataclass
@@ -137,6 +165,9 @@ class KeySummary:
     min_decided_fraction: float = 0.0  # the lowest over the seeds
     median_new_compiles: float = 0.0
     new_compiles: list[int] = field(default_factory=list)  # per seed
+    pruned: int = 0  # the recorded points the space's constraints pruned
+    pruned_by: dict[str, int] = field(default_factory=dict)  # by constraint
+    kept_fraction: float = 1.0  # the optimum over the fastest point kept
 
     @property
     def passed(self) -> bool:
@@ -296,27 +327,107 @@ class GridRule:
     """
 
     def __init__(self, spec: str):
-        path, _, name = spec.rpartition(":")
-        if not path or not name:
-            raise UsageError(f"--grid: expected FILE:FUNCTION, got {spec!r}")
-        if not Path(path).is_file():
-            raise UsageError(f"--grid: {path} does not exist")
-        module_spec = importlib.util.spec_from_file_location(f"_grid_{Path(path).stem}", path)
-        assert module_spec is not None and module_spec.loader is not None
-        module = importlib.util.module_from_spec(module_spec)
-        module_spec.loader.exec_module(module)
-        fn = getattr(module, name, None)
-        if not callable(fn):
-            raise UsageError(f"--grid: {path} has no function {name!r}")
-        self.fn = fn
-        self.names = list(inspect.signature(fn).parameters)
+        self.fn = load_function("--grid", spec)
+        self.names = list(inspect.signature(self.fn).parameters)
 
     def programs(self, key: dict[str, Any], point: Point) -> int:
-        missing = [n for n in self.names if n not in key]
-        if missing:
-            raise UsageError(f"--grid: the key {key} has no field {', '.join(missing)}")
-        grid = self.fn(**{n: key[n] for n in self.names})
+        grid = self.fn(**key_arguments("--grid", self.names, key))
         return launch.programs_of(grid(dict(point)) if callable(grid) else grid)
+
+
+def load_attribute(flag: str, spec: str, what: str) -> tuple[str, Any]:
+    """(FILE, the value of NAME in it) of ``spec``, ``FILE:NAME``; a bad one is a UsageError naming ``flag``."""
+    path, _, name = spec.rpartition(":")
+    if not path or not name:
+        raise UsageError(f"{flag}: expected FILE:{what}, got {spec!r}")
+    if not Path(path).is_file():
+        raise UsageError(f"{flag}: {path} does not exist")
+    module_spec = importlib.util.spec_from_file_location(f"_replay_{Path(path).stem}", path)
+    assert module_spec is not None and module_spec.loader is not None
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[module_spec.name] = module  # where a dataclass of the file looks up its module
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:  # the user's file: its error in one line
+        raise UsageError(f"{flag}: {path}: {type(exc).__name__}: {exc}".replace("\n", " ")) from exc
+    return path, getattr(module, name, None)
+
+
+def load_function(flag: str, spec: str) -> Callable[..., Any]:
+    path, fn = load_attribute(flag, spec, "FUNCTION")
+    if not callable(fn):
+        raise UsageError(f"{flag}: {path} has no function {spec.rpartition(':')[2]!r}")
+    return fn
+
+
+def key_arguments(flag: str, names: Sequence[str], key: dict[str, Any]) -> dict[str, Any]:
+    """The key's fields a function's signature names."""
+    missing = [n for n in names if n not in key]
+    if missing:
+        raise UsageError(f"{flag}: the key {key} has no field {', '.join(missing)}")
+    return {n: key[n] for n in names}
+
+
+class SpaceRule:
+    """The kernel's own space (``--space FILE:NAME``) and its launch at a key (``--launch FILE:FUNCTION``).
+
+    ``FUNCTION`` takes key fields by name and returns the launch's arguments by name, what the space's
+    constraints read as ``ctx.args`` (``benchmarks/fused_moe_grid.py:launch_args``). A key keeps the recorded
+    points the constraints accept in a :class:`~evotune.triton_tuning.configs.LaunchContext` of those arguments,
+    as ``evotune.autotune`` prunes a space's points for a launch; a recorded point outside the space's choices is
+    not a candidate either.
+    """
+
+    OUTSIDE = "outside-the-space"
+
+    def __init__(self, space_spec: str, launch_spec: str):
+        path, space = load_attribute("--space", space_spec, "NAME")
+        if not isinstance(space, SearchSpace):
+            what = "nothing" if space is None else type(space).__name__
+            raise UsageError(f"--space: {path}: {space_spec.rpartition(':')[2]}: expected a SearchSpace, found {what}")
+        self.space = space
+        self.spec = launch_spec
+        self.fn = load_function("--launch", launch_spec)
+        self.names = list(inspect.signature(self.fn).parameters)
+
+    def context(self, key: dict[str, Any]) -> LaunchContext:
+        given = key_arguments("--launch", self.names, key)
+        try:
+            args = self.fn(**given)
+        except Exception as exc:  # the user's function: its error in one line
+            raise UsageError(f"--launch: {self.spec} failed for {given}: {type(exc).__name__}: {exc}") from exc
+        if not isinstance(args, dict):
+            raise UsageError(f"--launch: {self.spec} returned {type(args).__name__}, expected a dict of arguments")
+        return LaunchContext(args=args)
+
+    def apply(self, key: ReplayKey) -> ReplayKey:
+        """The key with the entries the space keeps and the count of those it prunes, by constraint."""
+        ls = key.landscape
+        if set(ls.names) != set(self.space.names):
+            raise UsageError(f"--space: {self.space.name} has parameters {', '.join(self.space.names)}; "
+                             f"{ls.path} records {', '.join(ls.names)}")
+        ctx = self.context(key.fields)
+        kept, pruned = [], Counter[str]()
+        for values in ls.entries:
+            point = dict(zip(ls.names, values, strict=True))
+            try:
+                self.space.validate(point)
+            except ValueError:
+                pruned[self.OUTSIDE] += 1
+                continue
+            try:
+                reason = self.space.check(point, ctx)
+            except Exception as exc:  # a constraint reading what the launch lacks
+                raise UsageError(f"--launch: the constraints of {self.space.name} failed on the arguments "
+                                 f"{self.spec} gives for {key.name}: {type(exc).__name__}: {exc}") from exc
+            if reason is None:
+                kept.append(values)
+            else:
+                pruned[reason.split(":", 1)[0]] += 1
+        out = ReplayKey(key.name, ls, key.fields, kept, dict(pruned.most_common()))
+        if out.kept_fraction() == 0.0:
+            raise UsageError(f"--space: {self.space.name} keeps no recorded point with a time of {ls.path}")
+        return out
 
 
 def replay_seed(keys: Sequence[ReplayKey], seed: int, budget: int, confirm: int, storage: str,
@@ -333,7 +444,7 @@ def replay_seed(keys: Sequence[ReplayKey], seed: int, budget: int, confirm: int,
         for key in keys:
             names = key.landscape.names
             feasible = FeasibleSet.from_codes(
-                space, (space.encode(dict(zip(names, values, strict=True))) for values in key.landscape.entries))
+                space, (space.encode(dict(zip(names, values, strict=True))) for values in key.candidates))
             replay = KeyReplay(key, space)
             used = [s.name for s in sources(cache, key.fields, space)]  # what tune's search is given below
             programs = None if grid is None else functools.partial(grid.programs, key.fields)
@@ -369,7 +480,8 @@ def summarize(keys: Sequence[ReplayKey], runs: Sequence[KeyRun]) -> list[KeySumm
             None if med == math.inf else float(med), _median([r.fraction_at(10) for r in mine]),
             _median([r.fraction_at(40) for r in mine]), _median([r.decided_fraction for r in mine]),
             [len(r.sources) for r in mine], reached, min(r.decided_fraction for r in mine),
-            _median([r.new_compiles for r in mine]), [r.new_compiles for r in mine]))
+            _median([r.new_compiles for r in mine]), [r.new_compiles for r in mine], sum(key.pruned.values()),
+            key.pruned, key.kept_fraction()))
     return out
 
 
@@ -379,14 +491,15 @@ def table(summaries: Sequence[KeySummary]) -> str:
     prefix = next((keys[0][:i] for i in range(len(keys[0]), 0, -1) if all(k.startswith(keys[0][:i]) for k in keys)),
                   "") if len(keys) > 1 else ""
     prefix = prefix[:prefix.rfind("_") + 1]  # whole words only
-    rows = [f"{'key':<28} {'points':>6} {'sources':>7} {'evals->0.99':>11} {'@10':>6} {'@40':>6} "
-            f"{'decided':>7} {'lowest':>6} {'new':>5}  check"]
+    rows = [f"{'key':<28} {'points':>6} {'pruned':>6} {'kept':>6} {'sources':>7} {'evals->0.99':>11} {'@10':>6} "
+            f"{'@40':>6} {'decided':>7} {'lowest':>6} {'new':>5}  check"]
     for s in summaries:
         evals = "never" if s.median_evals_to_99 is None else f"{s.median_evals_to_99:g}"
         src = "/".join(map(str, sorted(set(s.sources))))
         verdict = "PASS" if s.passed else "FAIL"
         name = s.key[len(prefix):][:28]
-        rows.append(f"{name:<28} {s.points:>6} {src:>7} {evals:>11} {s.median_fraction_at_10:>6.3f} "
+        rows.append(f"{name:<28} {s.points:>6} {s.pruned:>6} {s.kept_fraction:>6.3f} {src:>7} {evals:>11} "
+                    f"{s.median_fraction_at_10:>6.3f} "
                     f"{s.median_fraction_at_40:>6.3f} {s.median_decided_fraction:>7.3f} "
                     f"{s.min_decided_fraction:>6.3f} {s.median_new_compiles:>5g}  {verdict} "
                     f"(<= {s.limit})")
@@ -408,6 +521,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compile-cost", type=float, default=0.0, help="a configuration's compile in evaluations' "
                     "worth of time, as tune-kernel weighs it (tune-model: its compile_cost()); 0, the default, "
                     "weighs none")
+    ap.add_argument("--space", help="FILE:NAME, the kernel's SearchSpace: each key keeps the recorded points its "
+                    "constraints accept in the key's launch (needs --launch)")
+    ap.add_argument("--launch", help="FILE:FUNCTION, the launch's arguments (what the constraints read as ctx.args) "
+                    "from the key's fields")
     ap.add_argument("--out", help="write the runs and the summary as JSON here")
     args = ap.parse_args(argv)
     try:
@@ -419,12 +536,19 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"--sms: expected an integer >= 1, got {args.sms}")
         if not (math.isfinite(args.compile_cost) and args.compile_cost >= 0):
             raise UsageError(f"--compile-cost: expected a number >= 0, got {args.compile_cost}")
+        if args.space and not args.launch:
+            raise UsageError("--launch: missing: --space needs the launch its constraints read (FILE:FUNCTION)")
+        if args.launch and not args.space:
+            raise UsageError("--space: missing: --launch is read for a space's constraints only (FILE:NAME)")
         keys = load_keys(args.landscapes, [o for o in args.order.split(",") if o])
+        if args.space:
+            rule = SpaceRule(args.space, args.launch)
+            keys = [rule.apply(k) for k in keys]
         space = common_space(keys)
         grid = GridRule(args.grid) if args.grid else None
         if grid is not None:  # every key's every point, before anything runs
             for k in keys:
-                for values in k.landscape.entries:
+                for values in k.candidates:
                     grid.programs(k.fields, space.decode(space.encode(dict(zip(k.landscape.names, values,
                                                                                  strict=True)))))
     except (UsageError, LandscapeError) as exc:
@@ -435,16 +559,22 @@ def main(argv: list[str] | None = None) -> int:
                                                                    compile_cost=args.compile_cost)]
     summaries = summarize(keys, runs)
     features = f"launch features from {args.grid} ({args.sms or 'unknown'} SMs)" if grid else "no launch features"
+    kept = f"the points {args.space} keeps" if args.space else "every recorded point"
     print(f"evotune.autotune replayed: {len(keys)} keys, {args.seeds} seeds, budget {args.budget}, "
-          f"confirm {args.confirm}, {features}, compile cost {args.compile_cost:g}; medians over seeds (lowest: "
-          f"the lowest decided fraction; new: the compiles not built for an earlier key)")
+          f"confirm {args.confirm}, {features}, compile cost {args.compile_cost:g}, over {kept}; medians over seeds "
+          f"(pruned: the recorded points the space's constraints pruned; kept: the fraction of the fastest one "
+          f"kept; lowest: the lowest decided fraction; new: the compiles not built for an earlier key)")
+    for k in keys:
+        if k.pruned:
+            print(f"  {k.name}: pruned " + ", ".join(f"{n} by {c}" for c, n in k.pruned.items()))
     print(table(summaries))
     ok = all(s.passed for s in summaries)
     print(f"acceptance (first key <= {FIRST_LIMIT}, later keys <= {LATER_LIMIT} evaluations to {TARGET}): "
           f"{'PASS' if ok else 'FAIL'}")
     if args.out:
         doc = {"budget": args.budget, "seeds": args.seeds, "confirm": args.confirm, "target": TARGET,
-               "grid": args.grid, "sms": args.sms, "compile_cost": args.compile_cost,
+               "grid": args.grid, "sms": args.sms, "compile_cost": args.compile_cost, "space": args.space,
+               "launch": args.launch,
                "order": [k.name for k in keys], "passed": ok,
                "keys": [{**asdict(s), "passed": s.passed} for s in summaries],
                "runs": [{**asdict(r), "evals_to_99": r.evals_to()} for r in runs]}

@@ -262,3 +262,76 @@ def test_fused_moe_grid_counts_the_kernels_blocks_of_an_even_routing(m):
     for bm, bn in [(16, 32), (64, 128), (256, 256)]:
         _, owners = align(ids, experts, bm)  # one entry per row block
         assert rule({"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn}) == (len(owners) * -(-n // bn),)
+
+
+#: a stand-in kernel's space whose constraint reads the launch: BLOCK_M at most a 16th of the rows, so at M = 512
+#: BLOCK_M 64 and 128 are pruned (the optimum's tile among them), at 1024 BLOCK_M 128, at 2048 nothing
+STAND_IN_SPACE = """
+from evotune.authoring import SearchSpace, constraint, ordinal
+
+SPACE = SearchSpace("stand_in", [ordinal("BLOCK_M", [16, 32, 64, 128]), ordinal("BLOCK_N", [16, 32, 64, 128]),
+                                 ordinal("BLOCK_K", [16, 32, 64]), ordinal("num_warps", [2, 4, 8]),
+                                 ordinal("num_stages", [2, 3])],
+                    constraints=[constraint("block-m-within-rows", lambda p, ctx: p["BLOCK_M"] * 16 <= ctx.args["M"],
+                                            "BLOCK_M {BLOCK_M} is over a 16th of the rows")])
+
+
+def launch(M, K):
+    return {"M": M, "K": K}
+"""
+
+
+def _pruned_by_stand_in(point_key: str, m: int) -> bool:
+    return int(dict(item.split("=") for item in point_key.split(","))["BLOCK_M"]) * 16 > m
+
+
+def test_space_keeps_the_points_its_constraints_accept_in_each_launch(landscapes, replayed, tmp_path):
+    mod, _, unpruned = replayed
+    (tmp_path / "stand_in.py").write_text(STAND_IN_SPACE)
+    rule = mod.SpaceRule(f"{tmp_path / 'stand_in.py'}:SPACE", f"{tmp_path / 'stand_in.py'}:launch")
+    keys = [rule.apply(k) for k in mod.load_keys([str(landscapes)])]
+    # 512: BLOCK_M 64 and 128, half of the 288 points; 1024: BLOCK_M 128, a quarter; 2048 (sampled): none
+    assert [k.pruned for k in keys] == [{"block-m-within-rows": 144}, {"block-m-within-rows": 72}, {}]
+    assert [len(k.candidates) for k in keys] == [144, 216, 288 - 58]
+    assert keys[0].kept_fraction() < 1 and keys[2].kept_fraction() == 1  # 512's fastest tile (64) is pruned
+    # over every recorded point the search proposes pruned ones; over the space's, never
+    assert any(_pruned_by_stand_in(p, k.fields["M"]) for k, r in zip(keys, unpruned, strict=True)
+               for p in r.measured)
+    runs = mod.replay_seed(keys, seed=0, budget=16, confirm=2, storage="sqlite")
+    for key, run in zip(keys, runs, strict=True):
+        assert run.evals == min(16, len(key.candidates))
+        assert not any(_pruned_by_stand_in(p, key.fields["M"]) for p in run.measured)
+    summary = mod.summarize(keys, runs)
+    assert [s.pruned for s in summary] == [144, 72, 0] and summary[0].kept_fraction < 1
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--space", "{f}:SPACE"], "error: --launch: missing"),
+    (["--space", "{f}:launch", "--launch", "{f}:launch"], "expected a SearchSpace, found function"),
+    (["--space", "{f}:SPACE", "--launch", "{f}:SPACE"], "error: --launch: {f} has no function 'SPACE'"),
+])
+def test_bad_space_is_one_line_exit_2(landscapes, tmp_path, capsys, extra, message):
+    mod = _replay()
+    f = tmp_path / "stand_in.py"
+    f.write_text(STAND_IN_SPACE)
+    out = tmp_path / "replay.json"
+    rc = mod.main(["--landscapes", str(landscapes), "--out", str(out), *(e.format(f=f) for e in extra)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and message.format(f=f) in err and "\n" not in err
+    assert not out.exists()
+
+
+@EXAMPLE
+def test_fused_moe_space_prunes_the_recorded_grid_at_its_launch():
+    """At M = 16 an expert gets 16 x 2 / 8 = 4 tokens on average: every BLOCK_SIZE_M over 16 is mostly padding
+    (4 of the 5 choices of 1,920 points), and of the rest the 256-wide tiles' deepest pipelines exceed the shared
+    memory."""
+    mod = _replay()
+    rule = mod.SpaceRule(f"{ROOT / 'search_spaces' / '_triton_fused_moe.py'}:SPACE",
+                         f"{ROOT / 'benchmarks' / 'fused_moe_grid.py'}:launch_args")
+    key, = mod.load_keys([str(ROOT / "evotune" / "landscapes" / "autotune_moe"
+                              / "vllm_fused_moe_E8_N14336_K4096_M16_bf16.json.gz")])
+    kept = rule.apply(key)
+    assert kept.pruned["block-m-vs-tokens-per-expert"] == 1920 * 4 // 5
+    assert set(kept.pruned) == {"block-m-vs-tokens-per-expert", "shared-memory"}
+    assert {row[0] for row in kept.candidates} == {16} and kept.kept_fraction() == 1.0
