@@ -44,7 +44,7 @@ from evotune.running.tuner import tune_study
 from evotune.search.strategies import make_strategy
 from evotune.search.transfer import from_studies
 from evotune.storage.claims import make_claims
-from evotune.storage.study import Record, StudyStore, make_storage
+from evotune.storage.study import StudyStore, make_storage, timing_seconds
 
 #: the families tuned here (each its space's name)
 FAMILIES = (Family.DECODE, Family.GEMM, Family.BLOCK_FP8)
@@ -107,14 +107,6 @@ def _compiled(before: dict[str, int], after: Mapping[str, int]) -> tuple[int | N
         return None, None
     return (after.get("miss", 0) - before.get("miss", 0),
             after.get("hit", 0) - before.get("hit", 0))
-
-
-def _timing_s(new: list[Record], record: ConfirmationRecord | None) -> float:
-    """The GPU's seconds on timing the key now: the new trials' ``bench_s`` and the confirmation's rounds."""
-    seconds = sum(float(r.attrs.get("bench_s") or 0.0) for r in new)
-    if record is not None:
-        seconds += float(record.timed.get("seconds") or 0.0)
-    return seconds
 
 
 class StudyTuner:
@@ -198,7 +190,7 @@ class StudyTuner:
                        # a time not measured on the GPU is never kept as the GPU's (tuned.json's oracle)
                        self.hardware.name if evaluator.kind == "gpu" else f"cpu-{evaluator.kind}",
                        str(triton.__version__), space.name, *_compiled(stats, evaluator.cache_stats),
-                       _timing_s(history[before:], record))
+                       timing_seconds(history[before:], None if record is None else record.timed))
 
     def close(self) -> None:
         for evaluator in reversed(list(self._evaluators.values())):  # the one that owns the shared worker last

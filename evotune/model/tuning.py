@@ -69,9 +69,8 @@ SOURCES = {
 def compile_cost() -> float:
     """A configuration's compile in evaluations' worth of time: a key's search weighs the configurations not built
     for an earlier key of the same specialisation (Triton's: M is 1, a multiple of 16, or neither) by it. The
-    build processes compile side by side while the GPU times, so a build costs the run its share of them: weighed
-    as a whole build each, a search at M = 256 kept to configurations built for M = 16 and 64 (small row blocks)
-    and found none faster than vLLM's default (0.88x, on an H200)."""
+    build processes compile side by side while the GPU times, so a build costs the run its share of them; weighed
+    as a whole build, a later key's search would keep to the configurations built for smaller batch sizes."""
     return BUILD_S / (EVAL_S * build_processes())
 
 #: milliseconds of do_bench's sampling a round when the decision is timed against the untuned default: three

@@ -33,7 +33,7 @@ import json
 import os
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -270,6 +270,13 @@ class Record:
     @property
     def clock_s(self) -> float:
         return float(self.attrs.get("clock_s", 0.0))
+
+
+def timing_seconds(records: Iterable[Record], confirmation: Mapping[str, Any] | None = None) -> float:
+    """The GPU's seconds on timing ``records`` (their ``bench_s``: compiles not counted) and, when given, the
+    confirmation stage that followed them (its record's ``seconds``)."""
+    seconds = sum(float(r.attrs.get("bench_s") or 0.0) for r in records)
+    return seconds + (float(confirmation.get("seconds") or 0.0) if confirmation is not None else 0.0)
 
 
 class StudyStore:

@@ -38,6 +38,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from evotune.storage.study import timing_seconds
 from evotune.triton_tuning.autotuner import Autotuner
 from evotune.triton_tuning.build_processes import LaunchRef, ProcessBuilds, processes
 from evotune.triton_tuning.cache import Decision
@@ -213,11 +214,8 @@ def _evaluations(kernel: Autotuner, fields: dict[str, Any]) -> int:
 
 
 def _timing_s(kernel: Autotuner, fields: dict[str, Any], before: int, decision: Decision | None) -> float:
-    """The GPU's seconds on timing the key now: its trials after the first ``before`` (their ``bench_s``) and, when
-    the decision was made now, its confirmation's rounds."""
+    """The GPU's seconds on timing the key now: its trials after the first ``before`` and, when the decision was
+    made now, its confirmation."""
     store = kernel.decision_store.existing(fields, kernel.candidates.space)
     trials = [] if store is None else store.history()[before:]
-    seconds = sum(float(r.attrs.get("bench_s") or 0.0) for r in trials)
-    if trials and decision is not None and decision.confirmation is not None:
-        seconds += float(decision.confirmation.get("seconds") or 0.0)
-    return seconds
+    return timing_seconds(trials, decision.confirmation if trials and decision is not None else None)
