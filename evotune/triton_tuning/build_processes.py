@@ -3,9 +3,8 @@
 ``tune-kernel`` (and ``tune-model``, which tunes each key through it) names its kernel by reference
 (``MODULE:KERNEL``) and makes each key's launch with the module's launch function, so another process that imports
 the module can make the same launch and compile any configuration of it into the Triton cache every process of the
-host shares (``TRITON_CACHE_DIR``). Triton's compiler holds the GIL for much of a build: threads of one process
-gain little past a few (on an H200 the fused-MoE kernel's configurations built 4x faster on 16 threads than one at a
-time), where processes build on a core each (10x on 14). The measurement in this process then finds each
+host shares (``TRITON_CACHE_DIR``). Triton's compiler holds the GIL for much of a build, so threads of one process
+gain little past a few, where processes build on a core each. The measurement in this process then finds each
 configuration built and loads it.
 
 The processes (``spawn``: torch, Triton and the module imported once, CUDA on this process's device) start with the

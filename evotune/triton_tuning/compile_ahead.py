@@ -51,8 +51,7 @@ def pool_depth(budget: int) -> int:
     :mod:`evotune.triton_tuning.build_processes`): ``EVOTUNE_COMPILE_THREADS``, else one a core but at most a
     quarter of the budget (at least 2). The tuner keeps about 1.5 times that many proposals handed out, which the
     search makes before it hears their results: a deeper pool would leave a small budget's search little to learn
-    from. Triton's compiler holds the GIL for part of each build, so threads past a few add little (on an H200's 16
-    cores, 16 threads built the fused-MoE kernel's configurations 4x faster than one; 14 processes 10x)."""
+    from. Triton's compiler holds the GIL for part of each build, so threads past a few add little."""
     return pool_threads() or min(workers(os.cpu_count() or 1), max(2, budget // 4))
 
 
