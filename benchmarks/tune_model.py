@@ -560,6 +560,8 @@ def _started():
 START = _started()
 def _first(*args, **kwargs):
     print(f"FIRST_EVALUATION {time.time() - START:.3f}", flush=True)
+    from evotune.triton_tuning.build_processes import shutdown
+    shutdown()  # the worker's build processes hold its output pipes: they end with it
     os._exit(0)
 PATCH = {"evotune.triton_tuning.search": "LaunchEvaluator", "evotune.measurement.gpu": "GpuEvaluator"}
 class _Probe(importlib.abc.MetaPathFinder):

@@ -65,35 +65,46 @@ def test_the_pool_builds_in_its_processes_and_a_point_is_ready_once_built(monkey
         shutdown()
 
 
-def test_a_build_still_queued_is_taken_back_and_left_to_the_measurement(monkeypatch) -> None:
-    """The first evaluations do not wait for the processes to start: a point whose build no process has begun is
-    built by the measurement here."""
+def test_the_first_evaluations_do_not_wait_for_the_processes_to_start(monkeypatch) -> None:
+    """A point whose build no process has begun (queued behind others), or begun before any process has returned a
+    build (the pool marks its first builds running while its processes still start), is built by the measurement
+    here; once a process has returned a build, a begun build is waited for and counted as built elsewhere."""
     from concurrent.futures import ThreadPoolExecutor
 
     import evotune.triton_tuning.build_processes as bp
 
-    release = threading.Event()
+    gates = {i: threading.Event() for i in range(3)}
     began: list[int] = []
 
     def slow_build(ref: LaunchRef, point: dict[str, int]) -> bool:
         began.append(point["i"])
-        release.wait()
+        gates[point["i"]].wait()
         return True
 
     one = ThreadPoolExecutor(1)
     monkeypatch.setattr(bp, "executor", lambda ref: one)
     monkeypatch.setattr(bp, "build", slow_build)
     pool = ProcessBuilds(LaunchRef(ADD_TUNED, None, None, "make_add_args", (("n", 32),)), lambda p: str(p["i"]), 1)
-    pool.submit([{"i": 0}, {"i": 1}])
-    while not began:  # the single worker has taken the first build
-        threading.Event().wait(0.01)
-    before = BUILT.count
-    pool.wait({"i": 1})  # queued behind it: taken back at once, not waited for
-    assert began == [0] and pool.ready({"i": 1}) and not pool.ready({"i": 0})
-    release.set()
-    pool.wait({"i": 0})  # begun: waited for, and counted as built elsewhere
-    assert pool.ready({"i": 0}) and BUILT.count == before + 1 and began == [0]
-    one.shutdown()
+    try:
+        pool.submit([{"i": 0}, {"i": 1}, {"i": 2}])
+        while not began:  # the single worker has taken the first build
+            threading.Event().wait(0.01)
+        before = BUILT.count
+        pool.wait({"i": 1})  # queued behind it: taken back at once, not waited for
+        pool.wait({"i": 0})  # begun, but no build has come back yet: left to the measurement, not waited for
+        assert began == [0] and not gates[0].is_set() and BUILT.count == before
+        gates[0].set()  # the first build comes back; the worker takes the third (the second was taken back)
+        while len(began) < 2:
+            threading.Event().wait(0.01)
+        assert began == [0, 2]
+        threading.Thread(target=gates[2].set).start()
+        pool.wait({"i": 2})  # begun once the processes are up: waited for, and counted as built elsewhere
+        assert pool.ready({"i": 2}) and BUILT.count == before + 1
+    finally:
+        for gate in gates.values():
+            gate.set()
+        one.shutdown()
+        bp._warm.clear()
 
 
 def test_at_most_sixteen_build_processes_unless_set(monkeypatch) -> None:
@@ -102,3 +113,38 @@ def test_at_most_sixteen_build_processes_unless_set(monkeypatch) -> None:
     assert processes() == 16
     monkeypatch.setenv("EVOTUNE_COMPILE_THREADS", "40")
     assert processes() == 40
+
+
+def test_a_pool_started_ahead_loads_the_kernel_and_none_is_started_under_the_interpreter() -> None:
+    import evotune.triton_tuning.build_processes as bp
+
+    bp._kernels.clear()
+    bp.prepare(ADD_TUNED, None, None)  # what each process does first: the module's imports, its kernel
+    assert (ADD_TUNED, None, None) in bp._kernels
+    bp.prepare(f"{TESTS / 'no_such_module.py'}:k", None, None)  # a failure is left to the first build
+    bp.start(ADD_TUNED)  # the interpreter builds nothing ahead: no processes
+    assert (ADD_TUNED, None, None) not in bp._executors
+
+
+def test_a_launch_signature_holds_tensors_as_dtypes_and_is_refused_where_it_would_build_otherwise() -> None:
+    import torch
+
+    from evotune.triton_tuning.build_processes import signature
+
+    x = torch.zeros(64, dtype=torch.bfloat16)
+    assert signature((x, 64, 1.5, None), {"top_k": 2, "FP8": False}) == (
+        (torch.bfloat16, 64, 1.5, None), (("top_k", 2), ("FP8", False)))
+    assert signature((x[1:], 64), {}) is None  # 2 bytes in: not 16-byte aligned, a build of its own
+    assert signature((x,), {"scale": x}) is None  # a tensor by keyword: Triton's warmup takes no dtype there
+    assert signature(((1, 2),), {}) is None  # a value of another kind
+
+
+def test_a_build_from_the_signature_needs_no_launch_function() -> None:
+    from evotune.triton_tuning.build_processes import signature
+    from evotune.triton_tuning.references import load_module
+
+    args = load_module(ADD_TUNED.rpartition(":")[0]).make_add_args(48)[1]
+    sig = signature(tuple(args), {})
+    assert sig is not None
+    ref = LaunchRef(ADD_TUNED, None, None, "no_such_function", (("n", 48),), sig)
+    assert build(ref, points()[0]) is False  # built from the signature (the interpreter compiles nothing)

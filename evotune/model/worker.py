@@ -4,6 +4,7 @@ one per GPU). Exit code 2 with one line for a bad input, 130 when interrupted (i
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from evotune.model.models import ModelError
@@ -23,4 +24,9 @@ def tune_worker_main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(tune_worker_main(sys.argv[1:]))
+    code = tune_worker_main(sys.argv[1:])
+    # everything the worker decided is in the storage; its build processes were told to stop (the tuner's close):
+    # it ends now rather than wait for them to be reaped (seconds of CUDA teardown each)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -40,7 +40,7 @@ from typing import Any
 
 from evotune.storage.study import timing_seconds
 from evotune.triton_tuning.autotuner import Autotuner
-from evotune.triton_tuning.build_processes import LaunchRef, ProcessBuilds, processes
+from evotune.triton_tuning.build_processes import LaunchRef, ProcessBuilds, processes, signature
 from evotune.triton_tuning.cache import Decision
 from evotune.triton_tuning.plain import without_config
 from evotune.triton_tuning.references import AheadError, load_kernel
@@ -176,7 +176,7 @@ def tune_kernel(ref: str, keys_path: Path, cache: str | None = None, space: str 
         fields = kernel.key_fields(dict(zip(kernel.arg_names, args, strict=False)), kwargs)
         before = _evaluations(kernel, fields)
         # other processes can make this launch: they build the search's proposals (build_processes.py)
-        launch = LaunchRef(ref, space, key_names, keys.launch_name, tuple(key.items()))
+        launch = LaunchRef(ref, space, key_names, keys.launch_name, tuple(key.items()), signature(args, kwargs))
         kernel.builds = lambda depth, searched, launch=launch: ProcessBuilds(launch, searched.key,
                                                                              min(depth, processes()))
         try:

@@ -8,10 +8,12 @@ gain little past a few, where processes build on a core each. The measurement in
 configuration built and loads it.
 
 The processes (``spawn``: torch, Triton and the module imported once, CUDA on this process's device) start with the
-first key and serve every key of the process's run (:func:`executor`); each makes a key's launch once (its tensors
-on the GPU, as the launch function makes them: the same arguments, so the same specialisation) and keeps the
-latest. A configuration that fails to build there is left to the measurement, which builds it again and records why.
-What the processes built is counted (``compile_count.BUILT``), so that a count of this process's compiles adds it.
+first key, or before it (:func:`start`), and serve every key of the process's run (:func:`executor`); each builds a
+key's configurations from the launch's :func:`signature` (its tensors' dtypes and its other values, as the worker
+made them: the same specialisation, and nothing of theirs on the GPU), or, for a launch without one, makes the key's
+launch once (its tensors on the GPU, as the launch function makes them) and keeps the latest. A configuration that
+fails to build there is left to the measurement, which builds it again and records why. What the processes built is
+counted (``compile_count.BUILT``), so that a count of this process's compiles adds it.
 
 Example::
 
@@ -23,6 +25,8 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -33,21 +37,54 @@ from typing import Any
 from evotune.core.space import Point
 from evotune.triton_tuning.compile_count import BUILT, CompileCount
 
+#: a launch as Triton's compiler sees it: the positional arguments, each tensor as its dtype, and the keyword ones
+Signature = tuple[tuple[Any, ...], tuple[tuple[str, Any], ...]]
+_PLAIN = (int, float, bool, str, type(None))
+PR_SET_PDEATHSIG = 1  # Linux prctl: the signal a process gets when the thread that started it ends
+
 
 @dataclass(frozen=True)
 class LaunchRef:
-    """How another process makes a key's launch: the kernel's reference and candidates (as ``tune-kernel`` takes
-    them), the module's launch function and the key's values."""
+    """How another process builds a key's launch: the kernel's reference and candidates (as ``tune-kernel`` takes
+    them), the module's launch function and the key's values, and the launch's :func:`signature` where it has one
+    (the process then builds from it without making the launch)."""
 
     ref: str
     space: str | None
     key_names: str | None
     launch: str
     key: tuple[tuple[str, Any], ...]
+    signature: Signature | None = None
+
+
+def signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Signature | None:
+    """``args`` and ``kwargs`` as Triton specialises a build on them, for a process to build the same kernel
+    without making the launch: Triton's ``warmup`` takes a tensor's dtype for the tensor (assumed 16-byte aligned,
+    as Triton's specialisation asks) and every plain value as it is. Making the launch in each process would put
+    its tensors on the GPU (gigabytes for a model's experts, drawn by kernels) beside the one being timed. None where
+    the signature would not be the same build: a tensor not 16-byte aligned, a tensor passed by keyword, a value of
+    another kind."""
+    out: list[Any] = []
+    for a in args:
+        if hasattr(a, "data_ptr") and hasattr(a, "dtype"):
+            if a.data_ptr() % 16:
+                return None
+            out.append(a.dtype)
+        elif isinstance(a, _PLAIN):
+            out.append(a)
+        else:
+            return None
+    if not all(isinstance(v, _PLAIN) for v in kwargs.values()):
+        return None
+    return tuple(out), tuple(kwargs.items())
 
 
 _executors: dict[tuple[str, str | None, str | None], ProcessPoolExecutor] = {}
 _lock = threading.Lock()
+#: the pools one of whose processes has returned a build: their processes are up (a pool's first builds wait for
+#: its processes to start, seconds of imports, CUDA and the key's launch, longer when several workers of a host
+#: start theirs at once)
+_warm: set[ProcessPoolExecutor] = set()
 
 
 #: build processes by default at most: each holds a CUDA context and its key's launch on the GPU (about 1.7 GB for
@@ -65,23 +102,53 @@ def processes() -> int:
 
 def executor(ref: LaunchRef) -> ProcessPoolExecutor:
     """The processes that build ``ref``'s kernel, started on first use and shut down when this process exits."""
-    name = (ref.ref, ref.space, ref.key_names)
+    return _executor((ref.ref, ref.space, ref.key_names))
+
+
+def _executor(name: tuple[str, str | None, str | None]) -> ProcessPoolExecutor:
     with _lock:
         pool = _executors.get(name)
         if pool is None:
-            pool = ProcessPoolExecutor(processes(), mp_context=get_context("spawn"))
+            pool = ProcessPoolExecutor(processes(), mp_context=get_context("spawn"), initializer=_child)
             _executors[name] = pool
             if len(_executors) == 1:
                 atexit.register(shutdown)
         return pool
 
 
+def start(ref: str, space: str | None = None, key_names: str | None = None) -> None:
+    """Start the build processes of kernel ``ref`` (as ``tune-kernel`` names it) now, before its first key: each
+    imports torch, Triton and the kernel's module (seconds) while this process starts too, so that the first key's
+    builds find them up. Nothing where builds do not run ahead (the interpreter,
+    ``EVOTUNE_COMPILE_THREADS=0``)."""
+    from evotune.triton_tuning.compile_ahead import CompilePool
+
+    if not CompilePool.available():
+        return
+    pool = _executor((ref, space, key_names))
+    for _ in range(processes()):  # the pool starts a process for each task no started process is free for
+        pool.submit(prepare, ref, space, key_names).add_done_callback(lambda f: _warmed(pool, f))
+
+
+def _warmed(pool: ProcessPoolExecutor, future: Future[Any]) -> None:
+    if not future.cancelled() and future.exception() is None:
+        _warm.add(pool)
+
+
 def shutdown() -> None:
-    """Stop every pool's processes (builds not started are dropped)."""
+    """Stop every pool's processes: builds not started are dropped, those running are cut (a build writes its
+    cache entry whole or not at all), so that a run's end does not wait for builds no key will measure."""
     with _lock:
         for pool in _executors.values():
+            pids = list(getattr(pool, "_processes", None) or {})  # the pool keeps no public list of them
             pool.shutdown(wait=False, cancel_futures=True)
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except OSError:
+                    pass  # ended already
         _executors.clear()
+        _warm.clear()
 
 
 class ProcessBuilds:
@@ -97,19 +164,22 @@ class ProcessBuilds:
         for point in points:
             key = self.key_of(point)
             if key not in self._futures:
-                self._futures[key] = self._pool.submit(build, self.ref, dict(point))
+                future = self._pool.submit(build, self.ref, dict(point))
+                future.add_done_callback(lambda f: _warmed(self._pool, f))
+                self._futures[key] = future
 
     def ready(self, point: Point) -> bool:
         future = self._futures.get(self.key_of(point))
         return future is None or future.done()
 
     def wait(self, point: Point) -> None:
-        """Wait for ``point``'s build where a process has started it; one still queued (behind others, or while the
-        processes start) is taken back, and the measurement builds it here, sooner."""
+        """Wait for ``point``'s build where a process has started it; one still queued (behind others), or handed
+        out while the processes start (the pool marks the first few running before any process is up), is left
+        to the measurement, which builds it here, sooner (a process that builds it too writes the same entry)."""
         future = self._futures.get(self.key_of(point))
         if future is None:
             return
-        if future.cancel():
+        if future.cancel() or self._pool not in _warm:
             self._futures[self.key_of(point)] = _done
             return
         try:
@@ -136,6 +206,35 @@ _kernels: dict[tuple[str, str | None, str | None], Any] = {}
 _launch: dict[str, Any] = {}
 
 
+def _child() -> None:
+    """A pool process's start: below the timing process's priority (its builds must not take the core the timed
+    launches are issued from), and ended with the thread that started it (the tuning one: a worker killed, SIGKILL
+    included, leaves no build process behind holding the GPU)."""
+    try:
+        os.nice(5)
+    except OSError:
+        pass
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        except (OSError, AttributeError):
+            pass  # no prctl here: the pool's own shutdown ends the processes
+
+
+def prepare(ref: str, space: str | None, key_names: str | None) -> None:
+    """In a pool process: load the kernel (its module's imports: torch, Triton), ahead of the first build."""
+    name = (ref, space, key_names)
+    try:
+        if name not in _kernels:
+            from evotune.triton_tuning.references import load_kernel
+
+            _kernels[name] = load_kernel(ref, space, key_names)
+    except Exception:
+        return  # the first build tries again, and leaves the point to the measurement if it fails
+
+
 def build(ref: LaunchRef, point: Point) -> bool | None:
     """In a pool process: compile ``point``'s configuration for ``ref``'s launch. True: compiled; False: found in the
     cache; None: the launch could not be made or the configuration did not build (the measurement builds it again
@@ -149,7 +248,10 @@ def build(ref: LaunchRef, point: Point) -> bool | None:
         if name not in _kernels:
             _kernels[name] = load_kernel(ref.ref, ref.space, ref.key_names)
         kernel, module = _kernels[name]
-        if _launch.get("ref") != ref:
+        if ref.signature is not None:  # warmup compiles without launching: no grid is read
+            args, kwargs = ref.signature
+            _launch.update(ref=ref, grid=(1,), args=args, kwargs=dict(kwargs))
+        elif _launch.get("ref") != ref:
             _launch.clear()
             launch = getattr(module, ref.launch)(**dict(ref.key))
             grid, args, kwargs = (*launch, {}) if len(launch) == 2 else launch
@@ -162,4 +264,5 @@ def build(ref: LaunchRef, point: Point) -> bool | None:
     return count.built > 0
 
 
-__all__ = ["BUILT", "MAX_PROCESSES", "LaunchRef", "ProcessBuilds", "build", "executor", "processes", "shutdown"]
+__all__ = ["BUILT", "MAX_PROCESSES", "LaunchRef", "ProcessBuilds", "build", "executor", "prepare", "processes",
+           "shutdown", "signature", "start"]

@@ -41,7 +41,6 @@ import optuna
 
 from evotune.core.space import SearchSpace
 from evotune.storage.study import StudyStore, make_storage
-from evotune.storage.summaries import study_summaries
 from evotune.storage.trial_writer import checkpoint
 from evotune.triton_tuning.toolchain import Toolchain
 
@@ -188,7 +187,7 @@ class DecisionStore:
     def tuned(self) -> list[tuple[dict[str, Any], str, Decision]]:
         """(key, study name, decision) of every key of this kernel that has a decision."""
         out = []
-        for s in study_summaries(self.storage):
+        for s in self.storage.get_all_studies():  # one query: names and attributes are all this reads
             if not s.study_name.startswith(self.kernel.prefix):
                 continue
             d = Decision.from_attr(s.user_attrs.get(DECISION))
