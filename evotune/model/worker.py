@@ -8,10 +8,13 @@ import os
 import sys
 
 from evotune.model.models import ModelError
-from evotune.model.runner import RunOptions, work
 
 
 def tune_worker_main(argv: list[str]) -> int:
+    # imported here, not at the top: a build process the worker spawns imports this module again (as
+    # ``__mp_main__``), and needs none of the run's machinery (Optuna, the storages)
+    from evotune.model.runner import RunOptions, work
+
     options = RunOptions(**json.loads(argv[0]))
     try:
         work(options, int(argv[1]), int(argv[2]))
