@@ -148,3 +148,26 @@ def test_a_build_from_the_signature_needs_no_launch_function() -> None:
     assert sig is not None
     ref = LaunchRef(ADD_TUNED, None, None, "no_such_function", (("n", 48),), sig)
     assert build(ref, points()[0]) is False  # built from the signature (the interpreter compiles nothing)
+
+
+def test_a_broken_pool_is_replaced_and_a_submit_to_one_leaves_the_builds_to_the_measurement(monkeypatch) -> None:
+    from concurrent.futures.process import BrokenProcessPool
+
+    import evotune.triton_tuning.build_processes as bp
+
+    class Broken:
+        _broken = "a process died"
+
+        def submit(self, *args, **kwargs):
+            raise BrokenProcessPool(self._broken)
+
+    name = (ADD_TUNED, None, "n")
+    monkeypatch.setitem(bp._executors, name, Broken())
+    pool = ProcessBuilds(LaunchRef(ADD_TUNED, None, "n", "make_add_args", (("n", 32),)), lambda p: str(p), 1)
+    try:
+        assert not isinstance(pool._pool, Broken)  # a new pool, not the broken one
+        bp._executors[name] = pool._pool = Broken()  # it breaks while the key is tuned
+        pool.submit([{"i": 0}])  # nothing raised: the point is the measurement's to build
+        assert pool.ready({"i": 0})
+    finally:
+        bp._executors.pop(name, None)

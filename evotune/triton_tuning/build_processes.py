@@ -108,7 +108,9 @@ def executor(ref: LaunchRef) -> ProcessPoolExecutor:
 def _executor(name: tuple[str, str | None, str | None]) -> ProcessPoolExecutor:
     with _lock:
         pool = _executors.get(name)
-        if pool is None:
+        # a pool whose processes died (killed, or ended with the thread that started them) takes no more builds: a
+        # new one replaces it
+        if pool is None or getattr(pool, "_broken", False):
             pool = ProcessPoolExecutor(processes(), mp_context=get_context("spawn"), initializer=_child)
             _executors[name] = pool
             if len(_executors) == 1:
@@ -127,7 +129,10 @@ def start(ref: str, space: str | None = None, key_names: str | None = None) -> N
         return
     pool = _executor((ref, space, key_names))
     for _ in range(processes()):  # the pool starts a process for each task no started process is free for
-        pool.submit(prepare, ref, space, key_names).add_done_callback(lambda f: _warmed(pool, f))
+        try:
+            pool.submit(prepare, ref, space, key_names).add_done_callback(lambda f: _warmed(pool, f))
+        except RuntimeError:  # broken or shut down meanwhile: the first key's builds start a new pool
+            return
 
 
 def _warmed(pool: ProcessPoolExecutor, future: Future[Any]) -> None:
@@ -164,7 +169,10 @@ class ProcessBuilds:
         for point in points:
             key = self.key_of(point)
             if key not in self._futures:
-                future = self._pool.submit(build, self.ref, dict(point))
+                try:
+                    future = self._pool.submit(build, self.ref, dict(point))
+                except RuntimeError:  # the pool broke (its processes died): the measurement builds the rest
+                    return
                 future.add_done_callback(lambda f: _warmed(self._pool, f))
                 self._futures[key] = future
 
