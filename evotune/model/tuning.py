@@ -108,8 +108,8 @@ class AutotuneTuner:
         self.cache = autotune_cache(out)
         self._studies = studies
         if any(k.shape.family is Family.FUSED_MOE for k in plan.keys):
-            # the fused MoE's build processes start with the worker, not with its first key: their imports and
-            # CUDA overlap the worker's, so the first key's first builds do not fall to the measurement
+            # the fused MoE's build processes start with the worker, not with its first key: their imports overlap
+            # the worker's, so the first key's first builds do not fall to the measurement
             moe = SOURCES[Family.FUSED_MOE]
             start_build_processes(moe.ref, moe.space, moe.key)
 

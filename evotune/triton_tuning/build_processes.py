@@ -82,13 +82,12 @@ def signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Signature | None
 _executors: dict[tuple[str, str | None, str | None], ProcessPoolExecutor] = {}
 _lock = threading.Lock()
 #: the pools one of whose processes has returned a build: their processes are up (a pool's first builds wait for
-#: its processes to start, seconds of imports, CUDA and the key's launch, longer when several workers of a host
-#: start theirs at once)
+#: its processes to start: seconds of imports, longer when several workers of a host start theirs at once)
 _warm: set[ProcessPoolExecutor] = set()
 
 
-#: build processes by default at most: each holds a CUDA context and its key's launch on the GPU (about 1.7 GB for
-#: a Mixtral expert GEMM's), and past a dozen or so the pool outruns the GPU's timing anyway
+#: build processes by default at most: past a dozen or so the pool outruns the GPU's timing, and each holds torch,
+#: Triton and a CUDA context (and, for a launch without a signature, its key's tensors on the GPU)
 MAX_PROCESSES = 16
 
 
