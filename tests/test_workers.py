@@ -19,7 +19,7 @@ from evotune.storage.summaries import study_names
 
 pytestmark = pytest.mark.slow  # several worker processes on one study
 
-BUDGET = 240
+BUDGET = 960  # several seconds of one worker's replay: the others start before it could take every point
 WORKERS = 4
 
 
