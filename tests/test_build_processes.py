@@ -38,12 +38,13 @@ def test_a_build_makes_the_keys_launch_from_the_reference_and_compiles_the_confi
     assert build(bad, points()[0]) is None  # left to the measurement, which says why
 
 
-def test_build_processes_one_a_core_less_two_or_as_set(monkeypatch) -> None:
+@pytest.mark.parametrize(("cores", "default", "set_to"), [(16, 14, 3), (128, 16, 40)])
+def test_build_processes_one_a_core_less_two_at_most_sixteen_or_as_set(monkeypatch, cores, default, set_to) -> None:
     monkeypatch.delenv("EVOTUNE_COMPILE_THREADS", raising=False)
-    monkeypatch.setattr("os.cpu_count", lambda: 16)
-    assert processes() == 14
-    monkeypatch.setenv("EVOTUNE_COMPILE_THREADS", "3")
-    assert processes() == 3
+    monkeypatch.setattr("os.cpu_count", lambda: cores)
+    assert processes() == default
+    monkeypatch.setenv("EVOTUNE_COMPILE_THREADS", str(set_to))
+    assert processes() == set_to
 
 
 @pytest.mark.slow  # starts two processes (torch and Triton imported in each)
@@ -105,14 +106,6 @@ def test_the_first_evaluations_do_not_wait_for_the_processes_to_start(monkeypatc
             gate.set()
         one.shutdown()
         bp._warm.clear()
-
-
-def test_at_most_sixteen_build_processes_unless_set(monkeypatch) -> None:
-    monkeypatch.delenv("EVOTUNE_COMPILE_THREADS", raising=False)
-    monkeypatch.setattr("os.cpu_count", lambda: 128)
-    assert processes() == 16
-    monkeypatch.setenv("EVOTUNE_COMPILE_THREADS", "40")
-    assert processes() == 40
 
 
 def test_a_pool_started_ahead_loads_the_kernel_and_none_is_started_under_the_interpreter() -> None:

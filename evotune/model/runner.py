@@ -35,7 +35,7 @@ from pathlib import Path
 import optuna
 
 from evotune.measurement.kernel_cache import cache_root
-from evotune.model.autotune_api import MAX_BUILD_PROCESSES
+from evotune.model.autotune_api import build_processes_for
 from evotune.model.models import ModelError, load_model
 from evotune.model.outcome import KeyTuner, Outcome
 from evotune.model.plan import Plan, make_plan, only, parse_batch_sizes, parse_kernels
@@ -294,13 +294,12 @@ def worker_env(options: RunOptions, workers: int = 1) -> dict[str, str]:
     processes use: a configuration compiled for one key is loaded, not compiled again, by every worker's keys of the
     same specialisation), the storages made and checked here once, not in each worker (about a second of Alembic a
     process), and each worker's share of the host's cores for its build processes (``EVOTUNE_COMPILE_THREADS``,
-    unless set: its share of the cores less two, at most ``MAX_BUILD_PROCESSES``; each would otherwise start one a
-    core of the host)."""
+    unless set: as many as its share of the cores takes; each would otherwise start one a core of the host)."""
     triton_cache = os.environ.get("TRITON_CACHE_DIR") or str(cache_root() / "triton")
     checked = checked_for_children([options.storage, *([autotune_cache(Path(options.out))]
                                                        if options.tuner == DEFAULT_TUNER else [])])
-    share = (os.cpu_count() or 1) // max(1, workers) - 2
-    builds = os.environ.get("EVOTUNE_COMPILE_THREADS") or str(max(1, min(MAX_BUILD_PROCESSES, share)))
+    share = (os.cpu_count() or 1) // max(1, workers)
+    builds = os.environ.get("EVOTUNE_COMPILE_THREADS") or str(build_processes_for(share))
     return {"TRITON_CACHE_DIR": triton_cache, **checked, "EVOTUNE_COMPILE_THREADS": builds}
 
 

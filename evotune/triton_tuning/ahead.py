@@ -165,7 +165,7 @@ def tune_kernel(ref: str, keys_path: Path, cache: str | None = None, space: str 
     # before the other keys' tuning, not after it
     # (the first key's launch is kept for its tuning; the others, gigabytes each for a model's experts, are made
     # again when their turn comes)
-    first: tuple[Any, tuple[Any, ...], dict[str, Any]] | None = build_launch(keys, 0, keys.keys[0])
+    kept = [build_launch(keys, 0, keys.keys[0])]
     for i, key in enumerate(keys.keys[1:], 1):
         build_launch(keys, i, key)
     tell = progress or (lambda event: None)
@@ -174,8 +174,7 @@ def tune_kernel(ref: str, keys_path: Path, cache: str | None = None, space: str 
     for i, key in enumerate(keys.keys):
         tell(KeyProgress(Stage.STARTED, i, total, key))
         started = time.perf_counter()
-        grid, args, kwargs = first if i == 0 and first is not None else build_launch(keys, i, key)
-        first = None
+        grid, args, kwargs = kept.pop() if kept else build_launch(keys, i, key)
         kwargs = without_config(kernel, kwargs)
         fields = kernel.key_fields(dict(zip(kernel.arg_names, args, strict=False)), kwargs)
         before = _evaluations(kernel, fields)

@@ -92,11 +92,16 @@ MAX_PROCESSES = 16
 
 
 def processes() -> int:
-    """Build processes: ``EVOTUNE_COMPILE_THREADS`` where set, else the host's cores less two (one times, one
-    serves the run), at most :data:`MAX_PROCESSES`."""
+    """Build processes: ``EVOTUNE_COMPILE_THREADS`` where set, else :func:`for_cores` of the host's cores."""
     from evotune.triton_tuning.compile_ahead import pool_threads
 
-    return pool_threads() or max(1, min(MAX_PROCESSES, (os.cpu_count() or 1) - 2))
+    return pool_threads() or for_cores(os.cpu_count() or 1)
+
+
+def for_cores(cores: int) -> int:
+    """Build processes for ``cores`` cores: all less two (one times, one serves the run), at most
+    :data:`MAX_PROCESSES`, at least one."""
+    return max(1, min(MAX_PROCESSES, cores - 2))
 
 
 def executor(ref: LaunchRef) -> ProcessPoolExecutor:
@@ -232,14 +237,19 @@ def _child() -> None:
 
 def prepare(ref: str, space: str | None, key_names: str | None) -> None:
     """In a pool process: load the kernel (its module's imports: torch, Triton), ahead of the first build."""
-    name = (ref, space, key_names)
     try:
-        if name not in _kernels:
-            from evotune.triton_tuning.references import load_kernel
-
-            _kernels[name] = load_kernel(ref, space, key_names)
+        _kernel((ref, space, key_names))
     except Exception:
         return  # the first build tries again, and leaves the point to the measurement if it fails
+
+
+def _kernel(name: tuple[str, str | None, str | None]) -> Any:
+    """In a pool process: the kernel ``name`` refers to, and its module, loaded once."""
+    if name not in _kernels:
+        from evotune.triton_tuning.references import load_kernel
+
+        _kernels[name] = load_kernel(*name)
+    return _kernels[name]
 
 
 def build(ref: LaunchRef, point: Point) -> bool | None:
@@ -247,14 +257,10 @@ def build(ref: LaunchRef, point: Point) -> bool | None:
     cache; None: the launch could not be made or the configuration did not build (the measurement builds it again
     and records why)."""
     from evotune.triton_tuning.plain import without_config
-    from evotune.triton_tuning.references import load_kernel
     from evotune.triton_tuning.resources import compile_config
 
-    name = (ref.ref, ref.space, ref.key_names)
     try:
-        if name not in _kernels:
-            _kernels[name] = load_kernel(ref.ref, ref.space, ref.key_names)
-        kernel, module = _kernels[name]
+        kernel, module = _kernel((ref.ref, ref.space, ref.key_names))
         if ref.signature is not None:  # warmup compiles without launching: no grid is read
             args, kwargs = ref.signature
             _launch.update(ref=ref, grid=(1,), args=args, kwargs=dict(kwargs))
@@ -271,5 +277,5 @@ def build(ref: LaunchRef, point: Point) -> bool | None:
     return count.built > 0
 
 
-__all__ = ["BUILT", "MAX_PROCESSES", "LaunchRef", "ProcessBuilds", "build", "executor", "prepare", "processes",
-           "shutdown", "signature", "start"]
+__all__ = ["BUILT", "MAX_PROCESSES", "LaunchRef", "ProcessBuilds", "build", "executor", "for_cores", "prepare",
+           "processes", "shutdown", "signature", "start"]
