@@ -20,6 +20,7 @@ from evotune.triton_tuning.builds import built_points, specialisation
 from evotune.triton_tuning.cache import DecisionStore, KernelId
 from evotune.triton_tuning.compile_count import CompileCount
 from evotune.triton_tuning.configs import LaunchContext
+from evotune.triton_tuning.neighbours import sources
 from evotune.triton_tuning.search import KeyJob, _search, tune_key
 from evotune.triton_tuning.timers import WallClockTimer
 
@@ -104,12 +105,23 @@ def test_a_later_keys_search_knows_which_configurations_an_earlier_key_built(tmp
     measured = {k for _, k in standin.built}
     later = key_job(cache, standin, 48, COMPILE_COST)  # M = 48: the specialisation of M = 16
     assert later.built == measured and len(measured) == BUDGET
-    strategy = _search(later)
+    strategy = _search(later, sources(cache, later.key, later.space))
     assert strategy.kernels is not None and float(strategy.options.compile_cost) == COMPILE_COST
     built_rows = {r for r in range(len(later.feasible)) if SPACE.key(later.feasible.point(r)) in measured}
     assert built_rows and set(np.flatnonzero(~strategy.kernels.new(np.arange(len(later.feasible))))) == built_rows
     # M = 2 is specialised otherwise: nothing of M = 16's is built for it
     assert not key_job(cache, standin, 2, COMPILE_COST).built
+
+
+def test_each_searched_key_records_the_keys_it_transferred_from(tmp_path) -> None:
+    cache, standin = store(tmp_path), CountingCompiles()
+    first, later = key_job(cache, standin, 16, COMPILE_COST), key_job(cache, standin, 48, COMPILE_COST)
+    tune_key(first)
+    expected = [s.name for s in sources(cache, later.key, later.space)]
+    tune_key(later)
+    recorded = {k: cache.study(job.key, job.space).study.user_attrs["sources"] for k, job in
+                (("first", first), ("later", later))}
+    assert recorded == {"first": [], "later": expected} and len(expected) == 1 and expected[0].startswith("key:")
 
 
 @pytest.mark.slow  # four keys searched by the default strategy

@@ -36,6 +36,7 @@ from evotune.core.space import Context, FeasibleSet, Point, SearchSpace
 from evotune.measurement.base import Evaluator
 from evotune.running.tuner import Infeasible, PerTrial, tune_study
 from evotune.search import launch
+from evotune.search.prior import Source
 from evotune.search.strategies import Strategy, make_strategy
 from evotune.search.strategies.exhaustive import Listed
 from evotune.storage.claims import Claims, NoClaims, make_claims
@@ -175,7 +176,12 @@ def measure_points(job: KeyJob, store: StudyStore) -> int:
         if job.compile_ahead is not None:
             job.compile_ahead([p for p in points if space.key(p) not in stored])
     else:
-        strategy = _search(job)
+        srcs = sources(job.cache, job.key, job.space, job.sms)
+        if srcs:
+            log.info("tuning %s: transfer from %s", job.key, ", ".join(s.name for s in srcs))
+        # which keys this search started from, in the study: a pick is read against the keys it learned from
+        job.cache.storage.set_study_user_attr(store.study_id, "sources", [s.name for s in srcs])
+        strategy = _search(job, srcs)
     claims = claims_of(job, store.study.study_name)
 
     def attrs(point: Point) -> dict[str, Any]:
@@ -196,12 +202,9 @@ def measure_points(job: KeyJob, store: StudyStore) -> int:
     return result.new_trials
 
 
-def _search(job: KeyJob) -> Strategy:
-    """``default`` over the key's candidates, the trials of the nearest keys tuned as its sources."""
-    srcs = sources(job.cache, job.key, job.space, job.sms)
+def _search(job: KeyJob, srcs: list[Source]) -> Strategy:
+    """``default`` over the key's candidates, ``srcs`` (the trials of the nearest keys tuned) as its sources."""
     counts = None if job.programs is None else [job.programs(job.feasible.point(r)) for r in range(len(job.feasible))]
-    if srcs:
-        log.info("tuning %s: transfer from %s", job.key, ", ".join(s.name for s in srcs))
     # the sources are this kernel's own keys tuned on this GPU: a lone nearest key is kept while its ranking
     # weighs, as several are (dropping it after its first own result, as `default` does, cost the large space's
     # replay at the default budget 32 x 4096 x 4096: 9 -> 30 evaluations to 0.99, 256 x 4096 x 4096: 8 -> 31,
