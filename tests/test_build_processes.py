@@ -164,3 +164,36 @@ def test_a_broken_pool_is_replaced_and_a_submit_to_one_leaves_the_builds_to_the_
         assert pool.ready({"i": 0})
     finally:
         bp._executors.pop(name, None)
+
+
+def test_speculation_drops_the_queued_builds_no_longer_wanted_and_keeps_the_rest(monkeypatch) -> None:
+    """The search's ranking moves on after each result: builds still queued for points it no longer ranks ahead are
+    taken back, those it still wants keep their place, a running one finishes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import evotune.triton_tuning.build_processes as bp
+
+    gate, began = threading.Event(), []
+
+    def build(ref: LaunchRef, point: dict[str, int]) -> bool:
+        began.append(point["i"])
+        gate.wait()
+        return True
+
+    one = ThreadPoolExecutor(1)
+    monkeypatch.setattr(bp, "executor", lambda ref: one)
+    monkeypatch.setattr(bp, "build", build)
+    pool = ProcessBuilds(LaunchRef(ADD_TUNED, None, None, "make_add_args", (("n", 32),)), lambda p: str(p["i"]), 1)
+    try:
+        assert pool.speculates
+        pool.speculate([{"i": 0}, {"i": 1}, {"i": 2}])
+        while not began:
+            threading.Event().wait(0.01)
+        pool.speculate([{"i": 3}, {"i": 2}])  # 0 runs on; 1 is no longer wanted; 2 keeps its place before 3
+        gate.set()
+        one.shutdown(wait=True)  # every build queued is run
+        assert began == [0, 2, 3] and pool.ready({"i": 1})
+    finally:
+        gate.set()
+        one.shutdown()
+        bp._warm.clear()

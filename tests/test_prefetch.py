@@ -110,3 +110,47 @@ def test_points_still_compiling_wait_while_built_ones_are_measured(gemm_landscap
     # eight evaluations (a compile's time), when nothing past the budget is handed out to measure instead
     assert any(key in ev.until for key, _ in ev.order)
     assert [i for i, (_, ready) in enumerate(ev.order) if not ready and i < 40 - 8] == []
+
+
+class _Speculating(ReplayEvaluator):
+    """A replay oracle that builds on speculation: records each hand-over and what was measured before it."""
+
+    speculates = True
+
+    def __init__(self, landscape, depth: int):
+        super().__init__(landscape)
+        self.prefetch_depth = depth
+        self.key = landscape.space().key
+        self.calls: list[tuple[list[str], int]] = []  # (the points handed, evaluations made before)
+        self.evaluated: list[str] = []
+
+    def speculate(self, points, problem):
+        self.calls.append(([self.key(p) for p in points], len(self.evaluated)))
+
+    def evaluate(self, point, problem):
+        self.evaluated.append(self.key(point))
+        return super().evaluate(point, problem)
+
+
+def _run(landscape, tmp_path, name, evaluator, budget):
+    space = landscape.space()
+    ctx = Context(problem=landscape.problem)
+    store = StudyStore.open(f"sqlite:///{tmp_path / f'{name}.db'}", name, space)
+    strategy = make_strategy("default", space, space.feasible(ctx), seed=5, ctx=ctx)
+    tune_study(space, ctx, evaluator, strategy, store, Budget(trials=budget))
+    return [r.key for r in sorted(store.history(), key=lambda r: r.number)]
+
+
+def test_a_pool_that_builds_on_speculation_gets_one_proposal_at_a_time_and_changes_none(gemm_landscape, tmp_path):
+    """Each proposal is made knowing every result before it, so the search proposes what it would without a pool;
+    with each, the pool gets the points the search ranks next (at most a pool's worth, none past the budget)."""
+    budget = 24
+    alone = _run(gemm_landscape, tmp_path, "alone", ReplayEvaluator(gemm_landscape), budget)
+    ev = _Speculating(gemm_landscape, depth=4)
+    assert _run(gemm_landscape, tmp_path, "pool", ev, budget) == alone == ev.evaluated
+    assert [handed[0] for handed, _ in ev.calls] == ev.evaluated  # the proposal first, then the ranked ones
+    assert [before for _, before in ev.calls] == list(range(budget))  # asked once the previous one was measured
+    for i, (handed, _) in enumerate(ev.calls):
+        ahead = handed[1:]
+        assert len(ahead) <= min(4, budget - i - 1) and not set(ahead) & set(ev.evaluated[: i + 1])
+    assert sum(len(h) > 1 for h, _ in ev.calls) > budget // 2  # the search ranked points ahead for most of them

@@ -29,6 +29,11 @@ class Evaluator(ABC):
     #: how many points the evaluator prepares side by side (its compile processes); :meth:`to_ask` says how many
     #: the tuner hands to :meth:`prefetch` ahead of the GPU
     prefetch_depth: int = 1
+    #: whether it builds on speculation (:meth:`speculate`): the tuner then asks an adaptive strategy for one proposal
+    #: at a time, each made knowing every result before it, and hands it the points the strategy ranks next to build
+    #: while the GPU measures (with a few results per key, proposals made in batches ahead of a pool follow the
+    #: first guesses, e.g. another key's winners, too long)
+    speculates: bool = False
     #: whether :meth:`confirm` re-times anything (measuring oracles with baselines)
     confirms: bool = False
     #: the seconds left to the run being tuned, when it has a time budget (:meth:`bound`); None: no deadline
@@ -60,6 +65,10 @@ class Evaluator(ABC):
 
     def prefetch(self, points: list[Point], problem: Problem) -> None:  # noqa: B027 - optional hook
         """Start preparing (compiling) points that will be evaluated next; a no-op by default."""
+
+    def speculate(self, points: list[Point], problem: Problem) -> None:  # noqa: B027 - optional hook
+        """Build ``points`` (the next to measure first, then those the search ranks next, most likely first);
+        builds asked for before and not started, of points not among them, are dropped. A no-op by default."""
 
     def ready(self, point: Point, problem: Problem) -> bool:
         """Whether ``point`` can be evaluated now, not after its compile in the pool (always, without one)."""

@@ -263,16 +263,28 @@ class _Run:
         (:meth:`Evaluator.to_ask` says how many), so the pool compiles the next points while the GPU
         measures the ones it built; the rest get one proposal at a time. The first handed-out point that
         is ready (built) goes next: one whose compile takes a minute does not hold up the points behind it,
-        such as new launch arguments of a kernel built already.
+        such as new launch arguments of a kernel built already. An evaluator that builds on speculation
+        (:attr:`Evaluator.speculates`) gets an adaptive strategy's proposals one at a time, each made knowing
+        every result before it, and with each the points the strategy ranks next (:meth:`Strategy.ahead`), to
+        build while the GPU measures.
         """
+        speculating = self.evaluator.speculates and self.strategy.adapts
         while True:
-            wanted = self.evaluator.to_ask(len(self.queue), wide=not self.strategy.adapts)
-            if self.budget.trials is not None:
+            wanted = (0 if self.queue else 1) if speculating else \
+                self.evaluator.to_ask(len(self.queue), wide=not self.strategy.adapts)
+            left = None if self.budget.trials is None else \
+                max(0, self.budget.trials - self.state.trials - len(self.queue))
+            if left is not None:
                 # a pool compiles what it is handed: no more than the budget can still measure
-                wanted = min(wanted, max(0, self.budget.trials - self.state.trials - len(self.queue)))
+                wanted = min(wanted, left)
             if wanted:
                 more = self.strategy.ask(wanted)
-                if more and self.evaluator.prefetch_depth > 1:
+                if more and speculating:
+                    depth = self.evaluator.prefetch_depth
+                    ahead = self.strategy.ahead(depth if left is None else min(depth, left - len(more)))
+                    self.strategy.building(ahead)
+                    self.evaluator.speculate(more + ahead, self.problem)
+                elif more and self.evaluator.prefetch_depth > 1:
                     self.evaluator.prefetch(more, self.problem)
                 self.queue += more
             if not self.queue:

@@ -95,6 +95,8 @@ class Asks(Protocol):
 
     def ask(self, n: int = 1) -> list[Point]: ...
 
+    def ahead(self, n: int) -> list[Point]: ...
+
     def tell(self, results: Sequence[tuple[Point, float | None]]) -> None: ...
 
 
@@ -216,6 +218,13 @@ class Transfer:
             self.plain_rows.add(row)
             if not s.taken[row]:  # else handed out by this search and not told yet: its result is forwarded
                 return row
+
+    def ahead(self, n: int) -> list[int]:
+        """Up to ``n`` rows the next turns would likely take: the rest of the opening, then plain default's ranking."""
+        rows = list(self.opening[self.asked:])
+        if self._plain is not None:
+            rows += [r for r in map(self.strategy.feasible.row, self._plain.ahead(n)) if r is not None]
+        return rows[:n]
 
     def observe(self, row: int, value: float | None) -> None:
         """A told result: the sources' own results are counted, plain default's forwarded to it."""

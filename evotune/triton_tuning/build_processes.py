@@ -180,6 +180,18 @@ class ProcessBuilds:
                 future.add_done_callback(lambda f: _warmed(self._pool, f))
                 self._futures[key] = future
 
+    #: builds still queued are taken back: the tuner may hand the search's next-ranked points to build meanwhile
+    speculates = True
+
+    def speculate(self, points: list[Point]) -> None:
+        """Build ``points`` (the one to measure next first); queued builds of points not among them are dropped,
+        so that the queue holds what the search ranks highest now, not what it ranked before."""
+        wanted = {self.key_of(p) for p in points}
+        for key, future in list(self._futures.items()):
+            if key not in wanted and future.cancel():  # a running build finishes into the shared cache
+                del self._futures[key]
+        self.submit(points)
+
     def ready(self, point: Point) -> bool:
         future = self._futures.get(self.key_of(point))
         return future is None or future.done()

@@ -81,8 +81,12 @@ class PointBuilds(Protocol):
 
     #: proposals the tuner keeps handed out to it
     depth: int
+    #: whether builds not started can be dropped (:meth:`speculate`), so that it may build on speculation
+    speculates: bool
 
     def submit(self, points: list[Point]) -> None: ...
+
+    def speculate(self, points: list[Point]) -> None: ...
 
     def ready(self, point: Point) -> bool: ...
 
@@ -146,6 +150,13 @@ class CompilePool:
                                                        self.config_of(point))
             except Exception:  # the measurement builds it again and records why it fails
                 self._kernels[key] = None
+
+    #: a build handed to Triton's compile threads cannot be taken back: this pool builds only what is proposed
+    speculates = False
+
+    def speculate(self, points: list[Point]) -> None:
+        """Only the proposals among ``points`` are built (it never runs: :attr:`speculates` is False)."""
+        self.submit(points[:1])
 
     def ready(self, point: Point) -> bool:
         """Whether ``point`` can be measured without waiting for its build (always, when it was not handed over)."""

@@ -149,6 +149,7 @@ class LaunchEvaluator(Evaluator):
     def __init__(self, measure: Callable[[Point], EvalResult], pool: PointBuilds | None = None):
         self.measure, self.pool = measure, pool
         self.prefetch_depth = 1 if pool is None else pool.depth
+        self.speculates = pool is not None and pool.speculates
 
     def evaluate(self, point: Point, problem: Problem) -> EvalResult:
         if self.pool is not None:
@@ -158,6 +159,10 @@ class LaunchEvaluator(Evaluator):
     def prefetch(self, points: list[Point], problem: Problem) -> None:
         if self.pool is not None:
             self.pool.submit(points)
+
+    def speculate(self, points: list[Point], problem: Problem) -> None:
+        if self.pool is not None:
+            self.pool.speculate(points)
 
     def ready(self, point: Point, problem: Problem) -> bool:
         return self.pool is None or self.pool.ready(point)

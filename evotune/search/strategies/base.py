@@ -82,6 +82,7 @@ class Strategy(ABC):
         self.taken = np.zeros(n, dtype=bool)  # measured or handed out
         self.values: dict[int, float | None] = {}  # row -> told value
         self._startup: list[int] = []  # see startup_row
+        self._ahead: list[int] = []  # see ahead
         #: points proposed before anything the strategy chooses (the feasible ones): configurations a user would
         #: otherwise deploy, so that the search hears first how good the untuned choice is and looks around it
         self._first = [r for r in map(feasible.row, first) if r is not None]
@@ -97,7 +98,11 @@ class Strategy(ABC):
                 break
             while self._first and self.taken[self._first[0]]:
                 self._first.pop(0)
-            row = self._first.pop(0) if self._first else self._propose()
+            if self._first:
+                row: int | None = self._first.pop(0)
+                self._ahead = list(self._first)
+            else:
+                row = self._propose()
             row = self._claim(row)
             if row is None:
                 break
@@ -119,6 +124,22 @@ class Strategy(ABC):
     def warm_start(self, history: Sequence[Told]) -> None:
         """Take in the trials a study already holds, e.g. when resuming."""
         self.tell(history)
+
+    def ahead(self, n: int) -> list[Point]:
+        """Up to ``n`` fresh points the strategy ranked next when it made its latest proposal, most likely first,
+        not handed out: what a compile pool may build while that proposal is measured (:meth:`building`). Empty
+        when it keeps no ranking."""
+        rows = [r for r in self._ahead if not self.taken[r]][:n]
+        return [self.feasible.point(r) for r in rows]
+
+    def building(self, points: Sequence[Point]) -> None:
+        """``points`` are being built (on speculation): their kernels cost no compile in the next proposals."""
+        if self.kernels is None:
+            return
+        for point in points:
+            row = self.feasible.row(point)
+            if row is not None:
+                self.kernels.mark(row)
 
     @property
     def remaining(self) -> int:
@@ -170,6 +191,7 @@ class Strategy(ABC):
         while self._startup:
             row = self._startup.pop(0)
             if not self.taken[row]:
+                self._ahead = list(self._startup)
                 return row
         return self.random_fresh()
 

@@ -57,7 +57,7 @@ from evotune.core.space import FeasibleSet, SearchSpace
 from evotune.search.ensemble import MODEL, Transfer
 from evotune.search.prior import Prior
 from evotune.search.strategies.base import StrategyArgs
-from evotune.search.strategies.gp import SurrogateOptions, SurrogateSearch
+from evotune.search.strategies.gp import AHEAD, SurrogateOptions, SurrogateSearch
 from evotune.search.strategies.options import option
 from evotune.search.surrogate import Surrogate
 
@@ -118,10 +118,16 @@ class Default(SurrogateSearch):
         # early on, and again once stalled (the per-feature model is then sure of its plateau), every other
         # proposal is ranked by the GP with one shared length-scale instead.
         self._proposals += 1
-        if self.transfer is not None:
-            row = self.transfer.turn()
-            if row != MODEL:
-                return row
+        if self.transfer is None:
+            return self._own()
+        turn = self.transfer.turn()
+        if turn == MODEL:
+            return self._own()
+        self._ahead = self.transfer.ahead(AHEAD)
+        return turn
+
+    def _own(self) -> int | None:
+        """The proposal of the GP (around the sources' prior, when they are in use)."""
         o = self.options
         uniform = len(self.values) < o.shared or (o.stall_shared and self._stalled())
         use_shared = uniform and self._proposals % 2 == 0 and o.relevance

@@ -28,6 +28,9 @@ from evotune.search.strategies.base import Strategy, StrategyArgs
 from evotune.search.strategies.options import StrategyOptions, option
 from evotune.search.surrogate import COMPILE_COST, Surrogate
 
+#: the runners-up of a proposal kept as :meth:`Strategy.ahead`'s ranking
+AHEAD = 32
+
 
 @dataclass(frozen=True, kw_only=True)
 class SurrogateOptions(StrategyOptions):
@@ -78,7 +81,9 @@ class SurrogateSearch(Strategy):
         cost = self.options.compile_cost
         if self.kernels is not None and cost:  # improvement per evaluation's worth of time, a compile counted in
             ei = ei / (1.0 + cost * self.kernels.new(rows))
-        return int(rows[int(np.argmax(ei))])
+        order = np.argsort(-ei, kind="stable")[: AHEAD + 1]
+        self._ahead = [int(r) for r in rows[order[1:]]]
+        return int(rows[int(order[0])])
 
     @abstractmethod
     def candidates(self, free: np.ndarray) -> np.ndarray:
