@@ -337,8 +337,9 @@ class Rounding:
     None (the default) keeps every float exactly.
 
     Times keep at least ``time_digits``: more where that many would make two different times of the file
-    equal, so that every comparison of two points' times replays as it did. Rounded costs move the tuning
-    clock by a fraction of a measurement's noise; a seconds budget may stop a run one trial sooner or later.
+    equal, so that any two points' times compare as they did (a model fitted to them may still propose
+    otherwise where its choice hinges on round-off). Rounded costs move only the tuning clock, by a fraction
+    of a measurement's noise: a seconds budget may stop a run one trial sooner or later.
     """
 
     time_digits: int | None = None
