@@ -8,7 +8,7 @@ import shutil
 
 import optuna
 import pytest
-from conftest import KT_EXCERPT
+from conftest import KT_EXCERPT, LANDSCAPES
 
 from evotune.cli import main
 from evotune.core.landscape import FORMAT, load_landscape
@@ -48,6 +48,39 @@ def test_converted_file_holds_the_same_points_exactly(tmp_path, capsys):
         assert s.samples_ms == []  # none kept by default: replay reads none
         failed += s.status.failed
     assert failed == 18
+
+
+def test_rounded_times_keep_every_two_times_apart_and_costs_their_digits(tmp_path):
+    """--time-digits rounds every time of a file to as many digits as keep its different times apart, at least
+    the number given; --cost-digits rounds each compile and benchmark time."""
+    raw = json.loads(gzip.decompress(KT_EXCERPT.read_bytes()))
+    ok = [row for row in raw["cache"].values() if isinstance(row["time"], float)]
+    ok[0]["time"], ok[1]["time"] = 1.00000000001, 1.00000000002  # apart at the 12th significant digit only
+    (tmp_path / "kt.json").write_text(json.dumps(raw))
+    assert convert_cli(str(tmp_path / "kt.json"), "--out", str(tmp_path / "conv"),
+                       "--time-digits", "10", "--cost-digits", "4") == 0
+    src, out = load_landscape(tmp_path / "kt.json"), load_landscape(tmp_path / "conv" / "kt.json.gz")
+    assert list(out.entries) == list(src.entries)
+    for key, r in src.entries.items():
+        s = out.entries[key]
+        assert (s.status, s.message) == (r.status, r.message)
+        assert s.time_ms == (None if r.time_ms is None else float(f"{r.time_ms:.12g}"))
+        assert (s.compile_s, s.bench_s) == (float(f"{r.compile_s:.4g}"), float(f"{r.bench_s:.4g}"))
+    first, second = (out.entries[tuple(row[k] for k in raw["tune_params_keys"])].time_ms for row in ok[:2])
+    assert first < second
+    assert sum(s.cost_s != r.cost_s for s, r in zip(out.entries.values(), src.entries.values(), strict=True)) > 150
+
+
+@pytest.mark.parametrize("name", [
+    "pnpoly_RTX_2080_Ti.json.gz",
+    *(pytest.param(p.name, marks=pytest.mark.slow) for p in sorted(LANDSCAPES.glob("*.json.gz"))
+      if p.name != "pnpoly_RTX_2080_Ti.json.gz"),
+])
+def test_a_shipped_kernel_tuner_landscape_is_what_its_conversion_writes(name, tmp_path):
+    """The shipped Kernel Tuner landscapes hold costs as their README's command rounds them: converting one again
+    with it writes the same bytes."""
+    assert convert_cli(str(LANDSCAPES / name), "--out", str(tmp_path), "--cost-digits", "4") == 0
+    assert (tmp_path / name).read_bytes() == (LANDSCAPES / name).read_bytes()
 
 
 def test_samples_kept_are_spread_over_their_range(tmp_path):
@@ -118,6 +151,9 @@ def test_a_source_converted_in_place_is_replaced(tmp_path):
     (["{kt}"], "--out"),
     (["{kt}", "--out", "{out}", "--samples", "-1"], "--samples"),
     (["{kt}", "--out", "{out}", "--samples", "many"], "--samples"),
+    (["{kt}", "--out", "{out}", "--time-digits", "0"], "--time-digits"),
+    (["{kt}", "--out", "{out}", "--cost-digits", "18"], "--cost-digits"),
+    (["{kt}", "--out", "{out}", "--cost-digits", "four"], "--cost-digits"),
     (["{kt}", "--out", "{file}"], "--out"),
     (["{kt}", "{missing}", "--out", "{out}"], "missing.json: cannot read"),
     (["{kt}", "{notjson}", "--out", "{out}"], "notjson.json: not JSON"),

@@ -143,6 +143,11 @@ def _parser() -> argparse.ArgumentParser:
     conv.add_argument("--out", metavar="DIR", help="folder for the converted files, each named SRC's stem + .json.gz")
     conv.add_argument("--samples", default="0", metavar="N",
                       help="timing samples kept per point, spread over their range (default 0: replay reads none)")
+    conv.add_argument("--time-digits", metavar="N",
+                      help="significant digits kept of each time, at least N: more where N would make two different "
+                           "times equal (default: every digit)")
+    conv.add_argument("--cost-digits", metavar="N",
+                      help="significant digits kept of each compile and benchmark time (default: every digit)")
     conv.set_defaults(func=results.cmd_convert)
 
     kernels.add_kernel_commands(sub)

@@ -240,8 +240,23 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _digits(flag: str, value: str | None) -> int | None:
+    """A ``--*-digits`` option's value: None when not given, else 1 to 17."""
+    from evotune.core.landscape import EXACT_DIGITS
+
+    if value is None:
+        return None
+    try:
+        digits = int(value)
+    except ValueError:
+        digits = 0
+    if not 1 <= digits <= EXACT_DIGITS:
+        raise UsageError(f"{flag}: expected an integer from 1 to {EXACT_DIGITS}, got {value!r}")
+    return digits
+
+
 def cmd_convert(args: argparse.Namespace) -> int:
-    from evotune.core.landscape import LandscapeError, convert_files
+    from evotune.core.landscape import LandscapeError, Rounding, convert_files
 
     if not args.sources:
         raise UsageError("convert: give at least one SRC (a Kernel Tuner cache file or an evotune landscape)")
@@ -253,10 +268,11 @@ def cmd_convert(args: argparse.Namespace) -> int:
         samples = -1
     if samples < 0:
         raise UsageError(f"--samples: expected an integer >= 0, got {args.samples!r}")
+    rounding = Rounding(_digits("--time-digits", args.time_digits), _digits("--cost-digits", args.cost_digits))
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise UsageError(f"--out: {args.out} exists and is not a folder")
     try:
-        paths = convert_files(args.sources, args.out, samples)
+        paths = convert_files(args.sources, args.out, samples, rounding)
     except LandscapeError as exc:
         raise UsageError(str(exc)) from None
     for path in paths:
