@@ -125,6 +125,7 @@ class RecordingPool:
     """Stands in for CompilePool in a search: records what it is handed and waited on."""
 
     depth = 4
+    speculates = False  # as CompilePool: a build handed over is not taken back
 
     def __init__(self) -> None:
         self.submitted: list[int] = []
@@ -133,6 +134,9 @@ class RecordingPool:
 
     def submit(self, points: list[Point]) -> None:
         self.submitted += [p["BLOCK"] for p in points]
+
+    def speculate(self, points: list[Point]) -> None:  # pragma: no cover - never called: it does not speculate
+        raise AssertionError("a pool that cannot take builds back is handed no speculation")
 
     def ready(self, point: Point) -> bool:
         return True
