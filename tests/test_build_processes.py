@@ -6,6 +6,8 @@ interpreter) nothing is compiled, so a build there says "found built"."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -66,12 +68,21 @@ def test_the_pool_builds_in_its_processes_and_a_point_is_ready_once_built(monkey
         shutdown()
 
 
+def one_thread_pool(monkeypatch: pytest.MonkeyPatch, build: Callable[[LaunchRef, dict[str, int]], bool]) -> tuple[
+        ThreadPoolExecutor, ProcessBuilds]:
+    """A ProcessBuilds whose builds run ``build`` on one thread of this process, in the order handed over."""
+    import evotune.triton_tuning.build_processes as bp
+
+    one = ThreadPoolExecutor(1)
+    monkeypatch.setattr(bp, "executor", lambda ref: one)
+    monkeypatch.setattr(bp, "build", build)
+    return one, ProcessBuilds(LaunchRef(ADD_TUNED, None, None, "make_add_args", (("n", 32),)), lambda p: str(p["i"]), 1)
+
+
 def test_the_first_evaluations_do_not_wait_for_the_processes_to_start(monkeypatch) -> None:
     """A point whose build no process has begun (queued behind others), or begun before any process has returned a
     build (the pool marks its first builds running while its processes still start), is built by the measurement
     here; once a process has returned a build, a begun build is waited for and counted as built elsewhere."""
-    from concurrent.futures import ThreadPoolExecutor
-
     import evotune.triton_tuning.build_processes as bp
 
     gates = {i: threading.Event() for i in range(3)}
@@ -82,10 +93,7 @@ def test_the_first_evaluations_do_not_wait_for_the_processes_to_start(monkeypatc
         gates[point["i"]].wait()
         return True
 
-    one = ThreadPoolExecutor(1)
-    monkeypatch.setattr(bp, "executor", lambda ref: one)
-    monkeypatch.setattr(bp, "build", slow_build)
-    pool = ProcessBuilds(LaunchRef(ADD_TUNED, None, None, "make_add_args", (("n", 32),)), lambda p: str(p["i"]), 1)
+    one, pool = one_thread_pool(monkeypatch, slow_build)
     try:
         pool.submit([{"i": 0}, {"i": 1}, {"i": 2}])
         while not began:  # the single worker has taken the first build
@@ -169,8 +177,6 @@ def test_a_broken_pool_is_replaced_and_a_submit_to_one_leaves_the_builds_to_the_
 def test_speculation_drops_the_queued_builds_no_longer_wanted_and_keeps_the_rest(monkeypatch) -> None:
     """The search's ranking moves on after each result: builds still queued for points it no longer ranks ahead are
     taken back, those it still wants keep their place, a running one finishes."""
-    from concurrent.futures import ThreadPoolExecutor
-
     import evotune.triton_tuning.build_processes as bp
 
     gate, began = threading.Event(), []
@@ -180,10 +186,7 @@ def test_speculation_drops_the_queued_builds_no_longer_wanted_and_keeps_the_rest
         gate.wait()
         return True
 
-    one = ThreadPoolExecutor(1)
-    monkeypatch.setattr(bp, "executor", lambda ref: one)
-    monkeypatch.setattr(bp, "build", build)
-    pool = ProcessBuilds(LaunchRef(ADD_TUNED, None, None, "make_add_args", (("n", 32),)), lambda p: str(p["i"]), 1)
+    one, pool = one_thread_pool(monkeypatch, build)
     try:
         assert pool.speculates
         pool.speculate([{"i": 0}, {"i": 1}, {"i": 2}])
