@@ -58,10 +58,12 @@ cap and options that make its job smaller, so that each fits in minutes:
   after it). ``decode_step.json`` (per record also ``bytes``, ``read_ms``, ``read``: both reads' times and the
   Triton read's configuration, ``tuned_pct_of_read``, ``untuned_over_read``).
 
-``startup``: what a worker does before its first evaluation, spawned as the run spawns it (the run's environment:
-  one Triton cache, the storages made and checked once by the parent): per worker, the seconds from its process's
-  start to its first evaluation's start (a probe ends it there), on every GPU of ``--gpus`` at once; with
-  ``--importtime``, each module's import time (``python -X importtime``), the slowest listed. ``startup.json``.
+``startup``: each worker's seconds from its start to its first evaluation, as the run records them (a worker is
+  forked from the run's server, which imported torch, Triton and the tuner once): tune-model on every GPU of
+  ``--gpus`` at once, one key a worker (the first of the plan's batch sizes, or ``--batch-sizes``), twice: cold
+  (a fresh Triton cache, ``OUT/triton_cache``) and warm (the same cache again, a fresh run folder: the host's
+  files and the compiled kernels cached). Per pass and worker: ``startup_s`` (from its fork) and ``from_command_s``
+  (from the command's launch: the server's imports included). ``startup.json``.
 
 Run on the GPU host, in this order (the scaling and decode-step runs need no grid)::
 
@@ -525,7 +527,8 @@ def scaling(args: argparse.Namespace) -> dict[str, Any]:
         rows.append({"gpus": g, "wall_s": wall, "interrupted": cut, "keys": len(outcomes),
                      "evaluations": sum(o.evaluations for o in outcomes.values()),
                      "gpu_s": sum(o.gpu_s for o in outcomes.values()),
-                     "points_timed_twice": points_timed_twice(folder), "command": " ".join(cmd[1:])})
+                     "points_timed_twice": points_timed_twice(folder), "command": " ".join(cmd[1:]),
+                     "worker_startup_s": [w.startup_s for _, w in sorted(worker_starts(folder, plan).items())]})
     for r in rows:
         r["speedup"] = rows[0]["wall_s"] / r["wall_s"]
     prediction = None
@@ -539,8 +542,8 @@ def scaling(args: argparse.Namespace) -> dict[str, Any]:
         prediction = {"gpus": last["gpus"], "predicted_wall_s": predicted, "measured_wall_s": last["wall_s"],
                       "error": predicted / last["wall_s"] - 1.0, "model": model.__dict__}
     print(table([[r["gpus"], r["wall_s"], r["keys"], r["evaluations"], r["gpu_s"], r["points_timed_twice"],
-                  r["speedup"]] for r in rows],
-                ["GPUs", "wall s", "keys", "evaluations", "GPU-s", "timed twice", "speed-up"]))
+                  r["speedup"], max(r["worker_startup_s"], default=None)] for r in rows],
+                ["GPUs", "wall s", "keys", "evaluations", "GPU-s", "timed twice", "speed-up", "worker start s"]))
     if prediction is not None:
         print(f"cost model from {rows[0]['gpus']} and {rows[1]['gpus']} GPUs: {prediction['predicted_wall_s']:.0f} s "
               f"on {prediction['gpus']} (measured {prediction['measured_wall_s']:.0f} s)")
@@ -548,91 +551,35 @@ def scaling(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # -- startup ---------------------------------------------------------------------------------------------------
-#: run as ``python -c PROBE PAYLOAD INDEX COUNT``: the worker, ended at its first evaluation, which it reports in
-#: seconds since its process started; the evaluators are patched when their modules are first imported, so that
-#: the worker imports nothing it would not import anyway
-PROBE = """
-import importlib.abc, importlib.machinery, os, runpy, sys, time
-def _started():
-    ticks = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19])
-    uptime = float(open("/proc/uptime").read().split()[0])
-    return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
-START = _started()
-def _first(*args, **kwargs):
-    print(f"FIRST_EVALUATION {time.time() - START:.3f}", flush=True)
-    from evotune.triton_tuning.build_processes import shutdown
-    shutdown()  # the worker's build processes hold its output pipes: they end with it
-    os._exit(0)
-PATCH = {"evotune.triton_tuning.search": "LaunchEvaluator", "evotune.measurement.gpu": "GpuEvaluator"}
-class _Probe(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if name not in PATCH:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        run = spec.loader.exec_module
-        def exec_module(module, run=run, cls=PATCH[name]):
-            run(module)
-            getattr(module, cls).evaluate = _first
-        spec.loader.exec_module = exec_module
-        return spec
-sys.meta_path.insert(0, _Probe())
-sys.argv = ["evotune.model.worker", *sys.argv[1:]]
-runpy.run_module("evotune.model.worker", run_name="__main__", alter_sys=True)
-"""
-
-
-def _imports(log: str) -> list[tuple[int, str]]:
-    """(cumulative microseconds, name) of each package and each ``evotune.model`` module in a ``-X importtime``
-    log (a package's figure holds its modules': where it was first imported)."""
-    out: dict[str, int] = {}
-    for line in log.splitlines():
-        if not line.startswith("import time:") or "cumulative" in line:
-            continue
-        _, cumulative, name = line.removeprefix("import time:").split("|")
-        name = name.strip()
-        if "." not in name or name.startswith("evotune.model."):
-            out[name] = max(out.get(name, 0), int(cumulative))
-    return [(us, name) for name, us in out.items()]
+def worker_starts(run: Path, plan: Plan) -> dict[int, Any]:
+    """Each worker's :class:`~evotune.model.outcome.WorkerStart`, from the run's record."""
+    db = run / "tune_model.db"
+    return Ledger(f"sqlite:///{db.resolve()}", plan.ident).workers() if db.is_file() else {}
 
 
 def startup(args: argparse.Namespace) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    from evotune.model.runner import RunOptions, worker_env
-
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    run = out / "run"
     gpus = args.gpus or max(1, visible_gpus())
-    options = RunOptions(args.model, args.tp, None, args.batch_sizes, f"sqlite:///{(run / 'tune_model.db').resolve()}",
-                         str(run.resolve()), args.tuner, args.kernels)
-    plan = options.plan()
-    Ledger(options.storage, plan.ident)  # as the run makes it before its workers start
-    env = {**os.environ, **worker_env(options, gpus),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    ids = None if interpreted() else [str(i) for i in range(gpus)]
-    payload = json.dumps(asdict(options))
-    procs = []
-    for i in range(gpus):
-        penv = {**env, **({"CUDA_VISIBLE_DEVICES": ids[i]} if ids else {})}
-        cmd = [sys.executable, *(["-X", "importtime"] if args.importtime else []), "-c", PROBE, payload, str(i),
-               str(gpus)]
-        procs.append(subprocess.Popen(cmd, env=penv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True))
-    workers = []
-    for i, proc in enumerate(procs):
-        stdout, stderr = proc.communicate(timeout=args.max_seconds)
-        first = [float(line.split()[1]) for line in stdout.splitlines() if line.startswith("FIRST_EVALUATION")]
-        imports = sorted(_imports(stderr), reverse=True)
-        workers.append({"worker": i, "first_evaluation_s": first[0] if first else None,
-                        "slowest_imports_ms": [[n, c / 1000] for c, n in imports[:args.top]]})
-        if not first:
-            print(stderr[-2000:], file=sys.stderr)
-    print(table([[w["worker"], w["first_evaluation_s"]] for w in workers], ["worker", "first evaluation s"]))
-    for w in workers[:1]:
-        for name, ms in w["slowest_imports_ms"]:
-            print(f"  {ms:8.1f} ms  {name}")
-    return {"model": args.model, "tp": args.tp, "gpus": gpus, "kernels": args.kernels, "workers": workers}
+    sizes = args.batch_sizes or ",".join(str(m) for m in parse_batch_sizes("vllm")[:gpus])
+    plan = only(make_plan(load_model(args.model), args.tp, None, parse_batch_sizes(sizes)),
+                None if args.kernels == "all" else frozenset(Family(k) for k in args.kernels.split(",")))
+    env = {**os.environ, "TRITON_CACHE_DIR": str((out / "triton_cache").resolve()),
+           "EVOTUNE_KERNEL_CACHE": str((out / "kernels").resolve())}
+    passes = []
+    for name in ("cold", "warm"):
+        run = out / name
+        cmd = tune_model_cmd(args.model, args.tp, sizes, gpus, run, args.tuner, args.kernels)
+        launched = time.time()
+        wall, cut = run_capped(cmd, env, args.max_seconds)
+        starts = worker_starts(run, plan)
+        passes.append({"pass": name, "wall_s": wall, "interrupted": cut, "command": " ".join(cmd[1:]),
+                       "workers": [{"worker": i, "startup_s": w.startup_s,
+                                    "from_command_s": w.first_evaluation - launched}
+                                   for i, w in sorted(starts.items())]})
+    print(table([[p["pass"], w["worker"], w["startup_s"], w["from_command_s"]] for p in passes for w in p["workers"]],
+                ["pass", "worker", "first evaluation s (from its start)", "(from the command's)"]))
+    return {"model": args.model, "tp": args.tp, "gpus": gpus, "kernels": args.kernels, "batch_sizes": sizes,
+            "passes": passes}
 
 
 # -- decode-step -----------------------------------------------------------------------------------------------
@@ -701,7 +648,7 @@ def main(argv: list[str] | None = None) -> int:
              "scaling": "the same tune-model job on 1, 2, 4 GPUs, and the cost model's prediction",
              "decode-step": "one decoder layer's GEMMs in one CUDA graph, tuned against untuned and against a "
                             "plain read of the bytes each must move"}
-    helps["startup"] = "each worker's seconds from its start to its first evaluation, spawned as the run does"
+    helps["startup"] = "each worker's seconds from its start to its first evaluation, cold and warm, as the run records"
     for name in ("grid", "scaling", "decode-step", "startup"):
         s = sub.add_parser(name, help=helps[name], description=helps[name])
         s.add_argument("--model", required=True, help="a shipped model or a config.json (as tune-model takes it)")
@@ -743,12 +690,10 @@ def main(argv: list[str] | None = None) -> int:
     ds.add_argument("--max-seconds", type=float, default=120.0, help="no batch is started after this")
     st = sub.choices["startup"]
     st.add_argument("--gpus", type=int, default=0, help="workers, one a GPU, started together (default every GPU)")
-    st.add_argument("--batch-sizes", default="vllm")
-    st.add_argument("--kernels", default="all", help="tune-model's --kernels: which kernel the workers start on")
+    st.add_argument("--batch-sizes", default=None, help="the keys (default the first of vLLM's, one a worker)")
+    st.add_argument("--kernels", default="fused_moe", help="tune-model's --kernels")
     st.add_argument("--tuner", default=DEFAULT_TUNER)
-    st.add_argument("--importtime", action="store_true", help="list the slowest imports (python -X importtime)")
-    st.add_argument("--top", type=int, default=15, help="imports listed")
-    st.add_argument("--max-seconds", type=float, default=300.0, help="cap of each worker")
+    st.add_argument("--max-seconds", type=float, default=300.0, help="cap of each pass")
     args = p.parse_args(argv)
     try:
         result = {"grid": grid, "scaling": scaling, "decode-step": decode_step, "startup": startup}[args.what](args)

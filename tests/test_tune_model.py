@@ -424,3 +424,17 @@ def test_each_worker_gets_its_share_of_the_hosts_cores_for_its_build_processes(t
     assert worker_env(options, 2)["EVOTUNE_COMPILE_THREADS"] == "1"
     monkeypatch.setenv("EVOTUNE_COMPILE_THREADS", "3")  # the user's choice is every worker's
     assert worker_env(options, 4)["EVOTUNE_COMPILE_THREADS"] == "3"
+
+
+def test_the_workers_server_imports_the_default_tuners_kernels_and_no_tuner_file() -> None:
+    from evotune.model import tuning
+    from evotune.model.runner import DEFAULT_TUNER, RunOptions, worker_preload
+
+    def options(tuner: str) -> RunOptions:
+        return RunOptions(str(TINY), 1, None, "1", "sqlite:///x.db", "out", tuner)
+
+    default = worker_preload(options(DEFAULT_TUNER))
+    kernels = {s.ref.partition(":")[0] for s in tuning.SOURCES.values()}
+    assert kernels <= set(default) and {"torch", "triton", "evotune.model.tuning"} <= set(default)
+    standin = worker_preload(options(STANDIN))
+    assert "torch" not in standin and not any(m.endswith(".py") for m in standin)

@@ -15,6 +15,7 @@ import pytest
 from evotune.storage.study import CHECKED_ENV, checked_for_children, make_storage
 
 ROOT = Path(__file__).resolve().parents[1]
+STANDIN = f"{ROOT / 'tests' / 'model_standin.py'}:make"
 PYTHONPATH = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 
 
@@ -38,15 +39,18 @@ def test_the_default_tuner_imports_the_decode_machinery_only_for_a_decode_key() 
     assert got.stdout.split() == ["False", "False"]
 
 
-@pytest.mark.slow  # a worker's start-up, torch's import included
-def test_the_startup_probe_reports_each_workers_first_evaluation(tmp_path) -> None:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": PYTHONPATH}
+@pytest.mark.slow  # two tune-model runs of two worker processes
+def test_the_startup_benchmark_reports_each_workers_first_evaluation_cold_and_warm(tmp_path) -> None:
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": PYTHONPATH, "STANDIN_SLEEP": "0.1"}  # a key each
     env.pop("CUDA_VISIBLE_DEVICES", None)
     got = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tune_model.py"), "startup", "--model",
-                          str(ROOT / "tests" / "data" / "tiny_moe_config.json"), "--batch-sizes", "128", "--kernels",
-                          "fused_moe", "--gpus", "1", "--importtime", "--out", str(tmp_path)], env=env,
-                         capture_output=True, text=True)
+                          str(ROOT / "tests" / "data" / "tiny_moe_config.json"), "--batch-sizes", "1,128",
+                          "--gpus", "2", "--tuner", STANDIN, "--out", str(tmp_path)], env=env, capture_output=True,
+                         text=True)
     assert got.returncode == 0, got.stderr
-    (worker,) = json.loads((tmp_path / "startup.json").read_text())["workers"]
-    assert worker["first_evaluation_s"] > 0
-    assert "torch" in [name for name, _ in worker["slowest_imports_ms"]]
+    passes = json.loads((tmp_path / "startup.json").read_text())["passes"]
+    assert [p["pass"] for p in passes] == ["cold", "warm"]
+    for p in passes:
+        assert [w["worker"] for w in p["workers"]] == [0, 1]  # each worker recorded its start
+        # a worker starts (its fork) after the command and the server's imports
+        assert all(0 < w["startup_s"] < w["from_command_s"] < p["wall_s"] for w in p["workers"])

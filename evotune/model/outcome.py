@@ -1,4 +1,5 @@
-"""What tuning one key leaves: :class:`Outcome`, and the :class:`KeyTuner` that makes it.
+"""What tuning one key leaves: :class:`Outcome`, and the :class:`KeyTuner` that makes it; when a worker started
+and began its first evaluation (:class:`WorkerStart`).
 
 The run (``runner.py``) deals keys to workers and records each key's outcome; how a key is tuned is the tuner's:
 evotune's autotune on the GPU (``tuning.py``), or any object with the same ``tune`` method (a stand-in that runs
@@ -49,6 +50,27 @@ class Outcome:
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Outcome:
         return cls(**{k: doc[k] for k in cls.__dataclass_fields__ if k in doc})
+
+
+@dataclass(frozen=True)
+class WorkerStart:
+    """When a worker's process started and when it began its first evaluation (epoch seconds), and its pid."""
+
+    started: float
+    first_evaluation: float
+    pid: int
+
+    @property
+    def startup_s(self) -> float:
+        """Seconds from the worker's start to its first evaluation."""
+        return self.first_evaluation - self.started
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> WorkerStart:
+        return cls(float(doc["started"]), float(doc["first_evaluation"]), int(doc["pid"]))
 
 
 class KeyTuner(Protocol):

@@ -7,11 +7,15 @@ storage (:mod:`evotune.storage.claims`): a key decided or held by a live worker 
 twice; a key held by a worker that died (SIGKILL) is taken over by the next run, whose tuner resumes from what the
 key's study holds. A second run skips every decided key.
 
-Workers: ``--gpus N`` starts N processes of ``python -m evotune.model.worker``, each seeing one GPU
-(``CUDA_VISIBLE_DEVICES``); worker ``i`` walks the kernels from the ``i``-th on, each kernel's keys in increasing
-batch size, so workers start on different kernels and each key after a kernel's first has a tuned neighbour. Every
-worker uses one Triton cache directory, so a configuration one compiled is loaded by the others. On a
-host without a GPU, under the Triton interpreter (``TRITON_INTERPRET=1``), the N workers are CPU processes.
+Workers: ``--gpus N`` starts N worker processes, each seeing one GPU (``CUDA_VISIBLE_DEVICES``). They are forked
+from one server process that imported what a worker needs once (torch, Triton, Optuna, the tuner and its kernels:
+:mod:`evotune.measurement.processes`), so that a worker starts in milliseconds and goes straight to its GPU, instead
+of each paying seconds of imports side by side with the others; each worker records when it started and when it
+began its first evaluation (:meth:`Ledger.workers`). Worker ``i`` walks the kernels from the ``i``-th on, each
+kernel's keys in increasing batch size, so workers start on different kernels and each key after a kernel's first
+has a tuned neighbour. Every worker uses one Triton cache directory, so a configuration one compiled is loaded by
+the others. On a host without a GPU, under the Triton interpreter (``TRITON_INTERPRET=1``), the N workers are CPU
+processes.
 
 The parent process prints one progress line (keys done, evaluations, an ETA from this run's pace) and waits for
 the workers; Ctrl-C stops them, each giving back its claim (nothing is recorded for a key whose tuning was cut).
@@ -34,16 +38,24 @@ from pathlib import Path
 
 import optuna
 
+from evotune.measurement.host import own_cpus
 from evotune.measurement.kernel_cache import cache_root
+from evotune.measurement.processes import Inherited, as_child, start_method
 from evotune.model.autotune_api import build_processes_for
 from evotune.model.models import ModelError, load_model
-from evotune.model.outcome import KeyTuner, Outcome
+from evotune.model.outcome import KeyTuner, Outcome, WorkerStart
 from evotune.model.plan import Plan, make_plan, only, parse_batch_sizes, parse_kernels
 from evotune.storage.claims import Claim, make_claims
 from evotune.storage.study import checked_for_children, make_storage
 
 OUTCOME = "outcome:"  # the record's attribute prefix, then the key's ident
+WORKER = "worker:"  # ... then a worker's index: its WorkerStart
 DEFAULT_TUNER = "evotune.model.tuning:autotune_tuner"
+#: what the workers' server imports before it forks them: the run's machinery, and, for the default tuner, torch,
+#: Triton and its kernels' modules (``tuning.SOURCES``); a module missing here is imported by the worker itself
+PRELOAD = ("optuna", "evotune.model.runner")
+DEFAULT_TUNER_PRELOAD = ("torch", "triton", "evotune.model.tuning", "evotune.triton_tuning.search",
+                         "search_spaces._triton_fused_moe", "search_spaces._triton_matmul_example")
 POLL_S = 0.5
 INTERRUPT_GRACE_S = 5.0
 
@@ -96,6 +108,15 @@ class Ledger:
     def record(self, outcome: Outcome) -> None:
         self.storage.set_study_user_attr(self.study_id, OUTCOME + outcome.key, outcome.to_json())
 
+    def note_start(self, index: int, start: WorkerStart) -> None:
+        self.storage.set_study_user_attr(self.study_id, f"{WORKER}{index}", start.to_json())
+
+    def workers(self) -> dict[int, WorkerStart]:
+        """Each worker's start and first evaluation, by its index (the latest run's, where a run was resumed)."""
+        attrs = self.storage.get_study_user_attrs(self.study_id)
+        return {int(k.removeprefix(WORKER)): WorkerStart.from_json(v) for k, v in attrs.items()
+                if k.startswith(WORKER)}
+
 
 def load_tuner(options: RunOptions, plan: Plan) -> KeyTuner:
     """``--tuner MODULE:FUNCTION`` (a dotted module or a ``.py`` path): ``FUNCTION(plan, out)`` makes the tuner."""
@@ -132,14 +153,41 @@ def work(options: RunOptions, index: int, workers: int, tuner: KeyTuner | None =
 
     ledger.claims.begin(look(), look)
     try:
-        return _deal(plan, index, tuner, ledger, look)
+        return _deal(plan, index, tuner, ledger, look, _StartNote(ledger, index))
     finally:
         close = getattr(tuner, "close", None)  # a tuner holding processes (a GPU evaluator's) lets them go
         if callable(close):
             close()
 
 
-def _deal(plan: Plan, index: int, tuner: KeyTuner, ledger: Ledger, look: Callable[[], set[str]]) -> int:
+class _StartNote:
+    """Records this worker's :class:`WorkerStart` once its first evaluation has begun (after the key it was in)."""
+
+    def __init__(self, ledger: Ledger, index: int):
+        self.ledger, self.index, self.done = ledger, index, False
+
+    def __call__(self) -> None:
+        from evotune.running.tuner import first_evaluation
+
+        first = first_evaluation()
+        if not self.done and first is not None:
+            self.ledger.note_start(self.index, WorkerStart(process_started(), first, os.getpid()))
+            self.done = True
+
+
+def process_started() -> float:
+    """When this process started, in epoch seconds (for a forked worker: its fork); now where the system cannot
+    say."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return time.time()
+    return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _deal(plan: Plan, index: int, tuner: KeyTuner, ledger: Ledger, look: Callable[[], set[str]],
+          note: Callable[[], None]) -> int:
     """Claim undecided keys, worker ``index``'s kernels first, tune and record each; how many were decided."""
     kernels = plan.kernels[index % len(plan.kernels):] + plan.kernels[:index % len(plan.kernels)]
     decided = 0
@@ -166,6 +214,7 @@ def _deal(plan: Plan, index: int, tuner: KeyTuner, ledger: Ledger, look: Callabl
                 ledger.record(outcome)
                 ledger.claims.finish(key.ident)
                 decided += 1
+                note()
         if claimed_any:
             idle = 0
             continue
@@ -248,18 +297,20 @@ def run(options: RunOptions, devices: tuple[int, list[str] | None],
     procs = []
     payload = json.dumps(asdict(options))
     started = time.monotonic()
-    shared = worker_env(options, count)
+    shared = {**os.environ, **worker_env(options, count)}
+    ctx = start_method(worker_preload(options))
     try:
         for i in range(count):
-            env = {**os.environ, **shared}
-            if ids is not None:
-                env["CUDA_VISIBLE_DEVICES"] = ids[i]
-            procs.append(subprocess.Popen(worker_command(payload, i, count), env=env))
+            env = {**shared, **({"CUDA_VISIBLE_DEVICES": ids[i]} if ids is not None else {})}
+            proc = ctx.Process(target=as_child, args=(Inherited(env, own_cpus()), worker_process, payload, i, count),
+                               name=f"tune-model worker {i}")
+            proc.start()  # the first waits for the server's imports; the others fork at once
+            procs.append(proc)
         last = None
         while True:
-            # every worker polled (not any(): a worker that ended must be reaped, or its pid stays a zombie that
-            # the claims take for a live owner, and its key is never taken over)
-            running = [p.poll() for p in procs].count(None) > 0
+            # the server reaps the workers that end (their pids are not left as zombies, which the claims would
+            # take for live owners, so that a dead worker's key is taken over)
+            running = any(p.is_alive() for p in procs)
             outcomes = ledger.outcomes()
             now = Progress(len(outcomes), total, sum(o.evaluations for o in outcomes.values()),
                            _eta(len(outcomes) - before, total - len(outcomes), time.monotonic() - started))
@@ -275,18 +326,50 @@ def run(options: RunOptions, devices: tuple[int, list[str] | None],
         # and ends; a worker still running after a moment (the interrupt was sent to this process alone) is
         # interrupted now
         for p in procs:
-            try:
-                p.wait(timeout=INTERRUPT_GRACE_S)
-            except subprocess.TimeoutExpired:
-                p.send_signal(signal.SIGINT)
-                p.wait()
+            p.join(INTERRUPT_GRACE_S)
+            if p.is_alive() and p.pid is not None:
+                os.kill(p.pid, signal.SIGINT)
+                p.join()
         raise
-    failed = [i for i, p in enumerate(procs) if p.returncode != 0]
+    failed = [i for i, p in enumerate(procs) if p.exitcode != 0]
     outcomes = ledger.outcomes()
     if failed:
-        raise WorkerError(f"worker {failed[0]} ended with exit code {procs[failed[0]].returncode}; "
+        raise WorkerError(f"worker {failed[0]} ended with exit code {procs[failed[0]].exitcode}; "
                           f"{len(outcomes)}/{total} keys are decided and kept: run the same command to go on")
     return outcomes
+
+
+def worker_preload(options: RunOptions) -> tuple[str, ...]:
+    """The modules the workers' server imports: :data:`PRELOAD`, the tuner's module where it is one (not a file),
+    and for the default tuner :data:`DEFAULT_TUNER_PRELOAD`."""
+    module = options.tuner.rpartition(":")[0]
+    mine = () if module.endswith(".py") else (module,)
+    return PRELOAD + mine + (DEFAULT_TUNER_PRELOAD if options.tuner == DEFAULT_TUNER else ())
+
+
+def worker_main(argv: list[str]) -> int:
+    """A worker (``OPTIONS_JSON INDEX WORKERS``): 2 with one line for a bad input, 130 when interrupted (its claim
+    given back), else 0."""
+    options = RunOptions(**json.loads(argv[0]))
+    try:
+        work(options, int(argv[1]), int(argv[2]))
+    except ModelError as exc:
+        print(f"evotune: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def worker_process(payload: str, index: int, count: int) -> None:
+    """A worker forked from the server (:func:`~evotune.measurement.processes.as_child` gave it the run's
+    environment and its GPU): it ends with :func:`worker_main`'s exit code."""
+    code = worker_main([payload, str(index), str(count)])
+    # everything the worker decided is in the storage; its build processes were told to stop (the tuner's close):
+    # it ends now rather than wait for them to be reaped (seconds of CUDA teardown each)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def worker_env(options: RunOptions, workers: int = 1) -> dict[str, str]:
@@ -301,11 +384,6 @@ def worker_env(options: RunOptions, workers: int = 1) -> dict[str, str]:
     share = (os.cpu_count() or 1) // max(1, workers)
     builds = os.environ.get("EVOTUNE_COMPILE_THREADS") or str(build_processes_for(share))
     return {"TRITON_CACHE_DIR": triton_cache, **checked, "EVOTUNE_COMPILE_THREADS": builds}
-
-
-def worker_command(payload: str, index: int, count: int) -> list[str]:
-    """How the run starts worker ``index`` of ``count`` (``payload``: its :class:`RunOptions` as JSON)."""
-    return [sys.executable, "-m", "evotune.model.worker", payload, str(index), str(count)]
 
 
 class WorkerError(RuntimeError):

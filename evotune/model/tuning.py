@@ -109,7 +109,10 @@ class AutotuneTuner:
         self._studies = studies
         if any(k.shape.family is Family.FUSED_MOE for k in plan.keys):
             # the fused MoE's build processes start with the worker, not with its first key: their imports overlap
-            # the worker's, so the first key's first builds do not fall to the measurement
+            # the first key's start, so that its later builds find them up; but after this process's CUDA
+            # context, which the first key's launches wait for and which a dozen processes making theirs on the
+            # same GPU at once would delay by seconds
+            _open_gpu()
             moe = SOURCES[Family.FUSED_MOE]
             start_build_processes(moe.ref, moe.space, moe.key)
 
@@ -160,6 +163,16 @@ class AutotuneTuner:
         stop_build_processes()
         if self._studies is not None:
             self._studies.close()
+
+
+def _open_gpu() -> None:
+    """Make this process's CUDA context now, where it has a GPU (not under the interpreter)."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        torch.zeros(1, device="cuda")
 
 
 def _device() -> str:

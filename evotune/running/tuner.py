@@ -55,6 +55,22 @@ from evotune.storage.trial_writer import TrialWriter
 
 OnTrial = Callable[[int, float | None], None]  # (trials so far, best so far)
 FIT_WINDOW = 8  # the latest evaluations whose median wall time predicts the next one's (the deadline's fit rule)
+#: epoch seconds at which this process began its first evaluation (empty before): where a tune-model worker's
+#: start-up ends, whichever study or evaluator that evaluation was for
+_FIRST_EVALUATION: list[float] = []
+
+
+def first_evaluation() -> float | None:
+    """When this process began its first real (not replayed) evaluation, in epoch seconds; None before."""
+    return _FIRST_EVALUATION[0] if _FIRST_EVALUATION else None
+
+
+def began_evaluating(at: float | None = None) -> None:
+    """Note that this process begins an evaluation now (or at epoch seconds ``at``): the first one noted is
+    :func:`first_evaluation`. :func:`tune_study` notes each it makes; a key tuner that measures with a loop of its
+    own notes its own."""
+    if not _FIRST_EVALUATION:
+        _FIRST_EVALUATION.append(time.time() if at is None else at)
 wall_clock = time.monotonic  # the measuring oracles' tuning clock, unless tune_study() is given one
 
 
@@ -313,6 +329,8 @@ class _Run:
         """The evaluator's result, when it began and the wall seconds it took; None when the deadline came while
         it waited. An interrupted or dropped evaluation gives its claim back."""
         began, started = _dt.datetime.now(), self.clock()
+        if not self.simulated:
+            began_evaluating(began.timestamp())
         try:
             result = self.evaluator.evaluate(point, self.problem)
         except DeadlinePassed:
