@@ -61,12 +61,17 @@ RESAMPLES = 100
 RANKED_ROWS = 100
 #: results told before the sources are weighed by their rankings (fewer: by distance only)
 MIN_RANKED = 5
+#: the target GP's leave-one-out means closer than this share of the told results' spread tie: on a few results
+#: the GP may explain nothing (a length-scale shorter than the points' distances), its means then one constant up to
+#: round-off, whose order would decide whether it mis-ranks a pair
+LOO_TIE = 1e-9
 
 
-def misranked(pred: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """1 where the pair (j, k) is ordered differently by ``pred`` and ``y``, a half where ``pred`` ties them (a
-    coin's guess), 0 where ``y`` ties them (no order to get wrong)."""
-    dp = np.sign(pred[:, None] - pred[None, :])
+def misranked(pred: np.ndarray, y: np.ndarray, tie: float = 0.0) -> np.ndarray:
+    """1 where the pair (j, k) is ordered differently by ``pred`` and ``y``, a half where ``pred`` ties them (they
+    differ by ``tie`` at most: a coin's guess), 0 where ``y`` ties them (no order to get wrong)."""
+    dpred = pred[:, None] - pred[None, :]
+    dp = np.where(np.abs(dpred) <= tie, 0.0, np.sign(dpred))
     dy = np.sign(y[:, None] - y[None, :])
     return np.where(dy == 0, 0.0, np.where(dp == 0, 0.5, (dp != dy).astype(float)))
 
@@ -144,8 +149,9 @@ class Transfer:
             self._x = encode(self.strategy.space, self.strategy.feasible).x
         x = self._x[rows]
         with one_blas_thread():
-            target = loo_mean(x, (y - y.mean()) / max(float(y.std()), 1e-9))
-            wrong = np.stack([misranked(p.z[i, rows], y) for i in models] + [misranked(target, y)])
+            z = (y - y.mean()) / max(float(y.std()), 1e-9)
+            target = misranked(loo_mean(x, z), y, LOO_TIE * float(np.ptp(z)))
+            wrong = np.stack([misranked(p.z[i, rows], y) for i in models] + [target])
             counts = self._rng.multinomial(len(rows), np.full(len(rows), 1.0 / len(rows)), size=RESAMPLES)
             loss = np.stack([((counts @ w) * counts).sum(1) for w in wrong])
         winners = loss == loss.min(0)

@@ -7,10 +7,9 @@ The algorithm:
 2. **Model**: a Gaussian process on standardised log-time (:class:`~evotune.search.surrogate.Surrogate`):
    Matérn-5/2 on the encoded point, which carries *alignment* features (power of two, 2-adic valuation) beside
    each integer parameter's position, because divisibility, not magnitude, separates fast GPU configurations from
-   slow neighbours. With
-   ``relevance`` each feature gets its own length-scale by marginal likelihood. Failed points count as twice
-   the slowest time seen. Given launch features (``launch=``: each point's program count against the SMs,
-   :mod:`evotune.search.launch`), the GP and the transfer prior see those too.
+   slow neighbours. With ``relevance`` each feature gets its own length-scale by marginal likelihood. Failed points
+   count as twice the slowest time seen. Given launch features (``launch=``: each point's program count against
+   the SMs, :mod:`evotune.search.launch`), the GP and the transfer prior see those too.
 3. **Two models in turn**: per-feature length-scales fitted on a few dozen points can over-fit. Until
    ``shared`` results are in, and again once stalled (``stall_shared``), every other proposal is ranked by the
    same GP with one length-scale for all features instead.
@@ -27,15 +26,13 @@ The algorithm:
    weighted prior (scaled by least squares) leaves unexplained, the prior's best-ranked fresh points join the
    candidates, and the stalled local step comes after TRUSTED_PATIENCE results without a better time and takes
    every such turn: the winners are close to the optimum, and the last percent is usually one or two
-   parameters away. The other turns are plain ``default``'s own, made by an inner plain ``default`` told only
-   their results; a lone source is dropped after ``lone_patience`` own results (0: never).
+   parameters away. The other turns are made by an inner plain ``default`` told only their results.
 7. **Compile cost**: in a space whose launch arguments are free once a kernel is built
    (``SearchSpace.compiled_params``), the expected improvement of a point whose kernel is neither built nor
    handed out is divided by ``1 + compile_cost`` (:mod:`evotune.search.compile_cost`).
 
-Options (defaults): ``startup`` 10, ``pool`` 1000, ``top`` 5, ``cross`` 50,
-``local`` 0.5, ``patience`` 30, ``relevance`` true, ``shared`` 40,
-``stall_shared`` true, ``noise`` 1e-3, ``refit`` 10 (results between length-scale
+Options (defaults): ``startup`` 10, ``pool`` 1000, ``top`` 5, ``cross`` 50, ``local`` 0.5, ``patience`` 30,
+``relevance`` true, ``shared`` 40, ``stall_shared`` true, ``noise`` 1e-3, ``refit`` 10 (results between length-scale
 fits), ``transfer`` true, ``transfer_first`` 4, ``lone_patience`` 1, ``compile_cost`` 20.
 The measurements behind each choice are in ``docs/STRATEGY_DESIGN.md``.
 
@@ -118,10 +115,7 @@ class Default(SurrogateSearch):
         # early on, and again once stalled (the per-feature model is then sure of its plateau), every other
         # proposal is ranked by the GP with one shared length-scale instead.
         self._proposals += 1
-        if self.transfer is None:
-            return self._own()
-        turn = self.transfer.turn()
-        if turn == MODEL:
+        if self.transfer is None or (turn := self.transfer.turn()) == MODEL:
             return self._own()
         self._ahead = self.transfer.ahead(AHEAD)
         return turn
@@ -139,11 +133,8 @@ class Default(SurrogateSearch):
         return self.transfer is not None and self.transfer.in_use
 
     def _stalled(self) -> bool:
-        """Whether ``patience`` results (TRUSTED_PATIENCE on the sources' turns) have passed without a better
-        time."""
-        patience = self.options.patience
-        if self._in_use():
-            patience = min(patience, TRUSTED_PATIENCE)
+        """Whether ``patience`` results (TRUSTED_PATIENCE on the sources' turns) passed without a better time."""
+        patience = min(self.options.patience, TRUSTED_PATIENCE) if self._in_use() else self.options.patience
         return len(self.values) - self._improved_at >= patience
 
     def candidates(self, free: np.ndarray) -> np.ndarray:
@@ -155,9 +146,8 @@ class Default(SurrogateSearch):
                 rows = self.neighbours(1, distance=2)
             if len(rows):
                 return rows
-        top = o.top
-        rows = np.union1d(np.union1d(self.random_subset(free, o.pool), self.neighbours(top)),
-                          self.children(o.cross, 2 * top))
+        rows = np.union1d(np.union1d(self.random_subset(free, o.pool), self.neighbours(o.top)),
+                          self.children(o.cross, 2 * o.top))
         if self._in_use() and self.prior is not None:  # the rows the sources rank best, wherever they are
             rows = np.union1d(rows, self.prior.best_rows(PRIOR_CANDIDATES))
         return rows
