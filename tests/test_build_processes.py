@@ -52,10 +52,16 @@ def test_build_processes_one_a_core_less_two_at_most_sixteen_or_as_set(monkeypat
 @pytest.mark.slow  # starts two processes (torch and Triton imported in each)
 def test_the_pool_builds_in_its_processes_and_a_point_is_ready_once_built(monkeypatch) -> None:
     monkeypatch.setenv("EVOTUNE_COMPILE_THREADS", "2")
+    import evotune.triton_tuning.build_processes as bp
+
     ref = LaunchRef(ADD_TUNED, None, None, "make_add_args", (("n", 32),))
     pool = ProcessBuilds(ref, lambda p: str(sorted(p.items())), depth=2)
     try:
         ps = points()
+        pool.submit(ps[:1])  # the processes are still being started (by a thread): the measurement's to build
+        assert pool.ready(ps[0]) and not pool._futures
+        while bp.executor(ref) is None:  # up once that thread has started every process
+            threading.Event().wait(0.05)
         pool.submit(ps)
         before = BUILT.count
         for p in ps:
@@ -172,6 +178,7 @@ def test_a_broken_pool_is_replaced_and_a_submit_to_one_leaves_the_builds_to_the_
         assert pool.ready({"i": 0})
     finally:
         bp._executors.pop(name, None)
+        shutdown()  # the new pool's processes
 
 
 def test_speculation_drops_the_queued_builds_no_longer_wanted_and_keeps_the_rest(monkeypatch) -> None:

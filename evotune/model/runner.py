@@ -289,6 +289,7 @@ def _duration(s: float) -> str:
 def run(options: RunOptions, devices: tuple[int, list[str] | None],
         progress: Callable[[Progress], None] | None = None) -> dict[str, Outcome]:
     """Start the workers, follow the record until they end, and return every decided key's outcome."""
+    ctx = start_method(worker_preload(options))  # the server's imports start now, beside the storage's opening
     plan = options.plan()
     ledger = Ledger(options.storage, plan.ident)
     total = len(plan.keys)
@@ -298,7 +299,6 @@ def run(options: RunOptions, devices: tuple[int, list[str] | None],
     payload = json.dumps(asdict(options))
     started = time.monotonic()
     shared = {**os.environ, **worker_env(options, count)}
-    ctx = start_method(worker_preload(options))
     try:
         for i in range(count):
             env = {**shared, **({"CUDA_VISIBLE_DEVICES": ids[i]} if ids is not None else {})}

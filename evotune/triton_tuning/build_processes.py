@@ -7,8 +7,12 @@ host shares (``TRITON_CACHE_DIR``). Triton's compiler holds the GIL for much of 
 gain little past a few, where processes build on a core each. The measurement in this process then finds each
 configuration built and loads it.
 
-The processes (``spawn``: torch, Triton and the module imported once, CUDA on this process's device) start with the
-first key, or before it (:func:`start`), and serve every key of the process's run (:func:`executor`); each builds a
+The processes are forked from a server process that imported torch, Triton and the kernel's module once
+(:mod:`evotune.measurement.processes`; CUDA on this process's device), rather than each importing them side by side
+with the others, which holds a host's CPUs for seconds while the first keys are timed. A thread of this process
+starts them with the first key, or before it (:func:`start`), since the first waits for the server's imports: until
+they are up a key's builds are the measurement's (:func:`executor` is None). They serve every key of the process's
+run; each builds a
 key's configurations from the launch's :func:`signature` (its tensors' dtypes and its other values, as the worker
 made them: the same specialisation, and nothing of theirs on the GPU), or, for a launch without one, makes the key's
 launch once (its tensors on the GPU, as the launch function makes them) and keeps the latest. A configuration that
@@ -31,16 +35,16 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
-from multiprocessing import get_context
 from typing import Any
 
 from evotune.core.space import Point
+from evotune.measurement.processes import pool_initializer, start_method
 from evotune.triton_tuning.compile_count import BUILT, CompileCount
 
 #: a launch as Triton's compiler sees it: the positional arguments, each tensor as its dtype, and the keyword ones
 Signature = tuple[tuple[Any, ...], tuple[tuple[str, Any], ...]]
 _PLAIN = (int, float, bool, str, type(None))
-PR_SET_PDEATHSIG = 1  # Linux prctl: the signal a process gets when the thread that started it ends
+PR_SET_PDEATHSIG = 1  # Linux prctl: the signal a process gets when the thread that started it (its parent) ends
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,8 @@ def signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Signature | None
 
 _executors: dict[tuple[str, str | None, str | None], ProcessPoolExecutor] = {}
 _lock = threading.Lock()
+#: the pools whose processes have all been started (each by a thread of its own, which waits for their server)
+_up: set[ProcessPoolExecutor] = set()
 #: the pools one of whose processes has returned a build: their processes are up (a pool's first builds wait for
 #: its processes to start: seconds of imports, longer when several workers of a host start theirs at once)
 _warm: set[ProcessPoolExecutor] = set()
@@ -104,39 +110,49 @@ def for_cores(cores: int) -> int:
     return max(1, min(MAX_PROCESSES, cores - 2))
 
 
-def executor(ref: LaunchRef) -> ProcessPoolExecutor:
-    """The processes that build ``ref``'s kernel, started on first use and shut down when this process exits."""
-    return _executor((ref.ref, ref.space, ref.key_names))
+def executor(ref: LaunchRef) -> ProcessPoolExecutor | None:
+    """The processes that build ``ref``'s kernel, shut down when this process exits; started on first use, and None
+    until they are (the measurement builds meanwhile)."""
+    pool = _executor((ref.ref, ref.space, ref.key_names))
+    return pool if pool in _up else None
 
 
 def _executor(name: tuple[str, str | None, str | None]) -> ProcessPoolExecutor:
     with _lock:
         pool = _executors.get(name)
-        # a pool whose processes died (killed, or ended with the thread that started them) takes no more builds: a
-        # new one replaces it
+        # a pool whose processes died (killed, or ended with their server) takes no more builds: a new one replaces it
         if pool is None or getattr(pool, "_broken", False):
-            pool = ProcessPoolExecutor(processes(), mp_context=get_context("spawn"), initializer=_child)
+            module = name[0].rpartition(":")[0]
+            ctx = start_method(("torch", "triton", *(() if module.endswith(".py") else (module,))))
+            pool = ProcessPoolExecutor(processes(), mp_context=ctx, initializer=pool_initializer,
+                                       initargs=(dict(os.environ), _child))
             _executors[name] = pool
             if len(_executors) == 1:
                 atexit.register(shutdown)
+            threading.Thread(target=_start_processes, args=(pool, name), name="evotune-build-start",
+                             daemon=True).start()
         return pool
 
 
+def _start_processes(pool: ProcessPoolExecutor, name: tuple[str, str | None, str | None]) -> None:
+    """Start every process of ``pool``, each loading the kernel ahead of its first build: the pool starts a process
+    for each task no started process is free for."""
+    for _ in range(processes()):
+        try:
+            pool.submit(prepare, *name).add_done_callback(lambda f: _warmed(pool, f))
+        except RuntimeError:  # broken or shut down meanwhile: the next key's builds start a new pool
+            return
+    _up.add(pool)
+
+
 def start(ref: str, space: str | None = None, key_names: str | None = None) -> None:
-    """Start the build processes of kernel ``ref`` (as ``tune-kernel`` names it) now, before its first key: each
-    imports torch, Triton and the kernel's module (seconds) while this process starts too, so that the first key's
-    builds find them up. Nothing where builds do not run ahead (the interpreter,
+    """Start the build processes of kernel ``ref`` (as ``tune-kernel`` names it) now, before its first key, so that
+    its builds find them up sooner. Nothing where builds do not run ahead (the interpreter,
     ``EVOTUNE_COMPILE_THREADS=0``)."""
     from evotune.triton_tuning.compile_ahead import CompilePool
 
-    if not CompilePool.available():
-        return
-    pool = _executor((ref, space, key_names))
-    for _ in range(processes()):  # the pool starts a process for each task no started process is free for
-        try:
-            pool.submit(prepare, ref, space, key_names).add_done_callback(lambda f: _warmed(pool, f))
-        except RuntimeError:  # broken or shut down meanwhile: the first key's builds start a new pool
-            return
+    if CompilePool.available():
+        _executor((ref, space, key_names))
 
 
 def _warmed(pool: ProcessPoolExecutor, future: Future[Any]) -> None:
@@ -158,6 +174,7 @@ def shutdown() -> None:
                     pass  # ended already
         _executors.clear()
         _warm.clear()
+        _up.clear()
 
 
 class ProcessBuilds:
@@ -170,14 +187,19 @@ class ProcessBuilds:
         self._futures: dict[str, Future[bool | None]] = {}
 
     def submit(self, points: list[Point]) -> None:
+        if self._pool is None:
+            self._pool = executor(self.ref)
+        pool = self._pool
+        if pool is None:  # its processes are still being started: the measurement builds these
+            return
         for point in points:
             key = self.key_of(point)
             if key not in self._futures:
                 try:
-                    future = self._pool.submit(build, self.ref, dict(point))
+                    future = pool.submit(build, self.ref, dict(point))
                 except RuntimeError:  # the pool broke (its processes died): the measurement builds the rest
                     return
-                future.add_done_callback(lambda f: _warmed(self._pool, f))
+                future.add_done_callback(lambda f: _warmed(pool, f))
                 self._futures[key] = future
 
     #: builds still queued are taken back: the tuner may hand the search's next-ranked points to build meanwhile
@@ -203,7 +225,7 @@ class ProcessBuilds:
         future = self._futures.get(self.key_of(point))
         if future is None:
             return
-        if future.cancel() or self._pool not in _warm:
+        if future.cancel() or self._pool is None or self._pool not in _warm:
             self._futures[self.key_of(point)] = _done
             return
         try:
@@ -232,8 +254,8 @@ _launch: dict[str, Any] = {}
 
 def _child() -> None:
     """A pool process's start: below the timing process's priority (its builds must not take the core the timed
-    launches are issued from), and ended with the thread that started it (the tuning one: a worker killed, SIGKILL
-    included, leaves no build process behind holding the GPU)."""
+    launches are issued from), and ended with its parent (the server, which ends with this process: a worker
+    killed, SIGKILL included, leaves no build process behind holding the GPU)."""
     try:
         os.nice(5)
     except OSError:
