@@ -207,3 +207,16 @@ def test_speculation_drops_the_queued_builds_no_longer_wanted_and_keeps_the_rest
         gate.set()
         one.shutdown()
         bp._warm.clear()
+
+
+def test_a_loaded_kernels_oracle_is_made_on_first_use_not_when_a_build_process_loads_it(monkeypatch) -> None:
+    """Loading a kernel (what each build process does) makes its timer; the oracle inside makes a CUDA context and
+    a flush buffer on the GPU, beside the timing process: only a timing makes it."""
+    import evotune.measurement.oracle as oracle
+    from evotune.triton_tuning.timers import OracleTimer
+
+    made: list[tuple[object, ...]] = []
+    monkeypatch.setattr(oracle, "Oracle", lambda *args, **kwargs: made.append(args) or "the oracle")
+    timer = OracleTimer(5, 50.0)
+    assert made == []
+    assert timer.oracle == "the oracle" and timer.oracle == "the oracle" and len(made) == 1

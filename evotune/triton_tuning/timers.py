@@ -20,10 +20,13 @@ import statistics
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evotune.measurement.options import ConfirmOptions, TimingOptions
 from evotune.measurement.retiming import Confirmation, confirm_rounds
+
+if TYPE_CHECKING:
+    from evotune.measurement.oracle import Oracle
 
 Call = Callable[[], object]
 #: how the search times each configuration on a GPU: 10 to 200 samples, until the median's 95% CI is within 1%
@@ -112,10 +115,21 @@ class OracleTimer(Timer):
 
     def __init__(self, warmup: int = 3, rep_ms: float = 100.0, timing: TimingOptions = SEARCH_TIMING):
         super().__init__()
-        from evotune.measurement.oracle import Oracle
-
-        self.oracle = Oracle(timing, warmup=warmup, max_seconds=rep_ms / 1e3)
+        self._made = (timing, warmup, rep_ms)
+        self._oracle: Oracle | None = None
         self._warmed: weakref.WeakSet[Call] = weakref.WeakSet()  # calls warmed up, forgotten with them
+
+    @property
+    def oracle(self) -> Oracle:
+        """The oracle, made on first use: it makes this process's CUDA context and its L2 flush buffer on the GPU,
+        which a process that only loads the kernel to build its configurations (a build process) must not, beside
+        the timing process on the same GPU."""
+        if self._oracle is None:
+            from evotune.measurement.oracle import Oracle
+
+            timing, warmup, rep_ms = self._made
+            self._oracle = Oracle(timing, warmup=warmup, max_seconds=rep_ms / 1e3)
+        return self._oracle
 
     def measure(self, call: Call) -> tuple[float, list[float]]:
         self.calls += 1
