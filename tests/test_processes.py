@@ -30,6 +30,7 @@ SCRIPT = textwrap.dedent('''
                 time.sleep(0.05)  # the worker's own time on the request, which its reply reports
                 return Reply(ReplyStatus.OK, info={"value": os.environ.get("EVOTUNE_TEST_VALUE"),
                                                    "preloaded": PRELOADED in sys.modules, "pid": os.getpid(),
+                                                   "warmed": getattr(sys.modules.get("warmed_at_start"), "CALLS", None),
                                                    "cpus": sorted(os.sched_getaffinity(0))})
             os.kill(os.getpid(), signal.SIGSEGV)
 
@@ -53,7 +54,8 @@ SCRIPT = textwrap.dedent('''
     if __name__ == "__main__":
         sys.path.insert(0, sys.argv[1])  # where raises_on_import.py lives
         os.environ["EVOTUNE_TEST_VALUE"] = "at the server's start"
-        ctx = start_method(("raises_on_import", "no_such_module_anywhere", PRELOADED))
+        ctx = start_method(("raises_on_import", "no_such_module_anywhere", PRELOADED, "warmed_at_start:warm",
+                            f"{PRELOADED}:no_such_function"))
         out = {"method": ctx.get_start_method(), "parent_has_it": PRELOADED in sys.modules}
         os.environ["EVOTUNE_TEST_VALUE"] = "later"  # a child takes its parent's environment of its own start
         worker = WorkerProcess(main, (), "test worker", 600, start=ctx)
@@ -90,6 +92,7 @@ def out(tmp_path_factory) -> dict:
     script = tmp_path / "forkserver_case.py"
     script.write_text(SCRIPT)
     (tmp_path / "raises_on_import.py").write_text("raise RuntimeError('this module cannot be imported')\n")
+    (tmp_path / "warmed_at_start.py").write_text("import os\nCALLS = []\ndef warm():\n    CALLS.append(os.getpid())\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     done = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, env=env,
                           cwd=tmp_path)
@@ -105,6 +108,8 @@ def test_children_fork_from_a_server_that_imported_the_preload_and_survives_a_ba
     # a child runs with its parent's environment as it was when the child started, not the server's
     assert out["first"]["value"] == "later"
     assert out["pool"] == ["later", True]
+    # MODULE:FUNCTION: called once, in the server (a cache every child inherits); a missing function is passed over
+    assert len(out["first"]["warmed"]) == 1 and out["first"]["warmed"][0] != out["first"]["pid"]
 
 
 def test_a_child_runs_on_the_cpus_of_the_process_that_starts_it_not_the_servers(out):

@@ -1,4 +1,6 @@
-"""Imported by the forkserver of :mod:`evotune.measurement.processes` only: import the modules it names.
+"""Imported by the forkserver of :mod:`evotune.measurement.processes` only: import the modules it names (and, for
+an entry ``MODULE:FUNCTION``, call the function once: a cache computed before the forks, such as Triton's key of its
+own build, a second of hashing in each process otherwise).
 
 multiprocessing's own preloading lets only an ImportError pass; a module that raises anything else at import
 (a driver library that will not load, say) would take the server down, and every process started after it.
@@ -17,7 +19,10 @@ os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # torch.cuda.is_ava
 os.environ.setdefault("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")  # no torch add-on build, no CUDA check at import
 
 for _name in filter(None, os.environ.get("EVOTUNE_PRELOAD", "").split(",")):
+    _module, _, _function = _name.partition(":")
     try:
-        importlib.import_module(_name)
+        _loaded = importlib.import_module(_module)
+        if _function:  # MODULE:FUNCTION: called once here, so that every child inherits what it caches
+            getattr(_loaded, _function)()
     except Exception:  # the child that needs it imports it again and reports why it fails
         pass

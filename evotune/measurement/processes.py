@@ -46,7 +46,8 @@ _server_started = False
 
 def start_method(preload: Iterable[str] = ()) -> StartContext:
     """The multiprocessing context to start processes with: the forkserver, importing ``preload`` when it
-    starts (this call starts it unless it runs already), or ``spawn`` where there is no forkserver."""
+    starts (this call starts it unless it runs already; ``MODULE:FUNCTION`` also calls the function, with no
+    arguments, a cache to compute once for every child), or ``spawn`` where there is no forkserver."""
     global _server_started
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")

@@ -123,7 +123,8 @@ def _executor(name: tuple[str, str | None, str | None]) -> ProcessPoolExecutor:
         # a pool whose processes died (killed, or ended with their server) takes no more builds: a new one replaces it
         if pool is None or getattr(pool, "_broken", False):
             module = name[0].rpartition(":")[0]
-            ctx = start_method(("torch", "triton", *(() if module.endswith(".py") else (module,))))
+            ctx = start_method(("torch", "triton", "triton.runtime.cache:triton_key",
+                                *(() if module.endswith(".py") else (module,))))
             pool = ProcessPoolExecutor(processes(), mp_context=ctx, initializer=pool_initializer,
                                        initargs=(dict(os.environ), _child))
             _executors[name] = pool
