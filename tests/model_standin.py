@@ -15,9 +15,9 @@ import os
 import time
 from pathlib import Path
 
+from evotune.measurement.base import began_evaluating
 from evotune.model.outcome import Outcome
 from evotune.model.plan import Family, Key, Plan
-from evotune.running.tuner import began_evaluating
 
 CONFIGS = [{"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": g, "num_warps": w,
             "num_stages": s}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
@@ -13,6 +14,24 @@ from evotune.core.space import Point
 
 if TYPE_CHECKING:
     from evotune.measurement.space_worker import SpaceWorker
+
+
+#: epoch seconds at which this process began its first evaluation (empty before): where a tune-model worker's
+#: start-up ends, whichever study or evaluator that evaluation was for
+_FIRST_EVALUATION: list[float] = []
+
+
+def first_evaluation() -> float | None:
+    """When this process began its first real (not replayed) evaluation, in epoch seconds; None before."""
+    return _FIRST_EVALUATION[0] if _FIRST_EVALUATION else None
+
+
+def began_evaluating(at: float | None = None) -> None:
+    """Note that this process begins an evaluation now (or at epoch seconds ``at``): the first one noted is
+    :func:`first_evaluation`. The tuning loop (``running/tuner.py``) notes each it makes; a key tuner that measures
+    with a loop of its own notes its own."""
+    if not _FIRST_EVALUATION:
+        _FIRST_EVALUATION.append(time.time() if at is None else at)
 
 
 class DeadlinePassed(Exception):

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import optuna
 
+from evotune.measurement.base import first_evaluation
 from evotune.measurement.host import own_cpus
 from evotune.measurement.kernel_cache import cache_root
 from evotune.measurement.processes import Inherited, as_child, start_method
@@ -169,8 +170,6 @@ class _StartNote:
         self.ledger, self.index, self.done = ledger, index, False
 
     def __call__(self) -> None:
-        from evotune.running.tuner import first_evaluation
-
         first = first_evaluation()
         if not self.done and first is not None:
             self.ledger.note_start(self.index, WorkerStart(process_started(), first, os.getpid()))

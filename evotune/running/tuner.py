@@ -46,7 +46,7 @@ from evotune.core.budget import Budget, stop_text
 from evotune.core.problem import Problem
 from evotune.core.result import EvalResult, Status
 from evotune.core.space import Context, Point, SearchSpace
-from evotune.measurement.base import DeadlinePassed, Evaluator
+from evotune.measurement.base import DeadlinePassed, Evaluator, began_evaluating
 from evotune.running.experiment import OracleKind
 from evotune.search.strategies.base import Strategy
 from evotune.storage.claims import Claim, Claims, NoClaims
@@ -55,22 +55,6 @@ from evotune.storage.trial_writer import TrialWriter
 
 OnTrial = Callable[[int, float | None], None]  # (trials so far, best so far)
 FIT_WINDOW = 8  # the latest evaluations whose median wall time predicts the next one's (the deadline's fit rule)
-#: epoch seconds at which this process began its first evaluation (empty before): where a tune-model worker's
-#: start-up ends, whichever study or evaluator that evaluation was for
-_FIRST_EVALUATION: list[float] = []
-
-
-def first_evaluation() -> float | None:
-    """When this process began its first real (not replayed) evaluation, in epoch seconds; None before."""
-    return _FIRST_EVALUATION[0] if _FIRST_EVALUATION else None
-
-
-def began_evaluating(at: float | None = None) -> None:
-    """Note that this process begins an evaluation now (or at epoch seconds ``at``): the first one noted is
-    :func:`first_evaluation`. :func:`tune_study` notes each it makes; a key tuner that measures with a loop of its
-    own notes its own."""
-    if not _FIRST_EVALUATION:
-        _FIRST_EVALUATION.append(time.time() if at is None else at)
 wall_clock = time.monotonic  # the measuring oracles' tuning clock, unless tune_study() is given one
 
 
