@@ -98,6 +98,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from evotune.model.models import ModelError, load_model  # noqa: E402
+from evotune.model.outcome import WorkerStart  # noqa: E402
 from evotune.model.plan import Family, Key, Plan, make_plan, only, parse_batch_sizes  # noqa: E402
 from evotune.model.runner import DEFAULT_TUNER, Ledger, visible_gpus  # noqa: E402
 from evotune.triton_tuning.builds import value_class  # noqa: E402
@@ -551,8 +552,8 @@ def scaling(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # -- startup ---------------------------------------------------------------------------------------------------
-def worker_starts(run: Path, plan: Plan) -> dict[int, Any]:
-    """Each worker's :class:`~evotune.model.outcome.WorkerStart`, from the run's record."""
+def worker_starts(run: Path, plan: Plan) -> dict[int, WorkerStart]:
+    """Each worker's start and first evaluation, from the run's record."""
     db = run / "tune_model.db"
     return Ledger(f"sqlite:///{db.resolve()}", plan.ident).workers() if db.is_file() else {}
 

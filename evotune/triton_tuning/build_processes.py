@@ -12,12 +12,12 @@ The processes are forked from a server process that imported torch, Triton and t
 with the others, which holds a host's CPUs for seconds while the first keys are timed. A thread of this process
 starts them with the first key, or before it (:func:`start`), since the first waits for the server's imports: until
 they are up a key's builds are the measurement's (:func:`executor` is None). They serve every key of the process's
-run; each builds a
-key's configurations from the launch's :func:`signature` (its tensors' dtypes and its other values, as the worker
-made them: the same specialisation, and nothing of theirs on the GPU), or, for a launch without one, makes the key's
-launch once (its tensors on the GPU, as the launch function makes them) and keeps the latest. A configuration that
-fails to build there is left to the measurement, which builds it again and records why. What the processes built is
-counted (``compile_count.BUILT``), so that a count of this process's compiles adds it.
+run; each builds a key's configurations from the launch's :func:`signature` (its tensors' dtypes and its other
+values, as the worker made them: the same specialisation, and nothing of theirs on the GPU), or, for a launch
+without one, makes the key's launch once (its tensors on the GPU, as the launch function makes them) and keeps the
+latest. A configuration that fails to build there is left to the measurement, which builds it again and records
+why. What the processes built is counted (``compile_count.BUILT``), so that a count of this process's compiles adds
+it.
 
 Example::
 
