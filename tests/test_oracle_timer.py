@@ -4,7 +4,6 @@ and not held after it is gone (a call holds the launch's tensors). The oracle he
 from __future__ import annotations
 
 import gc
-import weakref
 
 from evotune.triton_tuning.timers import OracleTimer
 
@@ -23,10 +22,8 @@ class CountingOracle:
 
 
 def _timer() -> OracleTimer:
-    timer = OracleTimer.__new__(OracleTimer)  # its __init__ makes a GPU oracle: the stand-in above instead
-    timer.calls = 0
-    timer.oracle = CountingOracle()
-    timer._warmed = weakref.WeakSet()
+    timer = OracleTimer()  # its GPU oracle is made on first use: the stand-in above instead
+    timer._oracle = CountingOracle()
     return timer
 
 
