@@ -46,6 +46,7 @@ from evotune.model.autotune_api import build_processes_for
 from evotune.model.models import ModelError, load_model
 from evotune.model.outcome import KeyTuner, Outcome, WorkerStart
 from evotune.model.plan import Plan, make_plan, only, parse_batch_sizes, parse_kernels
+from evotune.running.cost_model import process_start_time
 from evotune.storage.claims import Claim, make_claims
 from evotune.storage.study import checked_for_children, make_storage
 
@@ -172,19 +173,8 @@ class _StartNote:
     def __call__(self) -> None:
         first = first_evaluation()
         if not self.done and first is not None:
-            self.ledger.note_start(self.index, WorkerStart(process_started(), first, os.getpid()))
+            self.ledger.note_start(self.index, WorkerStart(process_start_time(), first, os.getpid()))
             self.done = True
-
-
-def process_started() -> float:
-    """When this process started, in epoch seconds (for a forked worker: its fork); now where the system cannot
-    say."""
-    try:
-        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return time.time()
-    return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _deal(plan: Plan, index: int, tuner: KeyTuner, ledger: Ledger, look: Callable[[], set[str]],
