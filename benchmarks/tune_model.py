@@ -517,8 +517,11 @@ def scaling(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.out)
     plan = only(make_plan(load_model(args.model), args.tp, None, parse_batch_sizes(args.batch_sizes)),
                 None if args.kernels == "all" else frozenset(Family(k) for k in args.kernels.split(",")))
-    rows = []
-    for g in [int(x) for x in args.gpus.split(",")]:
+    counts = [int(x) for x in args.gpus.split(",")]
+    # runs of an earlier call on the same machine (a device call is at most ten minutes): one table across calls
+    rows = [] if args.previous is None else \
+        [r for r in json.loads(Path(args.previous).read_text())["runs"] if r["gpus"] not in counts]
+    for g in counts:
         folder = out / f"gpus{g}"
         env = {**os.environ, "TRITON_CACHE_DIR": str((folder / "triton_cache").resolve()),
                "EVOTUNE_KERNEL_CACHE": str((folder / "kernels").resolve())}
@@ -530,6 +533,7 @@ def scaling(args: argparse.Namespace) -> dict[str, Any]:
                      "gpu_s": sum(o.gpu_s for o in outcomes.values()),
                      "points_timed_twice": points_timed_twice(folder), "command": " ".join(cmd[1:]),
                      "worker_startup_s": [w.startup_s for _, w in sorted(worker_starts(folder, plan).items())]})
+    rows.sort(key=lambda r: r["gpus"])
     for r in rows:
         r["speedup"] = rows[0]["wall_s"] / r["wall_s"]
     prediction = None
@@ -681,6 +685,8 @@ def main(argv: list[str] | None = None) -> int:
     sc.add_argument("--max-seconds", type=float, default=None, help="cap of each run (interrupted; counted as far "
                                                                     "as it got)")
     sc.add_argument("--tuner", default=DEFAULT_TUNER)
+    sc.add_argument("--previous", default=None, help="the JSON of this command run earlier on the same machine with "
+                    "other GPU counts: its runs join the table")
     ds = sub.choices["decode-step"]
     ds.add_argument("--ms", type=_ints, default=[1, 16, 64], help="the batches (tokens of the decode step)")
     ds.add_argument("--run", required=True, help="a tune-model run's --out (its tuned.json and vllm/)")

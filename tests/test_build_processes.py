@@ -220,3 +220,45 @@ def test_a_loaded_kernels_oracle_is_made_on_first_use_not_when_a_build_process_l
     timer = OracleTimer(5, 50.0)
     assert made == []
     assert timer.oracle == "the oracle" and timer.oracle == "the oracle" and len(made) == 1
+
+
+class _DriverTouchingCuda:
+    """A stand-in for Triton's CUDA driver: every answer it would give itself goes through CUDA."""
+
+    touched: list[str] = []
+
+    def get_current_device(self) -> int:
+        self.touched.append("device")
+        return 3
+
+    def get_current_stream(self, device: int | None = None) -> int:
+        self.touched.append("stream")
+        return 7
+
+    def get_device_capability(self, device: int | None = None) -> tuple[int, int]:
+        self.touched.append("capability")
+        return (8, 0)
+
+    def get_current_target(self) -> object:
+        self.touched.append("target")
+        return None
+
+
+def test_a_build_process_compiles_for_its_parents_gpu_without_asking_cuda() -> None:
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime.driver import driver
+
+    from evotune.triton_tuning.build_processes import compile_only, target
+
+    assert target() is None  # under the interpreter: nothing to pass on, the processes ask Triton themselves
+    before = driver._active
+    try:
+        compile_only((_DriverTouchingCuda, "cuda", 90, 32))
+        active = driver.active
+        assert isinstance(active, _DriverTouchingCuda)
+        assert active.get_current_target() == GPUTarget("cuda", 90, 32)
+        assert (active.get_current_device(), active.get_current_stream(0), active.get_device_capability(0)) == \
+            (0, 0, (9, 0))
+        assert _DriverTouchingCuda.touched == []
+    finally:
+        driver._active = before

@@ -438,3 +438,27 @@ def test_the_workers_server_imports_the_default_tuners_kernels_and_no_tuner_file
     assert kernels <= set(default) and {"torch", "triton", "evotune.model.tuning"} <= set(default)
     standin = worker_preload(options(STANDIN))
     assert "torch" not in standin and not any(m.endswith(".py") for m in standin)
+
+
+def test_a_worker_forked_after_the_preload_opens_its_storage_and_searches_without_importing(tmp_path) -> None:
+    # what a worker imports after its fork, four workers at once, is seconds before its first evaluation
+    script = f"""
+import importlib, sys
+from evotune.model.runner import PRELOAD
+for entry in PRELOAD + ("evotune.search.surrogate:one_blas_thread",):
+    module, _, function = entry.partition(":")
+    loaded = importlib.import_module(module)
+    if function:
+        getattr(loaded, function)()
+before = set(sys.modules)
+from evotune.storage.study import make_storage
+from evotune.search.surrogate import one_blas_thread
+make_storage("sqlite:///{tmp_path / 'run.db'}")
+with one_blas_thread():
+    pass
+print(sorted(m for m in set(sys.modules) - before if m.split(".")[0] in ("sqlalchemy", "alembic", "scipy")))
+"""
+    got = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": PYTHONPATH},
+                         capture_output=True, text=True)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.strip() == "[]"

@@ -53,12 +53,15 @@ from evotune.storage.study import checked_for_children, make_storage
 OUTCOME = "outcome:"  # the record's attribute prefix, then the key's ident
 WORKER = "worker:"  # ... then a worker's index: its WorkerStart
 DEFAULT_TUNER = "evotune.model.tuning:autotune_tuner"
-#: what the workers' server imports before it forks them: the run's machinery, and, for the default tuner, torch,
-#: Triton (and its key of its own build, hashed once: a second in each worker otherwise) and its kernels' modules
-#: (``tuning.SOURCES``); a module missing here is imported by the worker itself
-PRELOAD = ("optuna", "evotune.model.runner")
-DEFAULT_TUNER_PRELOAD = ("torch", "triton", "triton.runtime.cache:triton_key", "evotune.model.tuning",
-                         "evotune.triton_tuning.search", "search_spaces._triton_fused_moe",
+#: what the workers' server imports before it forks them: the run's machinery and what its storage runs on
+#: (SQLAlchemy, Alembic: a storage opened in memory once), and, for the default tuner, torch, Triton (its code
+#: generator, and its key of its own build, hashed once: a second in each worker otherwise), the search's GP (SciPy,
+#: its BLAS libraries found once) and its kernels' modules (``tuning.SOURCES``); a module missing here is imported
+#: by the worker itself, seconds when four workers import together
+PRELOAD = ("optuna", "evotune.model.runner", "evotune.storage.study:load_rdb")
+DEFAULT_TUNER_PRELOAD = ("torch", "triton", "triton.runtime.cache:triton_key", "triton.compiler.code_generator",
+                         "evotune.model.tuning", "evotune.triton_tuning.search", "evotune.search.strategies.default",
+                         "evotune.search.surrogate:one_blas_thread", "search_spaces._triton_fused_moe",
                          "search_spaces._triton_matmul_example")
 POLL_S = 0.5
 INTERRUPT_GRACE_S = 5.0

@@ -171,6 +171,13 @@ def make_storage(url: str) -> optuna.storages.BaseStorage:
             raise StorageError(first_line(exc)) from None
 
 
+def load_rdb() -> None:
+    """Import what an RDB storage runs on (SQLAlchemy, Alembic and its templates, Optuna's tables) by opening one
+    in memory: called once in a process that forks workers (a ``MODULE:FUNCTION`` preload entry), so that each
+    worker opens its storage without them, a second or more when several import them at once."""
+    optuna.storages.RDBStorage("sqlite:///:memory:").engine.dispose()
+
+
 def open_existing(url: str) -> optuna.storages.BaseStorage:
     """The storage at ``url`` for commands that only read (``best``, ``plot``, ``dashboard``): it must exist
     and hold Optuna's tables, and nothing is created or written to open it (no file, no table, no lock file).

@@ -8,8 +8,9 @@ gain little past a few, where processes build on a core each. The measurement in
 configuration built and loads it.
 
 The processes are forked from a server process that imported torch, Triton and the kernel's module once
-(:mod:`evotune.measurement.processes`; CUDA on this process's device), rather than each importing them side by side
-with the others, which holds a host's CPUs for seconds while the first keys are timed. A thread of this process
+(:mod:`evotune.measurement.processes`), rather than each importing them side by side
+with the others, which holds a host's CPUs for seconds while the first keys are timed. They compile for this
+process's GPU without a call to CUDA (:func:`compile_only`). A thread of this process
 starts them with the first key, or before it (:func:`start`), since the first waits for the server's imports: until
 they are up a key's builds are the measurement's (:func:`executor` is None). They serve every key of the process's
 run; each builds a key's configurations from the launch's :func:`signature` (its tensors' dtypes and its other
@@ -28,6 +29,7 @@ Example::
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import signal
 import sys
@@ -93,7 +95,7 @@ _warm: set[ProcessPoolExecutor] = set()
 
 
 #: build processes by default at most: past a dozen or so the pool outruns the GPU's timing, and each holds torch,
-#: Triton and a CUDA context (and, for a launch without a signature, its key's tensors on the GPU)
+#: Triton and the kernel (and, for a launch without a signature, a CUDA context and its key's tensors on the GPU)
 MAX_PROCESSES = 16
 
 
@@ -123,10 +125,10 @@ def _executor(name: tuple[str, str | None, str | None]) -> ProcessPoolExecutor:
         # a pool whose processes died (killed, or ended with their server) takes no more builds: a new one replaces it
         if pool is None or getattr(pool, "_broken", False):
             module = name[0].rpartition(":")[0]
-            ctx = start_method(("torch", "triton", "triton.runtime.cache:triton_key",
+            ctx = start_method(("torch", "triton", "triton.runtime.cache:triton_key", "triton.compiler.code_generator",
                                 *(() if module.endswith(".py") else (module,))))
             pool = ProcessPoolExecutor(processes(), mp_context=ctx, initializer=pool_initializer,
-                                       initargs=(dict(os.environ), _child))
+                                       initargs=(dict(os.environ), functools.partial(_child, target())))
             _executors[name] = pool
             if len(_executors) == 1:
                 atexit.register(shutdown)
@@ -253,10 +255,31 @@ _kernels: dict[tuple[str, str | None, str | None], Any] = {}
 _launch: dict[str, Any] = {}
 
 
-def _child() -> None:
+#: the GPU a pool's processes compile for, as the timing process's Triton driver reports it: the driver's class,
+#: then Triton's ``GPUTarget`` fields (backend, arch, warp size)
+Target = tuple[type, str, Any, int]
+
+
+def target() -> Target | None:
+    """This process's GPU as Triton compiles for it, for its build processes; None under the interpreter or where
+    Triton finds no GPU (the processes then ask Triton's driver themselves)."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return None
+    try:
+        from triton.runtime.driver import driver
+
+        active = driver.active
+        gpu = active.get_current_target()
+    except Exception:  # no GPU, or no driver: the processes find out for themselves
+        return None
+    return type(active), gpu.backend, gpu.arch, gpu.warp_size
+
+
+def _child(gpu: Target | None = None) -> None:
     """A pool process's start: below the timing process's priority (its builds must not take the core the timed
     launches are issued from), and ended with its parent (the server, which ends with this process: a worker
-    killed, SIGKILL included, leaves no build process behind holding the GPU)."""
+    killed, SIGKILL included, leaves no build process behind holding the GPU). Given its parent's GPU, it compiles
+    without CUDA (:func:`compile_only`)."""
     try:
         os.nice(5)
     except OSError:
@@ -268,6 +291,31 @@ def _child() -> None:
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         except (OSError, AttributeError):
             pass  # no prctl here: the pool's own shutdown ends the processes
+    if gpu is not None:
+        compile_only(gpu)
+
+
+def compile_only(gpu: Target) -> None:
+    """In a pool process: Triton's driver answers for ``gpu`` (device 0, the default stream, its target) without
+    a call to CUDA. A build (``warmup``) asks the driver only for these, but through torch they would initialise
+    CUDA in each process: NVML and the driver's start, about 6 s in each of 56 processes starting together on a
+    four-GPU host, which the first key's first builds waited for. Nothing is launched or loaded here, so nothing
+    needs a context. Left as it is where this Triton's driver cannot be set."""
+    cls, backend, arch, warp_size = gpu
+    try:
+        from triton.backends.compiler import GPUTarget
+        from triton.runtime.driver import driver
+
+        answers = cls()  # torch's CUDA functions are kept, not called
+        fixed = GPUTarget(backend, arch, warp_size)
+        answers.get_current_device = lambda: 0
+        answers.get_current_stream = lambda device=None: 0
+        answers.get_current_target = lambda: fixed
+        if isinstance(arch, int):
+            answers.get_device_capability = lambda device=None: divmod(arch, 10)
+        driver.set_active(answers)
+    except Exception:
+        return
 
 
 def prepare(ref: str, space: str | None, key_names: str | None) -> None:
@@ -312,5 +360,5 @@ def build(ref: LaunchRef, point: Point) -> bool | None:
     return count.built > 0
 
 
-__all__ = ["BUILT", "MAX_PROCESSES", "LaunchRef", "ProcessBuilds", "build", "executor", "for_cores", "prepare",
-           "processes", "shutdown", "signature", "start"]
+__all__ = ["BUILT", "MAX_PROCESSES", "LaunchRef", "ProcessBuilds", "Target", "build", "compile_only", "executor",
+           "for_cores", "prepare", "processes", "shutdown", "signature", "start", "target"]
