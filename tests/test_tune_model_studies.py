@@ -101,6 +101,14 @@ def test_decode_keys_are_tuned_with_the_decode_family_in_one_study_each_and_conf
     second = dec.problem(shape_keys[1])
     srcs = from_studies(storage, dec.space(Family.DECODE), second, H100.name, experiment="tune-model/test")
     assert [s.name for s in srcs] == [f"study:tune-model/test/{dec.problem(shape_keys[0]).key}"]
+    # the sources are found without counting any study's trials (a storage counts by loading every trial: the
+    # run's other studies, every key's, were loaded that way before each key)
+    counted: list[int] = []
+    storage.get_n_trials = lambda study_id, state=None: counted.append(study_id) or 0  # type: ignore[method-assign]
+    assert [s.name for s in from_studies(storage, dec.space(Family.DECODE), second, H100.name,
+                                         experiment="tune-model/test")] == [s.name for s in srcs]
+    assert counted == []
+    del storage.get_n_trials
     # a key tuned again times nothing: its study holds every trial
     again = dec.tune(shape_keys[0])
     assert len(ev.timed) == 2 * BUDGET and again.new == 0 and again.config == outcomes[0].config

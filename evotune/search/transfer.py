@@ -161,7 +161,7 @@ def from_studies(storage: optuna.storages.BaseStorage, space: SearchSpace, probl
         a = s.user_attrs
         if a.get("space") != space.name or (experiment is not None and a.get("experiment") != experiment):
             continue
-        if a.get("problem_key") == problem.key or s.n_trials < MIN_RESULTS:
+        if a.get("problem_key") == problem.key:
             continue
         by_problem[str(a.get("problem_key"))].append(s)
     out = []

@@ -4,7 +4,9 @@ through it)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import optuna
@@ -15,12 +17,18 @@ from evotune.storage.study import make_storage
 
 @dataclass(frozen=True)
 class StudySummary:
-    """What evotune reads of a study's summary: optuna's StudySummary fields that it uses."""
+    """What evotune reads of a study's summary: optuna's StudySummary fields that it uses. Its trial count is read
+    when first asked for: a storage counts a study's trials by loading every one of them, and most readers
+    (transfer sources, the autotune cache's listing) look at the attributes of every study but count few."""
 
     study_name: str
     user_attrs: dict[str, Any]
-    n_trials: int
+    count: Callable[[], int] = field(repr=False, compare=False)
     best_trial: optuna.trial.FrozenTrial | None = None  # with ``best``: its fastest complete trial
+
+    @functools.cached_property
+    def n_trials(self) -> int:
+        return self.count()
 
 
 def study_summaries(storage: optuna.storages.BaseStorage, best: bool = False) -> list[StudySummary]:
@@ -36,7 +44,8 @@ def study_summaries(storage: optuna.storages.BaseStorage, best: bool = False) ->
             if done:
                 pick = max if s.direction == optuna.study.StudyDirection.MAXIMIZE else min
                 best_trial = pick(done, key=lambda t: cast(float, t.value))  # a complete trial has a value
-        out.append(StudySummary(s.study_name, s.user_attrs, storage.get_n_trials(study_id), best_trial))
+        out.append(StudySummary(s.study_name, s.user_attrs, functools.partial(storage.get_n_trials, study_id),
+                                best_trial))
     return out
 
 
