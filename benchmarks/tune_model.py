@@ -543,7 +543,8 @@ def scaling(args: argparse.Namespace) -> dict[str, Any]:
         model = CostModel(startup_s=max(0.0, one["wall_s"] - one["gpu_s"]), per_problem_s=0.0, per_eval_s=per_eval)
         model = model.learn(two["gpus"], two["gpu_s"] / two["evaluations"])
         last = rows[-1]
-        predicted = model.wall_s(one["keys"], max(1, round(one["evaluations"] / one["keys"])), last["gpus"])
+        # a key is one worker's from its start to its decision (tune-model deals whole keys)
+        predicted = model.wall_s(one["keys"], max(1, round(one["evaluations"] / one["keys"])), last["gpus"], "whole")
         prediction = {"gpus": last["gpus"], "predicted_wall_s": predicted, "measured_wall_s": last["wall_s"],
                       "error": predicted / last["wall_s"] - 1.0, "model": model.__dict__}
     print(table([[r["gpus"], r["wall_s"], r["keys"], r["evaluations"], r["gpu_s"], r["points_timed_twice"],

@@ -9,7 +9,7 @@ from evotune.running.cost_model import CostModel, WorkerCosts, measuring_share
 
 def test_one_worker_pays_everything_once_whatever_the_split():
     m = CostModel(startup_s=6.0, per_problem_s=4.0, per_eval_s=0.3)
-    for split in ("problems", "points"):
+    for split in ("problems", "points", "whole"):
         assert m.wall_s(20, 100, 1, split) == pytest.approx(6.0 + 20 * (4.0 + 100 * 0.3))
         assert m.speedup(20, 100, 1, split) == pytest.approx(1.0)
 
@@ -35,6 +35,15 @@ def test_whole_problems_pay_each_problem_once_and_share_the_last():
     # no fixed costs at all: the speed-up is the number of workers, either way
     free = CostModel(0.0, 0.0, 0.3)
     assert free.speedup(20, 100, 4) == pytest.approx(4.0) and free.speedup(20, 100, 4, "points") == pytest.approx(4.0)
+
+
+def test_problems_each_one_workers_leave_the_others_idle_in_the_last_round():
+    m = CostModel(startup_s=6.0, per_problem_s=4.0, per_eval_s=0.3)
+    # 18 keys on 4 workers: four rounds of four, then two keys while two workers have nothing left
+    assert m.wall_s(18, 48, 4, "whole") == pytest.approx(6.0 + 5 * (4.0 + 14.4))
+    assert m.wall_s(18, 48, 4, "whole") > m.wall_s(18, 48, 4, "problems")
+    assert m.wall_s(16, 48, 4, "whole") == pytest.approx(m.wall_s(16, 48, 4, "problems"))
+    assert m.wall_s(1, 48, 4, "whole") == pytest.approx(6.0 + 4.0 + 14.4)  # nobody shares a key's points
 
 
 def test_storage_writes_one_worker_at_a_time_bound_the_speed_up():

@@ -24,8 +24,12 @@ left over at the end are shared by all)::
 
     startup + (P // W) * (per_problem + B * per_eval) + [per_problem + (P mod W) * B * per_eval / W]
 
-the bracket only when ``P mod W`` is not 0. One worker takes
-``startup + P * (per_problem + B * per_eval)`` either way.
+the bracket only when ``P mod W`` is not 0; and when each problem is one worker's from its start to its end
+(``split = "whole"``, as ``tune-model`` deals its keys: the last round leaves the other workers idle)::
+
+    startup + ceil(P / W) * (per_problem + B * per_eval)
+
+One worker takes ``startup + P * (per_problem + B * per_eval)`` whichever the split.
 
 Part of each evaluation, ``serial_eval_s``, is writing its claims and its
 trial, which on sqlite or a journal file go through the storage's one lock
@@ -63,7 +67,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from evotune.running.schedule import SPLITS
+from evotune.running.schedule import SPLITS as RUN_SPLITS
+
+#: how workers divide the problems: a run's splits (the schedule's), and ``whole``, one worker a problem
+SPLITS = (*RUN_SPLITS, "whole")
 
 _IMPORTED = time.time()
 
@@ -99,6 +106,8 @@ class CostModel:
         serial = self.startup_s + problems * evals * self.serial_eval_s  # every storage write, one after another
         if split == "points":
             return max(serial, self.startup_s + problems * self.per_problem_s + problems * work / workers)
+        if split == "whole":
+            return max(serial, self.startup_s + -(-problems // workers) * (self.per_problem_s + work))
         rounds, left = divmod(problems, workers)
         tail = self.per_problem_s + left * work / workers if left else 0.0
         return max(serial, self.startup_s + rounds * (self.per_problem_s + work) + tail)
