@@ -125,6 +125,7 @@ def _executor(name: tuple[str, str | None, str | None]) -> ProcessPoolExecutor:
         # a pool whose processes died (killed, or ended with their server) takes no more builds: a new one replaces it
         if pool is None or getattr(pool, "_broken", False):
             module = name[0].rpartition(":")[0]
+            # the server's imports start now, beside what target() may take: this process's CUDA start
             ctx = start_method(("torch", "triton", "triton.runtime.cache:triton_key", "triton.compiler.code_generator",
                                 *(() if module.endswith(".py") else (module,))))
             pool = ProcessPoolExecutor(processes(), mp_context=ctx, initializer=pool_initializer,
