@@ -74,7 +74,7 @@ def test_the_pool_builds_in_its_processes_and_a_point_is_ready_once_built(monkey
         shutdown()
 
 
-def one_thread_pool(monkeypatch: pytest.MonkeyPatch, build: Callable[[LaunchRef, dict[str, int]], bool]) -> tuple[
+def one_thread_pool(monkeypatch: pytest.MonkeyPatch, build: Callable[..., bool]) -> tuple[
         ThreadPoolExecutor, ProcessBuilds]:
     """A ProcessBuilds whose builds run ``build`` on one thread of this process, in the order handed over."""
     import evotune.triton_tuning.build_processes as bp
@@ -94,7 +94,7 @@ def test_the_first_evaluations_do_not_wait_for_the_processes_to_start(monkeypatc
     gates = {i: threading.Event() for i in range(3)}
     began: list[int] = []
 
-    def slow_build(ref: LaunchRef, point: dict[str, int]) -> bool:
+    def slow_build(ref: LaunchRef, point: dict[str, int], gpu: object = None) -> bool:
         began.append(point["i"])
         gates[point["i"]].wait()
         return True
@@ -188,7 +188,7 @@ def test_speculation_drops_the_queued_builds_no_longer_wanted_and_keeps_the_rest
 
     gate, began = threading.Event(), []
 
-    def build(ref: LaunchRef, point: dict[str, int]) -> bool:
+    def build(ref: LaunchRef, point: dict[str, int], gpu: object = None) -> bool:
         began.append(point["i"])
         gate.wait()
         return True
@@ -244,6 +244,45 @@ class _DriverTouchingCuda:
         return None
 
 
+@pytest.mark.slow  # a fresh interpreter (torch and Triton imported) starts two processes
+def test_processes_started_before_cuda_and_threads_are_forked_from_this_process_and_build(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    script = f"""
+import os, threading
+import evotune.triton_tuning.build_processes as bp
+from evotune.triton_tuning.compile_ahead import CompilePool
+CompilePool.available = classmethod(lambda cls: True)  # the interpreter builds nothing ahead otherwise
+assert bp.fork_safe()
+bp.start({ADD_TUNED!r})
+ref = bp.LaunchRef({ADD_TUNED!r}, None, None, "make_add_args", (("n", 32),))
+pool = bp.executor(ref)
+assert pool is not None  # up at once: no server to wait for
+assert set(pool.submit(os.getppid).result() for _ in range(4)) == {{os.getpid()}}
+builds = bp.ProcessBuilds(ref, lambda p: str(sorted(p.items())), depth=2)
+from evotune.triton_tuning.references import load_kernel
+points = list(load_kernel({ADD_TUNED!r})[0].candidates.points)[:3]
+builds.submit(points)
+for p in points:
+    builds.wait(p)
+    assert builds.ready(p)
+builds.close()
+gate = threading.Event()
+threading.Thread(target=gate.wait).start()
+assert not bp.fork_safe()  # another thread: a lock it holds would be copied into the processes
+gate.set()
+bp.shutdown()
+print("ok")
+"""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "EVOTUNE_COMPILE_THREADS": "2",
+           "PYTHONPATH": os.pathsep.join([str(TESTS.parent), os.environ.get("PYTHONPATH", "")])}
+    got = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.strip() == "ok"
+
+
 def test_a_build_process_compiles_for_its_parents_gpu_without_asking_cuda() -> None:
     from triton.backends.compiler import GPUTarget
     from triton.runtime.driver import driver
@@ -251,8 +290,13 @@ def test_a_build_process_compiles_for_its_parents_gpu_without_asking_cuda() -> N
     from evotune.triton_tuning.build_processes import compile_only, target
 
     assert target() is None  # under the interpreter: nothing to pass on, the processes ask Triton themselves
+    import evotune.triton_tuning.build_processes as bp
+
     before = driver._active
     try:
+        ref = LaunchRef(ADD_TUNED, None, None, "make_add_args", (("n", 48),))
+        bp.build(ref, points()[0], (_DriverTouchingCuda, "cuda", 90, 32))  # the GPU comes with each build
+        assert bp._compiling_for == [(_DriverTouchingCuda, "cuda", 90, 32)]
         compile_only((_DriverTouchingCuda, "cuda", 90, 32))
         active = driver.active
         assert isinstance(active, _DriverTouchingCuda)
@@ -262,3 +306,4 @@ def test_a_build_process_compiles_for_its_parents_gpu_without_asking_cuda() -> N
         assert _DriverTouchingCuda.touched == []
     finally:
         driver._active = before
+        bp._compiling_for.clear()

@@ -7,18 +7,18 @@ host shares (``TRITON_CACHE_DIR``). Triton's compiler holds the GIL for much of 
 gain little past a few, where processes build on a core each. The measurement in this process then finds each
 configuration built and loads it.
 
-The processes are forked from a server process that imported torch, Triton and the kernel's module once
-(:mod:`evotune.measurement.processes`), rather than each importing them side by side
-with the others, which holds a host's CPUs for seconds while the first keys are timed. They compile for this
-process's GPU without a call to CUDA (:func:`compile_only`). A thread of this process
-starts them with the first key, or before it (:func:`start`), since the first waits for the server's imports: until
-they are up a key's builds are the measurement's (:func:`executor` is None). They serve every key of the process's
-run; each builds a key's configurations from the launch's :func:`signature` (its tensors' dtypes and its other
-values, as the worker made them: the same specialisation, and nothing of theirs on the GPU), or, for a launch
-without one, makes the key's launch once (its tensors on the GPU, as the launch function makes them) and keeps the
-latest. A configuration that fails to build there is left to the measurement, which builds it again and records
-why. What the processes built is counted (``compile_count.BUILT``), so that a count of this process's compiles adds
-it.
+The processes are forked from a process that imported torch, Triton and the kernel's module once, rather than each
+importing them side by side with the others, which holds a host's CPUs for seconds while the first keys are timed:
+from this process itself when it starts them before CUDA and any thread of its own (:func:`start`, as a tune-model
+worker does: it is a fork of a server that imported them), else from a server of their own
+(:mod:`evotune.measurement.processes`), whose imports take seconds: a thread starts those, and until they are up a
+key's builds are the measurement's (:func:`executor` is None). They compile for this process's GPU without a call to
+CUDA (:func:`compile_only`). They serve every key of the process's run; each builds a key's configurations from the
+launch's :func:`signature` (its tensors' dtypes and its other values, as the worker made them: the same
+specialisation, and nothing of theirs on the GPU), or, for a launch without one, makes the key's launch once (its
+tensors on the GPU, as the launch function makes them) and keeps the latest. A configuration that fails to build
+there is left to the measurement, which builds it again and records why. What the processes built is counted
+(``compile_count.BUILT``), so that a count of this process's compiles adds it.
 
 Example::
 
@@ -29,7 +29,7 @@ Example::
 from __future__ import annotations
 
 import atexit
-import functools
+import multiprocessing as mp
 import os
 import signal
 import sys
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evotune.core.space import Point
-from evotune.measurement.processes import pool_initializer, start_method
+from evotune.measurement.processes import inherited_cuda, pool_initializer, start_method
 from evotune.triton_tuning.compile_count import BUILT, CompileCount
 
 #: a launch as Triton's compiler sees it: the positional arguments, each tensor as its dtype, and the keyword ones
@@ -94,6 +94,9 @@ _up: set[ProcessPoolExecutor] = set()
 _warm: set[ProcessPoolExecutor] = set()
 
 
+#: a begun build waited for at most this long (a Triton compile takes seconds): past it the measurement builds the
+#: point itself, so that a process that hangs holds up one point, not the key
+BUILD_WAIT_S = 300.0
 #: build processes by default at most: past a dozen or so the pool outruns the GPU's timing, and each holds torch,
 #: Triton and the kernel (and, for a launch without a signature, a CUDA context and its key's tensors on the GPU)
 MAX_PROCESSES = 16
@@ -119,22 +122,29 @@ def executor(ref: LaunchRef) -> ProcessPoolExecutor | None:
     return pool if pool in _up else None
 
 
-def _executor(name: tuple[str, str | None, str | None]) -> ProcessPoolExecutor:
+def _executor(name: tuple[str, str | None, str | None], fork: bool = False) -> ProcessPoolExecutor:
+    """The pool of kernel ``name``, made (and its processes started) if there is none or it broke: forked from this
+    process itself with ``fork`` (:func:`start` says when that is safe), else from a server of its own."""
     with _lock:
         pool = _executors.get(name)
         # a pool whose processes died (killed, or ended with their server) takes no more builds: a new one replaces it
         if pool is None or getattr(pool, "_broken", False):
-            module = name[0].rpartition(":")[0]
-            # the server's imports start now, beside what target() may take: this process's CUDA start
-            ctx = start_method(("torch", "triton", "triton.runtime.cache:triton_key", "triton.compiler.code_generator",
-                                *(() if module.endswith(".py") else (module,))))
+            if fork:
+                ctx: Any = mp.get_context("fork")
+            else:
+                module = name[0].rpartition(":")[0]
+                ctx = start_method(("torch", "triton", "triton.runtime.cache:triton_key",
+                                    "triton.compiler.code_generator", *(() if module.endswith(".py") else (module,))))
             pool = ProcessPoolExecutor(processes(), mp_context=ctx, initializer=pool_initializer,
-                                       initargs=(dict(os.environ), functools.partial(_child, target())))
+                                       initargs=(dict(os.environ), _child))
             _executors[name] = pool
             if len(_executors) == 1:
                 atexit.register(shutdown)
-            threading.Thread(target=_start_processes, args=(pool, name), name="evotune-build-start",
-                             daemon=True).start()
+            if fork:  # the processes fork at the first task, in milliseconds: no thread waits for them
+                _start_processes(pool, name)
+            else:  # the first task waits for the server's imports, seconds
+                threading.Thread(target=_start_processes, args=(pool, name), name="evotune-build-start",
+                                 daemon=True).start()
         return pool
 
 
@@ -151,12 +161,21 @@ def _start_processes(pool: ProcessPoolExecutor, name: tuple[str, str | None, str
 
 def start(ref: str, space: str | None = None, key_names: str | None = None) -> None:
     """Start the build processes of kernel ``ref`` (as ``tune-kernel`` names it) now, before its first key, so that
-    its builds find them up sooner. Nothing where builds do not run ahead (the interpreter,
-    ``EVOTUNE_COMPILE_THREADS=0``)."""
+    its builds find them up sooner. Called before this process starts CUDA and any thread (a tune-model worker, a
+    fork of a server that imported torch, Triton and the kernel), the processes are forked from it: up in well
+    under a second, where a server of their own imports torch and Triton again for seconds. Nothing where builds
+    do not run ahead (the interpreter, ``EVOTUNE_COMPILE_THREADS=0``)."""
     from evotune.triton_tuning.compile_ahead import CompilePool
 
     if CompilePool.available():
-        _executor((ref, space, key_names))
+        _executor((ref, space, key_names), fork=fork_safe())
+
+
+def fork_safe() -> bool:
+    """Whether this process may fork build processes: one thread (no lock another holds is copied into them) and
+    CUDA not started (a forked child could not use it; theirs never do, but a launch built without a signature
+    would)."""
+    return "fork" in mp.get_all_start_methods() and threading.active_count() == 1 and not inherited_cuda()
 
 
 def _warmed(pool: ProcessPoolExecutor, future: Future[Any]) -> None:
@@ -200,7 +219,7 @@ class ProcessBuilds:
             key = self.key_of(point)
             if key not in self._futures:
                 try:
-                    future = pool.submit(build, self.ref, dict(point))
+                    future = pool.submit(build, self.ref, dict(point), _gpu())
                 except RuntimeError:  # the pool broke (its processes died): the measurement builds the rest
                     return
                 future.add_done_callback(lambda f: _warmed(pool, f))
@@ -233,8 +252,8 @@ class ProcessBuilds:
             self._futures[self.key_of(point)] = _done
             return
         try:
-            built = future.result()
-        except Exception:  # the process died, or could not make the launch: the measurement builds it here
+            built = future.result(timeout=BUILD_WAIT_S)
+        except Exception:  # the process died, hung, or could not make the launch: the measurement builds it here
             return
         finally:
             self._futures[self.key_of(point)] = _done
@@ -261,6 +280,16 @@ _launch: dict[str, Any] = {}
 Target = tuple[type, str, Any, int]
 
 
+_target: list[Target | None] = []  # this process's, once asked (its CUDA is started by then)
+_compiling_for: list[Target] = []  # in a pool process: the GPU its driver answers for
+
+
+def _gpu() -> Target | None:
+    if not _target:
+        _target.append(target())
+    return _target[0]
+
+
 def target() -> Target | None:
     """This process's GPU as Triton compiles for it, for its build processes; None under the interpreter or where
     Triton finds no GPU (the processes then ask Triton's driver themselves)."""
@@ -276,11 +305,10 @@ def target() -> Target | None:
     return type(active), gpu.backend, gpu.arch, gpu.warp_size
 
 
-def _child(gpu: Target | None = None) -> None:
+def _child() -> None:
     """A pool process's start: below the timing process's priority (its builds must not take the core the timed
-    launches are issued from), and ended with its parent (the server, which ends with this process: a worker
-    killed, SIGKILL included, leaves no build process behind holding the GPU). Given its parent's GPU, it compiles
-    without CUDA (:func:`compile_only`)."""
+    launches are issued from), and ended with its parent (this process, or the server, which ends with this
+    process: a worker killed, SIGKILL included, leaves no build process behind holding the GPU)."""
     try:
         os.nice(5)
     except OSError:
@@ -292,8 +320,6 @@ def _child(gpu: Target | None = None) -> None:
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         except (OSError, AttributeError):
             pass  # no prctl here: the pool's own shutdown ends the processes
-    if gpu is not None:
-        compile_only(gpu)
 
 
 def compile_only(gpu: Target) -> None:
@@ -317,6 +343,7 @@ def compile_only(gpu: Target) -> None:
         driver.set_active(answers)
     except Exception:
         return
+    _compiling_for.append(gpu)
 
 
 def prepare(ref: str, space: str | None, key_names: str | None) -> None:
@@ -336,13 +363,15 @@ def _kernel(name: tuple[str, str | None, str | None]) -> Any:
     return _kernels[name]
 
 
-def build(ref: LaunchRef, point: Point) -> bool | None:
-    """In a pool process: compile ``point``'s configuration for ``ref``'s launch. True: compiled; False: found in the
-    cache; None: the launch could not be made or the configuration did not build (the measurement builds it again
-    and records why)."""
+def build(ref: LaunchRef, point: Point, gpu: Target | None = None) -> bool | None:
+    """In a pool process: compile ``point``'s configuration for ``ref``'s launch, for ``gpu`` (the timing process's,
+    without CUDA here: :func:`compile_only`). True: compiled; False: found in the cache; None: the launch could not
+    be made or the configuration did not build (the measurement builds it again and records why)."""
     from evotune.triton_tuning.plain import without_config
     from evotune.triton_tuning.resources import compile_config
 
+    if gpu is not None and not _compiling_for:
+        compile_only(gpu)
     try:
         kernel, module = _kernel((ref.ref, ref.space, ref.key_names))
         if ref.signature is not None:  # warmup compiles without launching: no grid is read
@@ -362,4 +391,4 @@ def build(ref: LaunchRef, point: Point) -> bool | None:
 
 
 __all__ = ["BUILT", "MAX_PROCESSES", "LaunchRef", "ProcessBuilds", "Target", "build", "compile_only", "executor",
-           "for_cores", "prepare", "processes", "shutdown", "signature", "start", "target"]
+           "for_cores", "fork_safe", "prepare", "processes", "shutdown", "signature", "start", "target"]
