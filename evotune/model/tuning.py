@@ -108,10 +108,9 @@ class AutotuneTuner:
         self.cache = autotune_cache(out)
         self._studies = studies
         if any(k.shape.family is Family.FUSED_MOE for k in plan.keys):
-            # the fused MoE's build processes start with the worker, not with its first key: their server's imports
-            # start first and overlap this process's CUDA context (made to learn the GPU they compile for, and
-            # which the first key's launches wait for) and the first key's start, so that its later builds find
-            # them up; they never make a context of their own
+            # the fused MoE's build processes start with the worker, not with its first key, and before its CUDA
+            # context and any thread: they are then forked from this process, which imported torch, Triton and
+            # the kernel (build_processes.start), and are up before the first key's first builds
             moe = SOURCES[Family.FUSED_MOE]
             start_build_processes(moe.ref, moe.space, moe.key)
             _open_gpu()
