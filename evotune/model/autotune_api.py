@@ -5,6 +5,7 @@ loader, the six fields of a vLLM Triton configuration and the check of a vLLM co
 from __future__ import annotations
 
 from evotune.triton_tuning.ahead import KeyProgress, tune_kernel
+from evotune.triton_tuning.build_processes import PRELOAD as BUILD_PRELOAD
 from evotune.triton_tuning.build_processes import for_cores as build_processes_for
 from evotune.triton_tuning.build_processes import processes as build_processes
 from evotune.triton_tuning.build_processes import shutdown as stop_build_processes
@@ -14,6 +15,6 @@ from evotune.triton_tuning.export import VLLM_FIELDS, check_vllm_config
 from evotune.triton_tuning.export import ExportError as VllmFileError
 from evotune.triton_tuning.references import AheadError, load_module
 
-__all__ = ["VLLM_FIELDS", "AheadError", "CompileCount", "KeyProgress", "VllmFileError",
+__all__ = ["BUILD_PRELOAD", "VLLM_FIELDS", "AheadError", "CompileCount", "KeyProgress", "VllmFileError",
            "build_processes", "build_processes_for", "check_vllm_config", "load_module", "start_build_processes",
            "stop_build_processes", "tune_kernel"]

@@ -42,7 +42,7 @@ from evotune.measurement.base import first_evaluation
 from evotune.measurement.host import own_cpus
 from evotune.measurement.kernel_cache import cache_root
 from evotune.measurement.processes import Inherited, as_child, start_method
-from evotune.model.autotune_api import build_processes_for
+from evotune.model.autotune_api import BUILD_PRELOAD, build_processes_for
 from evotune.model.models import ModelError, load_model
 from evotune.model.outcome import KeyTuner, Outcome, WorkerStart
 from evotune.model.plan import Plan, make_plan, only, parse_batch_sizes, parse_kernels
@@ -59,10 +59,9 @@ DEFAULT_TUNER = "evotune.model.tuning:autotune_tuner"
 #: its BLAS libraries found once) and its kernels' modules (``tuning.SOURCES``); a module missing here is imported
 #: by the worker itself, seconds when four workers import together
 PRELOAD = ("optuna", "evotune.model.runner", "evotune.storage.study:load_rdb")
-DEFAULT_TUNER_PRELOAD = ("torch", "triton", "triton.runtime.cache:triton_key", "triton.compiler.code_generator",
-                         "evotune.model.tuning", "evotune.triton_tuning.search", "evotune.search.strategies.default",
-                         "evotune.search.surrogate:one_blas_thread", "search_spaces._triton_fused_moe",
-                         "search_spaces._triton_matmul_example")
+DEFAULT_TUNER_PRELOAD = (*BUILD_PRELOAD, "evotune.model.tuning", "evotune.triton_tuning.search",
+                         "evotune.search.strategies.default", "evotune.search.surrogate:one_blas_thread",
+                         "search_spaces._triton_fused_moe", "search_spaces._triton_matmul_example")
 POLL_S = 0.5
 INTERRUPT_GRACE_S = 5.0
 

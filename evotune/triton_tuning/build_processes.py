@@ -29,6 +29,7 @@ Example::
 from __future__ import annotations
 
 import atexit
+import functools
 import multiprocessing as mp
 import os
 import signal
@@ -94,6 +95,9 @@ _up: set[ProcessPoolExecutor] = set()
 _warm: set[ProcessPoolExecutor] = set()
 
 
+#: what a process that builds imports (or computes) before its first build: torch, Triton, its code generator and
+#: its key of its own build (a second of hashing in each process otherwise); a server that forks them preloads it
+PRELOAD = ("torch", "triton", "triton.runtime.cache:triton_key", "triton.compiler.code_generator")
 #: a begun build waited for at most this long (a Triton compile takes seconds): past it the measurement builds the
 #: point itself, so that a process that hangs holds up one point, not the key
 BUILD_WAIT_S = 300.0
@@ -133,8 +137,7 @@ def _executor(name: tuple[str, str | None, str | None], fork: bool = False) -> P
                 ctx: Any = mp.get_context("fork")
             else:
                 module = name[0].rpartition(":")[0]
-                ctx = start_method(("torch", "triton", "triton.runtime.cache:triton_key",
-                                    "triton.compiler.code_generator", *(() if module.endswith(".py") else (module,))))
+                ctx = start_method((*PRELOAD, *(() if module.endswith(".py") else (module,))))
             pool = ProcessPoolExecutor(processes(), mp_context=ctx, initializer=pool_initializer,
                                        initargs=(dict(os.environ), _child))
             _executors[name] = pool
@@ -280,14 +283,13 @@ _launch: dict[str, Any] = {}
 Target = tuple[type, str, Any, int]
 
 
-_target: list[Target | None] = []  # this process's, once asked (its CUDA is started by then)
 _compiling_for: list[Target] = []  # in a pool process: the GPU its driver answers for
 
 
+@functools.cache
 def _gpu() -> Target | None:
-    if not _target:
-        _target.append(target())
-    return _target[0]
+    """This process's :func:`target`, asked once (with the first build handed out: its CUDA is started by then)."""
+    return target()
 
 
 def target() -> Target | None:
@@ -390,5 +392,5 @@ def build(ref: LaunchRef, point: Point, gpu: Target | None = None) -> bool | Non
     return count.built > 0
 
 
-__all__ = ["BUILT", "MAX_PROCESSES", "LaunchRef", "ProcessBuilds", "Target", "build", "compile_only", "executor",
-           "for_cores", "fork_safe", "prepare", "processes", "shutdown", "signature", "start", "target"]
+__all__ = ["BUILT", "MAX_PROCESSES", "PRELOAD", "LaunchRef", "ProcessBuilds", "Target", "build", "compile_only",
+           "executor", "for_cores", "fork_safe", "prepare", "processes", "shutdown", "signature", "start", "target"]
