@@ -186,9 +186,8 @@ def test_sources_are_the_keys_within_one_of_the_nearest():
     space = SearchSpace("s", [ordinal("BLOCK_M", [16, 32])])
     trials = [SimpleNamespace(params={"BLOCK_M": 16}, value=1.0, state=TrialState.COMPLETE, user_attrs={}),
               SimpleNamespace(params={"BLOCK_M": 32}, value=2.0, state=TrialState.COMPLETE, user_attrs={})]
-    store = SimpleNamespace(study=SimpleNamespace(get_trials=lambda **_: trials))
     keys = [{"M": m, "N": 4096} for m in (16, 32, 64, 128, 512)]
-    cache = SimpleNamespace(kernel=SimpleNamespace(prefix="k/"), existing=lambda key, space: store,
+    cache = SimpleNamespace(kernel=SimpleNamespace(prefix="k/"), decided_trials=lambda name, decision: trials,
                             tuned=lambda: [(k, f"k/M={k['M']}", None) for k in keys])
     got = sources(cache, {"M": 256, "N": 4096}, space)  # type: ignore[arg-type]
     assert [s.name for s in got] == ["key:M=128", "key:M=512", "key:M=64"]  # 1, 1, 2; not 32 (3) nor 16 (4)

@@ -124,6 +124,24 @@ def test_each_searched_key_records_the_keys_it_transferred_from(tmp_path) -> Non
     assert recorded == {"first": [], "later": expected} and len(expected) == 1 and expected[0].startswith("key:")
 
 
+def test_a_decided_keys_trials_are_read_once_for_every_later_key(tmp_path, monkeypatch) -> None:
+    cache, standin = store(tmp_path), CountingCompiles()
+    tune_key(key_job(cache, standin, 16, COMPILE_COST))
+    reads: list[int] = []
+    real = cache.storage.get_all_trials
+    monkeypatch.setattr(cache.storage, "get_all_trials", lambda sid, *a, **kw: reads.append(sid) or real(sid, *a, **kw))
+    first = (key_job(cache, standin, 48, COMPILE_COST).built, sources(cache, {"M": 48, "N": N, "K": K, "E": E}, SPACE))
+    again = (key_job(cache, standin, 32, COMPILE_COST).built, sources(cache, {"M": 32, "N": N, "K": K, "E": E}, SPACE))
+    assert len(reads) == 1 and first[0] == again[0] and len(first[0]) == BUDGET  # M = 16's study, read once
+    assert [len(s.results) for s in first[1]] == [len(s.results) for s in again[1]] == [BUDGET]
+    # the same key decided again (its study holds more trials): read anew
+    sid = cache.storage.get_study_id_from_name(cache.study_name({"M": 16, "N": N, "K": K, "E": E}))
+    attrs = cache.storage.get_study_user_attrs(sid)
+    cache.storage.set_study_user_attr(sid, "autotune", {**attrs["autotune"], "date": "2099-01-01T00:00:00+00:00"})
+    key_job(cache, standin, 48, COMPILE_COST)
+    assert len(reads) == 2
+
+
 @pytest.mark.slow  # four keys searched by the default strategy
 def test_later_keys_compile_fewer_configurations_than_the_first(tmp_path) -> None:
     ms = [16, 32, 48, 64]  # one specialisation: M a multiple of 16

@@ -40,13 +40,12 @@ def built_points(cache: DecisionStore, key: dict[str, Any], space: SearchSpace) 
     specialisation: built already, in the Triton cache every process of the host shares."""
     mine = specialisation(key)
     out: set[str] = set()
-    for other, _, _ in cache.tuned():
+    for other, name, decision in cache.tuned():
         if other == key or list(other) != list(key) or specialisation(other) != mine:
             continue
-        store = cache.existing(other, space)
-        if store is None:
-            continue
-        for t in store.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        for t in cache.decided_trials(name, decision):
+            if t.state != TrialState.COMPLETE:
+                continue
             try:
                 out.add(space.key(space.from_storage(t.params)))
             except (KeyError, ValueError):

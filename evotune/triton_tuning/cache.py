@@ -47,6 +47,8 @@ from evotune.triton_tuning.toolchain import Toolchain
 ENV = "EVOTUNE_AUTOTUNE_CACHE"
 PREFIX = "autotune"
 DECISION = "autotune"  # the study attribute holding the decision
+#: the finished trials of decided studies, by (storage URL, study name, the decision's maker, date and candidates)
+_DECIDED: dict[tuple[str, ...], tuple[optuna.trial.FrozenTrial, ...]] = {}
 
 
 def default_dir() -> Path:
@@ -183,6 +185,22 @@ class DecisionStore:
         passive: it waits for no other process, and other processes keep reading and writing meanwhile."""
         self.storage.set_study_user_attr(store.study_id, DECISION, json.loads(json.dumps(asdict(decision))))
         checkpoint(self.storage)
+
+    def decided_trials(self, name: str, decision: Decision) -> tuple[optuna.trial.FrozenTrial, ...]:
+        """The finished trials (complete and failed) of the decided study ``name``. Every later key's search reads
+        them (its transfer sources, the configurations built for its specialisation): they are read from the
+        storage once a process and decision, since a key's trials are all in before its decision is written
+        (a decision waits for every process timing the key) and a key tuned again is decided anew."""
+        ident = (self.url or "", name, decision.by, decision.date, decision.candidates)
+        trials = _DECIDED.get(ident) if self.url else None
+        if trials is None:
+            study_id = self.storage.get_study_id_from_name(name)
+            trials = tuple(self.storage.get_all_trials(study_id, deepcopy=False,
+                                                       states=(optuna.trial.TrialState.COMPLETE,
+                                                               optuna.trial.TrialState.FAIL)))
+            if self.url:  # an in-memory storage is this object's own: nothing to share
+                _DECIDED[ident] = trials
+        return trials
 
     def tuned(self) -> list[tuple[dict[str, Any], str, Decision]]:
         """(key, study name, decision) of every key of this kernel that has a decision."""

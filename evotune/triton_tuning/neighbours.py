@@ -64,15 +64,12 @@ def sources(cache: DecisionStore, key: dict[str, Any], space: SearchSpace, sms: 
     one source each, nearest first; with their launch features (on a GPU of ``sms`` multiprocessors) when every
     trial kept its program count."""
     out = []
-    for other, name, _ in cache.tuned():
+    for other, name, decision in cache.tuned():
         d = key_distance(key, other)
         if d is None or other == key or d > MAX_DISTANCE:
             continue
-        store = cache.existing(other, space)
-        if store is None:
-            continue
         results, programs = [], []
-        for t in store.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
+        for t in cache.decided_trials(name, decision):
             try:
                 point = space.from_storage(t.params)
             except (KeyError, ValueError):
