@@ -39,6 +39,23 @@ def test_the_default_tuner_imports_the_decode_machinery_only_for_a_decode_key() 
     assert got.stdout.split() == ["False", "False"]
 
 
+@pytest.mark.parametrize("kernels", ["all", "fused_moe", "triton_decode_gemm"])
+def test_a_worker_starts_the_gpu_evaluators_server_with_itself_for_its_later_decode_keys(monkeypatch, kernels) -> None:
+    import evotune.model.tuning as t
+    from evotune.model.models import load_model
+    from evotune.model.plan import make_plan, only, parse_kernels
+
+    done: list[str] = []
+    monkeypatch.setattr(t, "_has_gpu", lambda: True)
+    monkeypatch.setattr(t, "start_build_processes", lambda *a: done.append("build processes"))
+    monkeypatch.setattr(t, "_start_gpu_server", lambda families: done.append(",".join(f.value for f in families)))
+    monkeypatch.setattr(t, "_open_gpu", lambda: done.append("cuda"))
+    plan = only(make_plan(load_model("Mixtral-8x7B"), 2), parse_kernels(kernels))
+    t.AutotuneTuner(plan, Path("."))
+    assert done == {"all": ["build processes", "triton_decode_gemm", "cuda"], "fused_moe": ["build processes", "cuda"],
+                    "triton_decode_gemm": ["triton_decode_gemm"]}[kernels]
+
+
 @pytest.mark.slow  # two tune-model runs of two worker processes
 def test_the_startup_benchmark_reports_each_workers_first_evaluation_cold_and_warm(tmp_path) -> None:
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": PYTHONPATH, "STANDIN_SLEEP": "0.1"}  # a key each

@@ -113,6 +113,10 @@ class AutotuneTuner:
             # the kernel (build_processes.start), and are up before the first key's first builds
             moe = SOURCES[Family.FUSED_MOE]
             start_build_processes(moe.ref, moe.space, moe.key)
+        studied = {k.shape.family for k in plan.keys if not self._autotuned(k)}
+        if studied and _has_gpu():
+            _start_gpu_server(sorted(studied, key=lambda f: f.value))
+        if any(self._autotuned(k) for k in plan.keys):
             _open_gpu()
 
     @property
@@ -125,9 +129,15 @@ class AutotuneTuner:
             self._studies = StudyTuner(self.out, self.plan.dtype, self.plan.ident)
         return self._studies
 
+    def _autotuned(self, key: Key) -> bool:
+        """Whether ``key`` is tuned with ``evotune.autotune`` here (the fused MoE, the bf16 GEMM), not by
+        :attr:`studies`."""
+        family = key.shape.family
+        return family is Family.FUSED_MOE or (family is Family.GEMM and self.plan.dtype == "bf16")
+
     def tune(self, key: Key) -> Outcome:
         family = key.shape.family
-        if family is not Family.FUSED_MOE and not (family is Family.GEMM and self.plan.dtype == "bf16"):
+        if not self._autotuned(key):
             return self.studies.tune(key)
         source = SOURCES[family]
         fields: dict[str, Any] = {"M": key.m, "N": key.shape.n, "K": key.shape.k,
@@ -164,13 +174,31 @@ class AutotuneTuner:
             self._studies.close()
 
 
-def _open_gpu() -> None:
-    """Make this process's CUDA context now, where it has a GPU (not under the interpreter)."""
+def _has_gpu() -> bool:
+    """Whether this process measures on a GPU (not under the interpreter)."""
     if os.environ.get("TRITON_INTERPRET") == "1":
-        return
+        return False
     import torch
 
-    if torch.cuda.is_available():
+    return bool(torch.cuda.is_available())
+
+
+def _start_gpu_server(families: list[Family]) -> None:
+    """Start the server the GPU evaluator's processes fork from (:attr:`AutotuneTuner.studies`' keys), importing
+    what the spaces of ``families`` measure with, now: a worker that comes to those keys after others (a model's
+    expert GEMMs first) has the server's imports (torch, the GPU worker, the spaces' compilers: seconds) done by
+    then, not waited for at its first such key."""
+    from evotune.core.plugins import load_space
+    from evotune.measurement.gpu import start_processes
+
+    start_processes([load_space(f.value) for f in families])
+
+
+def _open_gpu() -> None:
+    """Make this process's CUDA context now, where it has a GPU."""
+    if _has_gpu():
+        import torch
+
         torch.zeros(1, device="cuda")
 
 
