@@ -109,6 +109,20 @@ def test_decode_keys_are_tuned_with_the_decode_family_in_one_study_each_and_conf
                                          experiment="tune-model/test")] == [s.name for s in srcs]
     assert counted == []
     del storage.get_n_trials
+    # the tuner reads a done study's trials (its confirmation recorded) once, however many keys follow
+    third = dec.problem(keys[-1])
+    plain = from_studies(storage, dec.space(Family.DECODE), third, H100.name, experiment="tune-model/test")
+    read: list[int] = []
+    real = storage.get_all_trials
+    storage.get_all_trials = lambda sid, *a, **kw: read.append(sid) or real(sid, *a, **kw)  # type: ignore[method-assign]
+    reads = []
+    for _ in range(3):
+        got = from_studies(storage, dec.space(Family.DECODE), third, H100.name, experiment="tune-model/test",
+                           settled=dec._settled)
+        assert [(s.name, s.results) for s in got] == [(s.name, s.results) for s in plain] and len(got) == 2
+        reads.append(len(read))
+    # the second key's search read the first's study already; the second's is read once, then neither again
+    assert reads == [1, 1, 1]
     # a key tuned again times nothing: its study holds every trial
     again = dec.tune(shape_keys[0])
     assert len(ev.timed) == 2 * BUDGET and again.new == 0 and again.config == outcomes[0].config

@@ -42,7 +42,7 @@ from evotune.model.runner import autotune_cache
 from evotune.running.confirmation import ConfirmationRecord, confirm_best
 from evotune.running.tuner import tune_study
 from evotune.search.strategies import make_strategy
-from evotune.search.transfer import from_studies
+from evotune.search.transfer import SettledTrials, from_studies
 from evotune.storage.claims import make_claims
 from evotune.storage.study import StudyStore, make_storage, timing_seconds
 
@@ -55,6 +55,7 @@ VLLM_DEFAULT = "vLLM default"
 #: the confirmation stage of one key: the fastest few re-timed beside the baselines, a few seconds of rounds (a
 #: key's search is 64 evaluations: the stage stays a small part of it)
 CONFIRM = ConfirmOptions(top_k=3, screen_max=8, max_rounds=30, max_seconds=6.0, warmup_s=0.5)
+CONFIRMATION = "confirmation"  # the study attribute holding the key's confirmation record, once it is done
 CLAIM_LEASE_S = 900.0  # a claim outlives any honest evaluation (the oracle's timeout is 300 s); a dead worker's
 #                        lapses at once
 
@@ -124,6 +125,8 @@ class StudyTuner:
         self._evaluators: dict[str, Evaluator] = {}
         self._hardware = hardware
         self.console = Console(stderr=True)
+        # a key's study is done once its confirmation is recorded (this worker's or another's)
+        self._settled = SettledTrials(lambda summary: CONFIRMATION in summary.user_attrs)
 
     @property
     def hardware(self) -> Hardware:
@@ -167,7 +170,8 @@ class StudyTuner:
         store = StudyStore.open(storage, name, space, attrs)
         before = len(store.history())
         stats = dict(evaluator.cache_stats)  # the kernel cache's hits and misses (compiles) so far
-        sources = from_studies(storage, space, problem, self.hardware.name, experiment=self.run)
+        sources = from_studies(storage, space, problem, self.hardware.name, experiment=self.run,
+                               settled=self._settled)
         strategy = make_strategy(STRATEGY, space, feasible, seed=self.seed, ctx=ctx, sources=sources)
         tune_study(space, ctx, evaluator, strategy, store, Budget(trials=min(self.budget, len(feasible))),
                    claims=make_claims(self.url, name, CLAIM_LEASE_S))
@@ -177,7 +181,7 @@ class StudyTuner:
             raise RuntimeError(f"{key.ident}: every configuration of {space.name} failed ({len(history)} tried)")
         record = confirm_best(problem, evaluator, measured, space.to_storage, self.console, CONFIRM)
         if record is not None:
-            store.study.set_user_attr("confirmation", record.to_attr())
+            store.study.set_user_attr(CONFIRMATION, record.to_attr())
         named = f"{space.name}: "
         untuned = (lambda label: label == named + VLLM_DEFAULT) if key.shape.family is Family.BLOCK_FP8 else \
             (lambda label: not label.startswith(named))  # the workload's cuBLAS baselines
