@@ -41,6 +41,24 @@ def test_items_are_timed_in_interleaved_rounds_after_the_warm_up():
     assert all(it.samples == 10 * result.rounds for it in result.items.values())
 
 
+def test_the_warm_up_lasts_no_longer_than_the_gpu_idled_since_the_oracles_last_samples(monkeypatch):
+    pytest.importorskip("torch")
+    import evotune.measurement.oracle as oracle_module
+    from evotune.measurement.oracle import Oracle
+
+    oracle = Oracle(flush_l2=False)  # nothing on a GPU is made without a flush buffer
+    assert oracle.warmup_for(0.5) == 0.5  # nothing sampled yet: the GPU may have idled for long
+    now = [100.0]
+    monkeypatch.setattr(oracle_module.time, "perf_counter", lambda: now[0])
+    oracle.sampled_at = 99.9  # a search's evaluation 0.1 s ago
+    assert oracle.warmup_for(0.5) == pytest.approx(0.1)
+    now[0] = 130.0  # thirty seconds later: idle, the whole warm-up
+    assert oracle.warmup_for(0.5) == 0.5
+    timer = FakeTimer({"a": 1.0})
+    confirm_rounds(["a"], timer.take, ConfirmOptions(warmup_s=0.0, min_rounds=3, max_rounds=3), warm=timer.warm)
+    assert not any(e.startswith("warm") for e in timer.events)  # none needed: none done
+
+
 def test_rounds_stop_once_every_ci_is_within_the_target():
     timer = FakeTimer({"a": 1.0, "b": 2.0}, noise=0.002)
     result = confirm_rounds(["a", "b"], timer.take, ConfirmOptions(ci_target=0.005, min_rounds=3))

@@ -18,6 +18,7 @@ import time
 import traceback
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from evotune.core.problem import Problem, Workload, call_args
@@ -222,6 +223,8 @@ class _Worker:
                     launches[n]()
                 torch.cuda.synchronize()
 
+        # warmed only as long as the GPU idled since the search's last samples here (none after a resume)
+        opts = replace(opts, warmup_s=self.oracle.warmup_for(opts.warmup_s))
         result = confirm_rounds(names, lambda n, k: self.oracle.round(launches[n], k), opts, search, warm)
         doc = result.to_dict()
         doc.update(configs=configs, baselines=[n for n in names if n not in configs], skipped=skipped)

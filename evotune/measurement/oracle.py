@@ -117,6 +117,7 @@ class Oracle:
         self.batch = min(batch, timing.min_samples)  # a first batch larger than asked for would waste samples
         self.ci_target, self.max_seconds, self.use_graph = timing.ci_target, max_seconds, use_graph
         self._flush = self._sweep = self._sink = None
+        self.sampled_at: float | None = None  # time.perf_counter() when the last samples were read back
         if flush_l2:
             l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 * 2**20)
             self._flush = torch.empty(2 * l2 // 4, dtype=torch.int32, device="cuda")
@@ -207,6 +208,7 @@ class Oracle:
                 graph, starts, ends = batch
                 graph.replay()
                 torch.cuda.synchronize()
+                self.sampled_at = time.perf_counter()
                 return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
@@ -220,7 +222,16 @@ class Oracle:
             launch()
             e.record()
         torch.cuda.synchronize()
+        self.sampled_at = time.perf_counter()
         return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+
+    def warmup_for(self, warmup_s: float) -> float:
+        """The warm-up a confirmation needs before its rounds: ``warmup_s`` to bring an idle GPU's clocks up, but no
+        longer than the GPU has been idle since this oracle's last samples (a search's evaluations just before
+        kept it at its working clocks; a key's confirmation follows them within a fraction of a second)."""
+        if self.sampled_at is None:
+            return warmup_s
+        return max(0.0, min(warmup_s, time.perf_counter() - self.sampled_at))
 
     def time(self, fn: Callable[[], object]) -> Timing:
         started = time.perf_counter()

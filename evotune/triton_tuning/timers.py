@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 Call = Callable[[], object]
 #: how the search times each configuration on a GPU: 10 to 200 samples, until the median's 95% CI is within 1%
 SEARCH_TIMING = TimingOptions(min_samples=10, max_samples=200, ci_target=0.01)
+#: the confirmation's warm-up on a GPU that has been idle (less after a search's evaluations: Oracle.warmup_for)
+CONFIRM_WARMUP_S = 0.2
 
 
 class Timer:
@@ -144,7 +146,7 @@ class OracleTimer(Timer):
 
     def confirm_options(self, top_k: int) -> ConfirmOptions:
         return ConfirmOptions(top_k=top_k, per_round=10, min_rounds=3, max_rounds=30, ci_target=0.005,
-                              max_seconds=20.0, warmup_s=0.2)
+                              max_seconds=20.0, warmup_s=self.oracle.warmup_for(CONFIRM_WARMUP_S))
 
     def warm(self, seconds: float) -> None:
         torch = self.oracle.torch
