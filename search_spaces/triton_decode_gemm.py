@@ -131,12 +131,22 @@ def _splits_ok(p: Point, ctx: Context) -> bool:
     return -(-blocks // -(-blocks // split)) == split
 
 
+def most_programs(problem: Problem) -> int:
+    """The most programs any configuration of the space launches for ``problem``: the smallest output tiles (all of
+    M in one GEMV tile under 16 rows, else 16 rows; 16 weight rows) times the most K splits of 64-element blocks."""
+    m_tiles = 1 if problem.m < MMA_ROWS else -(-problem.m // MMA_ROWS)
+    blocks = -(-problem.k // 64)
+    splits = max(s for s in (1, 2, 4, 8, 16, 32) if s <= blocks and -(-blocks // -(-blocks // s)) == s)
+    return m_tiles * -(-problem.n // 16) * splits
+
+
 def _enough_programs(p: Point, ctx: Context) -> bool:
     """A memory-bound kernel on fewer programs than half the SMs leaves the idle SMs' share of the bandwidth
-    unused (one SM's loads in flight cannot draw much more than its share)."""
+    unused (one SM's loads in flight cannot draw much more than its share). A problem too small for that (a small
+    layer's few weight rows and K blocks) takes at least half the programs it can have."""
     problem = gr.gemm_problem(ctx)
     return problem is None or ctx.hardware is None or \
-        programs(p, problem) * MIN_SM_SHARE >= ctx.hardware.sm_count
+        programs(p, problem) * MIN_SM_SHARE >= min(ctx.hardware.sm_count, most_programs(problem))
 
 
 def _vector_loads_ok(p: Point, ctx: Context) -> bool:

@@ -41,6 +41,17 @@ def test_every_decode_shape_has_feasible_points_on_an_h100(m, dtype, scaling):
         assert all(SPACE.estimate(fs.point(r), Context(H100, problem)) > 0 for r in range(0, len(fs), 97))
 
 
+@pytest.mark.parametrize(("m", "n", "k"), [(1, 256, 256), (16, 256, 256), (64, 128, 64), (8, 48, 32)])
+def test_a_small_layer_keeps_the_configurations_with_half_the_programs_it_can_have(m, n, k):
+    problem = Problem.gemm(m, n, k, "bf16", "tn")
+    most = decode.most_programs(problem)
+    assert most * decode.MIN_SM_SHARE < 2 * H100.sm_count  # too small to fill half the SMs whatever its tiles
+    fs = SPACE.feasible(Context(H100, problem))
+    assert len(fs) > 0, fs.pruned
+    counts = [decode.programs(fs.point(r), problem) for r in range(len(fs))]
+    assert max(counts) <= most and min(counts) * decode.MIN_SM_SHARE >= most
+
+
 def test_each_pruned_point_says_why():
     problem = Problem.gemm(16, 4096, 4096, "bf16")
     assert why(POINT, problem) is None
