@@ -352,13 +352,19 @@ def test_the_default_tuner_on_a_gpu(tmp_path) -> None:
     assert all(k["decided"] == k["keys"] and k["measured"] == k["keys"] for k in doc["kernels"])
     assert all(0 < k["timing_s"] < k["gpu_s"] for k in doc["kernels"])  # compiles hold the GPU too
     assert [p.name for p in exports.check_folder(out)] and (out / "autotune.db").is_file()
-    # decode keys by the decode family, confirmed beside cuBLAS, found by lookup() in tuned.json
+    # decode keys by the decode family, confirmed beside cuBLAS, found by lookup() in tuned.json unless cuBLAS
+    # was confirmed faster (the tiny model's small layers: nothing better to hand out)
     decode = [o for o in doc["outcomes"] if o["family"] == "triton_decode_gemm"]
     assert decode and all(o["space"] == "triton_decode_gemm" and o["how"] == "confirmed" for o in decode)
     for o in decode:
         f = o["fields"]
-        assert lookup(Problem.gemm(f["M"], f["N"], f["K"], "bf16", "tn"), space="triton_decode_gemm",
-                      path=out / "tuned.json").exact
+        untuned_wins = o["untuned_ms"] is not None and o["untuned_ms"] < o["time_ms"]
+        try:
+            found = lookup(Problem.gemm(f["M"], f["N"], f["K"], "bf16", "tn"), space="triton_decode_gemm",
+                           path=out / "tuned.json").exact
+        except LookupError:
+            found = False
+        assert found is not untuned_wins, o
     # a second run times nothing
     again = subprocess.run([sys.executable, "-m", "evotune", "tune-model", str(TINY), "--batch-sizes", "1,128",
                             "--gpus", "1", "--out", str(out), "--no-progress"], env=env, capture_output=True,
