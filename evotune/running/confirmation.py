@@ -33,8 +33,8 @@ from evotune.measurement.base import Evaluator
 from evotune.measurement.options import ConfirmOptions
 from evotune.running.experiment import OracleKind
 from evotune.running.schedule import Schedule
+from evotune.running.study_progress import finished
 from evotune.running.targets import Target
-from evotune.running.tuner import finished
 from evotune.storage.claims import wait_for_others
 from evotune.storage.study import StudyStore
 

@@ -28,8 +28,8 @@ from evotune.running.cost_model import WorkerCosts
 from evotune.running.experiment import Experiment, OracleKind
 from evotune.running.resume import budget_attr, check_resume, plain
 from evotune.running.session import Groups, Session, StudyPlan, StudyStorage
+from evotune.running.study_progress import TuneResult, finished
 from evotune.running.targets import Baselines, Target, group_name, study_attrs, study_name, target_study_names
-from evotune.running.tuner import TuneResult, finished
 from evotune.search.strategies import Source, make_strategy
 from evotune.storage.claims import Claims, make_claims
 from evotune.storage.study import StudyStore

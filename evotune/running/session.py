@@ -50,8 +50,9 @@ from evotune.running.confirmation import (
 )
 from evotune.running.experiment import Experiment, ExperimentError, OracleKind
 from evotune.running.schedule import Schedule, Turn
+from evotune.running.study_progress import TuneResult
 from evotune.running.targets import Baselines, Target, gpu_evaluator_class, resolve_targets
-from evotune.running.tuner import OnTrial, TuneResult, tune_study
+from evotune.running.tuner import OnTrial, tune_study
 from evotune.search.strategies import STRATEGIES, Source
 from evotune.search.strategies.base import Strategy
 from evotune.search.transfer import from_cache, from_landscape, from_studies, read_landscape, shipped_landscapes

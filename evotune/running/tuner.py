@@ -38,19 +38,20 @@ import datetime as _dt
 import statistics
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from evotune.core.budget import Budget, stop_text
+from evotune.core.budget import Budget
 from evotune.core.problem import Problem
 from evotune.core.result import EvalResult, Status
 from evotune.core.space import Context, Point, SearchSpace
 from evotune.measurement.base import DeadlinePassed, Evaluator, began_evaluating
 from evotune.running.experiment import OracleKind
+from evotune.running.study_progress import StudyState, TuneResult
 from evotune.search.strategies.base import Strategy
 from evotune.storage.claims import Claim, Claims, NoClaims
-from evotune.storage.study import Record, StudyStore
+from evotune.storage.study import StudyStore
 from evotune.storage.trial_writer import TrialWriter
 
 OnTrial = Callable[[int, float | None], None]  # (trials so far, best so far)
@@ -79,34 +80,6 @@ class PerTrial:
     #: the point's attributes the caller knows of (a launch's program count, the timer that measured it)
     attrs: Callable[[Point], Mapping[str, Any]] = _no_attrs
     infeasible: Infeasible = Infeasible.UNANSWERED
-
-
-@dataclass
-class TuneResult:
-    study_name: str
-    trials: int  # finished trials in the study, resumed ones included
-    new_trials: int  # measured by this call
-    best_point: Point | None
-    best_ms: float | None
-    clock_s: float
-    stopped: str  # trials | seconds | plateau | exhausted
-    failures: dict[str, int] = field(default_factory=dict)
-    skipped: int = 0  # proposals the oracle could not answer (absent from a landscape): cost nothing
-    loop_s: float = 0.0  # wall seconds of the loop after resuming: asking, claiming, evaluating, storing
-    store_s: float = 0.0  # of which waiting for the storage: claiming, and waiting for the trial writer
-    write_s: float = 0.0  # the trial writer's time storing trials and marking their claims done, behind the loop
-    busy_s: float = 0.0  # the measuring process's time on this study's points (evaluate's own where it says)
-    first_eval: float | None = None  # epoch seconds: when the first evaluation began
-    last_eval: float | None = None  # and when the last one ended
-    #: the evaluator's calls: busy_s of them in the measuring process, the rest waiting for the points' compiles
-    evaluate_s: float = 0.0
-    startup_s: float = 0.0  # wall seconds of the run's first evaluation before it timed anything: off the clock
-    budget_trials: int | None = None  # the trials budget the study ran to
-
-    @property
-    def stop_text(self) -> str:
-        """'stopped on seconds', and after how many of its trials budget where that was under a fifth of it."""
-        return stop_text(self.stopped, self.trials, self.budget_trials)
 
 
 def tune_study(space: SearchSpace, ctx: Context, evaluator: Evaluator, strategy: Strategy, store: StudyStore,
@@ -144,7 +117,7 @@ class _Run:
         assert ctx.problem is not None  # tune_study() checked it
         self.problem: Problem = ctx.problem
         self.store, self.budget, self.on_trial, self.claims, self.sync_s = store, budget, on_trial, claims, sync_s
-        self.state = _State()
+        self.state = StudyState()
         self.simulated = evaluator.kind == OracleKind.REPLAY  # the clock adds recorded costs instead of wall time
         self.queue: list[Point] = []  # proposals asked for and not yet taken
         self.clock = clock
@@ -369,45 +342,3 @@ class _Run:
         """Tell ``on_trial`` (from this thread) the trials stored so far: queued ones are not, until they are."""
         if self.on_trial:
             self.on_trial(self.state.trials - (self.writer.pending if self.writer else 0), self.state.best_ms)
-
-
-@dataclass
-class _State:
-    """What the loop knows of the study: its finished trials, whoever measured them."""
-
-    numbers: set[int] = field(default_factory=set)
-    done: set[str] = field(default_factory=set)
-    trials: int = 0
-    clock: float = 0.0
-    best_ms: float | None = None
-    best_point: Point | None = None
-    since_best: int = 0
-    new: int = 0
-    skipped: int = 0
-    store_s: float = 0.0
-    busy_s: float = 0.0
-    evaluate_s: float = 0.0
-    first_eval: float | None = None
-    last_eval: float | None = None
-    synced: float = field(default_factory=time.monotonic)
-    failures: dict[str, int] = field(default_factory=dict)
-
-    def add(self, number: int | None, key: str, point: Point, value: float | None, clock: float) -> None:
-        if number is not None:  # None: this run's own, not stored yet
-            self.numbers.add(number)
-        self.done.add(key)
-        self.trials += 1
-        self.clock = max(self.clock, clock)
-        self.since_best += 1
-        if value is not None and (self.best_ms is None or value < self.best_ms):
-            self.best_ms, self.best_point, self.since_best = value, point, 0
-
-
-def finished(history: list[Record], budget: Budget, feasible: int) -> bool:
-    """Whether a study holding ``history`` is done for every worker: its budget is spent (trials, tuning clock
-    or plateau, counted as :func:`tune_study` counts them on resume) or every feasible point is stored."""
-    state = _State()
-    for r in history:
-        state.add(r.number, r.key, r.point, r.value, r.clock_s)
-    return state.trials >= feasible or budget.stop_reason(state.trials, state.clock, state.since_best) is not None
-
