@@ -8,7 +8,8 @@ import json
 import pytest
 from conftest import KT_EXCERPT
 
-from evotune.core.landscape import LandscapeError, convert, load_landscape
+from evotune.core.landscape import LandscapeError, load_landscape
+from evotune.core.landscape_convert import convert
 from evotune.core.result import Status
 from evotune.core.space import Context
 from evotune.measurement.replay import ReplayEvaluator

@@ -242,7 +242,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def _digits(flag: str, value: str | None) -> int | None:
     """A ``--*-digits`` option's value: None when not given, else 1 to 17."""
-    from evotune.core.landscape import EXACT_DIGITS
+    from evotune.core.landscape_convert import EXACT_DIGITS
 
     if value is None:
         return None
@@ -256,7 +256,8 @@ def _digits(flag: str, value: str | None) -> int | None:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from evotune.core.landscape import LandscapeError, Rounding, convert_files
+    from evotune.core.landscape import LandscapeError
+    from evotune.core.landscape_convert import Rounding, convert_files
 
     if not args.sources:
         raise UsageError("convert: give at least one SRC (a Kernel Tuner cache file or an evotune landscape)")
