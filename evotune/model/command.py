@@ -19,6 +19,8 @@ from evotune.model.plan import (
     BUILD_S,
     DEFAULT_BUDGET,
     EVAL_S,
+    KEY_S,
+    START_S,
     Plan,
     estimate,
     estimate_kernel,
@@ -65,10 +67,12 @@ def plan_text(plan: Plan) -> str:
     lines += ["-" * len(head),
               f"{'total':<52} {total.keys:>5} {total.evaluations:>14} {_hours(total.gpu_s):>10} "
               f"{total.grid_evaluations:>11} {_hours(total.grid_gpu_s):>14}", "",
-              f"Estimated GPU time, on one GPU: evaluations x {EVAL_S} s (sampling, warm-up, graph capture) plus "
-              f"{BUILD_S} s per configuration built (once per kernel shape). evotune: {DEFAULT_BUDGET} evaluations a "
-              "key (the whole grid where it is smaller); grid: every configuration of the family's space at every "
-              "key. N GPUs divide the time by about N."]
+              f"Estimated GPU time, on one GPU. evotune: {DEFAULT_BUDGET} evaluations a key (the whole grid where "
+              f"it is smaller), {KEY_S} s a key as measured on an H200 (the evaluations, the builds beside them, "
+              f"the confirmation), plus about {START_S:.0f} s to start. The grid: every configuration of the "
+              f"family's space timed at every key, {EVAL_S} s each as vLLM's benchmarks time one, plus {BUILD_S} s "
+              "per configuration built (once per kernel shape), one after another. N GPUs divide the time by "
+              "about N."]
     return "\n".join(lines)
 
 

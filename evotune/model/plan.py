@@ -16,9 +16,11 @@ Per decoder layer, sharded as vLLM shards it (column-parallel layers split N by 
 Layers of one shape share their keys (one (family, N, K) is tuned once). The batch sizes are vLLM's
 (:data:`VLLM_BATCH_SIZES`) unless given.
 
-The estimate (:func:`estimate`) counts GPU time as evaluations x :data:`EVAL_S` plus distinct configurations built
-x :data:`BUILD_S`: evotune's evaluations are ``budget`` per key (a grid smaller than that is timed whole), the grid's
-are every configuration of the family's space at every key; a configuration is built once per kernel shape.
+The estimate (:func:`estimate`) gives each kernel's GPU time on one GPU, evotune's beside the grid's. evotune's is
+its measured wall clock a key (:data:`KEY_S` at the default budget, in proportion to ``budget``; a grid smaller than
+the budget is timed whole): its evaluations, the builds side by side with them, the confirmation. The grid's, run
+the way vLLM's benchmarks run it, is every configuration of the family's space timed at every key, :data:`EVAL_S`
+each, plus each configuration built once per kernel shape, :data:`BUILD_S` each, one after another.
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ EVAL_S = 0.2
 BUILD_S = 1.5
 #: evaluations a key (autotune's default budget)
 DEFAULT_BUDGET = 64
+#: wall seconds of one key on one GPU at the default budget: on one H200 the 54 keys of Mixtral-8x7B at tp 2 (fused
+#: MoE, decode and GEMM keys, 4.2 to 4.5 s a key by family) took 240 s from the first key's start to the last one's
+#: end (benchmarks/RESULTS.md, "One GPU, whole command")
+KEY_S = 4.4
+#: a run's seconds before its first key on that H200: the workers' server's imports, a worker's CUDA context
+START_S = 9.0
 
 
 class Family(enum.Enum):
@@ -139,8 +147,7 @@ def estimate_kernel(kernel: Kernel, budget: int) -> Estimate:
     per_key = min(budget, kernel.shape.family.grid)
     n = len(kernel.keys)
     grid = kernel.shape.family.grid
-    built = min(per_key * n, grid)  # a configuration is built once per shape, whichever keys time it
-    return Estimate(n, per_key * n, per_key * n * EVAL_S + built * BUILD_S, grid * n, grid * (n * EVAL_S + BUILD_S))
+    return Estimate(n, per_key * n, n * KEY_S * per_key / DEFAULT_BUDGET, grid * n, grid * (n * EVAL_S + BUILD_S))
 
 
 def estimate(plan: Plan, budget: int) -> Estimate:
