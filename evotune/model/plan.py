@@ -43,7 +43,7 @@ BUILD_S = 1.5
 #: evaluations a key (autotune's default budget)
 DEFAULT_BUDGET = 64
 #: wall seconds of one key on one GPU at the default budget: on one H200 the 54 keys of Mixtral-8x7B at tp 2 (fused
-#: MoE, decode and GEMM keys, 4.2 to 4.5 s a key by family) took 240 s from the first key's start to the last one's
+#: MoE, decode and GEMM keys, 4.3 to 4.8 s a key by family) took 240 s from the first key's start to the last one's
 #: end (benchmarks/RESULTS.md, "One GPU, whole command")
 KEY_S = 4.4
 #: a run's seconds before its first key on that H200: the workers' server's imports, a worker's CUDA context

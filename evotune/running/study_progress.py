@@ -43,7 +43,6 @@ class TuneResult:
         return stop_text(self.stopped, self.trials, self.budget_trials)
 
 
-
 @dataclass
 class StudyState:
     """What the loop knows of the study: its finished trials, whoever measured them."""
@@ -83,4 +82,3 @@ def finished(history: list[Record], budget: Budget, feasible: int) -> bool:
     for r in history:
         state.add(r.number, r.key, r.point, r.value, r.clock_s)
     return state.trials >= feasible or budget.stop_reason(state.trials, state.clock, state.since_best) is not None
-
