@@ -100,7 +100,8 @@ sys.path.insert(0, str(ROOT))
 from evotune.model.models import ModelError, load_model  # noqa: E402
 from evotune.model.outcome import WorkerStart  # noqa: E402
 from evotune.model.plan import Family, Key, Plan, make_plan, only, parse_batch_sizes  # noqa: E402
-from evotune.model.runner import DEFAULT_TUNER, Ledger, visible_gpus  # noqa: E402
+from evotune.model.preload import DEFAULT_TUNER  # noqa: E402
+from evotune.model.runner import Ledger, visible_gpus  # noqa: E402
 from evotune.triton_tuning.builds import value_class  # noqa: E402
 
 #: the grid comparison's dtypes: tune-model's ``--dtype`` -> the keys' torch dtype (fp8: e4m3 activations and

@@ -434,23 +434,40 @@ def test_each_worker_gets_its_share_of_the_hosts_cores_for_its_build_processes(t
 
 def test_the_workers_server_imports_the_default_tuners_kernels_and_no_tuner_file() -> None:
     from evotune.model import tuning
-    from evotune.model.runner import DEFAULT_TUNER, RunOptions, worker_preload
+    from evotune.model.preload import DEFAULT_TUNER, worker_preload
 
-    def options(tuner: str) -> RunOptions:
-        return RunOptions(str(TINY), 1, None, "1", "sqlite:///x.db", "out", tuner)
-
-    default = worker_preload(options(DEFAULT_TUNER))
+    default = worker_preload(DEFAULT_TUNER)
     kernels = {s.ref.partition(":")[0] for s in tuning.SOURCES.values()}
     assert kernels <= set(default) and {"torch", "triton", "evotune.model.tuning"} <= set(default)
-    standin = worker_preload(options(STANDIN))
+    standin = worker_preload(STANDIN)
     assert "torch" not in standin and not any(m.endswith(".py") for m in standin)
+
+
+@pytest.mark.parametrize(("argv", "starts"), [
+    (["tune-model", "Mixtral-8x7B", "--tp", "2"], True),
+    (["tune-model", "Mixtral-8x7B", "--dry-run"], False),
+    (["tune-model", "--help"], False),
+    (["tune-model", "Mixtral-8x7B", "--tuner", STANDIN], False),
+    (["tune-model", "Mixtral-8x7B", f"--tuner={STANDIN}"], False),
+    (["run", "experiment.toml"], False),
+    ([], False),
+])
+def test_the_command_line_starts_the_workers_server_first_only_for_a_run_of_the_default_tuner(
+        monkeypatch, argv, starts) -> None:
+    import evotune.measurement.processes as processes
+    from evotune.model.preload import DEFAULT_TUNER, start_for, worker_preload
+
+    started: list[tuple[str, ...]] = []
+    monkeypatch.setattr(processes, "start_method", lambda preload=(): started.append(tuple(preload)))
+    assert start_for(argv) is starts
+    assert started == ([worker_preload(DEFAULT_TUNER)] if starts else [])
 
 
 def test_a_worker_forked_after_the_preload_opens_its_storage_and_searches_without_importing(tmp_path) -> None:
     # what a worker imports after its fork, four workers at once, is seconds before its first evaluation
     script = f"""
 import importlib, sys
-from evotune.model.runner import PRELOAD
+from evotune.model.preload import PRELOAD
 for entry in PRELOAD + ("evotune.search.surrogate:one_blas_thread",):
     module, _, function = entry.partition(":")
     loaded = importlib.import_module(module)

@@ -32,7 +32,7 @@ def _tp(text: str) -> int:
 
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from evotune.model.runner import DEFAULT_TUNER
+    from evotune.model.preload import DEFAULT_TUNER
 
     tm = sub.add_parser(
         "tune-model", help="tune every serving kernel of a model (dense GEMMs, fused MoE, block-fp8) at a tensor "

@@ -29,7 +29,8 @@ from evotune.model.plan import (
     parse_batch_sizes,
     parse_kernels,
 )
-from evotune.model.runner import DEFAULT_TUNER, Progress, RunOptions, run, worker_count
+from evotune.model.preload import DEFAULT_TUNER
+from evotune.model.runner import Progress, RunOptions, run, worker_count
 from evotune.storage.url import StorageError, with_driver
 
 

@@ -42,26 +42,17 @@ from evotune.measurement.base import first_evaluation
 from evotune.measurement.host import own_cpus
 from evotune.measurement.kernel_cache import cache_root
 from evotune.measurement.processes import Inherited, as_child, start_method
-from evotune.model.autotune_api import BUILD_PRELOAD, build_processes_for
+from evotune.model.autotune_api import build_processes_for
 from evotune.model.models import ModelError, load_model
 from evotune.model.outcome import KeyTuner, Outcome, WorkerStart
 from evotune.model.plan import Plan, make_plan, only, parse_batch_sizes, parse_kernels
+from evotune.model.preload import DEFAULT_TUNER, worker_preload
 from evotune.running.cost_model import process_start_time
 from evotune.storage.claims import Claim, make_claims
 from evotune.storage.study import checked_for_children, make_storage
 
 OUTCOME = "outcome:"  # the record's attribute prefix, then the key's ident
 WORKER = "worker:"  # ... then a worker's index: its WorkerStart
-DEFAULT_TUNER = "evotune.model.tuning:autotune_tuner"
-#: what the workers' server imports before it forks them: the run's machinery and what its storage runs on
-#: (SQLAlchemy, Alembic: a storage opened in memory once), and, for the default tuner, torch, Triton (its code
-#: generator, and its key of its own build, hashed once: a second in each worker otherwise), the search's GP (SciPy,
-#: its BLAS libraries found once) and its kernels' modules (``tuning.SOURCES``); a module missing here is imported
-#: by the worker itself, seconds when four workers import together
-PRELOAD = ("optuna", "evotune.model.runner", "evotune.storage.study:load_rdb")
-DEFAULT_TUNER_PRELOAD = (*BUILD_PRELOAD, "evotune.model.tuning", "evotune.triton_tuning.search",
-                         "evotune.search.strategies.default", "evotune.search.surrogate:one_blas_thread",
-                         "search_spaces._triton_fused_moe", "search_spaces._triton_matmul_example")
 POLL_S = 0.5
 INTERRUPT_GRACE_S = 5.0
 
@@ -282,7 +273,7 @@ def _duration(s: float) -> str:
 def run(options: RunOptions, devices: tuple[int, list[str] | None],
         progress: Callable[[Progress], None] | None = None) -> dict[str, Outcome]:
     """Start the workers, follow the record until they end, and return every decided key's outcome."""
-    ctx = start_method(worker_preload(options))  # the server's imports start now, beside the storage's opening
+    ctx = start_method(worker_preload(options.tuner))  # running already when the command line started it
     plan = options.plan()
     ledger = Ledger(options.storage, plan.ident)
     total = len(plan.keys)
@@ -330,14 +321,6 @@ def run(options: RunOptions, devices: tuple[int, list[str] | None],
         raise WorkerError(f"worker {failed[0]} ended with exit code {procs[failed[0]].exitcode}; "
                           f"{len(outcomes)}/{total} keys are decided and kept: run the same command to go on")
     return outcomes
-
-
-def worker_preload(options: RunOptions) -> tuple[str, ...]:
-    """The modules the workers' server imports: :data:`PRELOAD`, the tuner's module where it is one (not a file),
-    and for the default tuner :data:`DEFAULT_TUNER_PRELOAD`."""
-    module = options.tuner.rpartition(":")[0]
-    mine = () if module.endswith(".py") else (module,)
-    return PRELOAD + mine + (DEFAULT_TUNER_PRELOAD if options.tuner == DEFAULT_TUNER else ())
 
 
 def worker_main(argv: list[str]) -> int:
