@@ -62,6 +62,7 @@ SCALINGS = ("", "tensor", "row")  # fp8: unscaled, or a scaled epilogue (see _tr
 VECTOR_BYTES = 16  # the widest load a thread issues
 MIN_SM_SHARE = 2  # at least one program per this many SMs (see _enough_programs)
 MMA_ROWS = 16  # the tensor-core tile's rows: a BLOCK_M under it selects the GEMV path (no tl.dot)
+BLOCK_N_MIN, BLOCK_K_MIN, SPLIT_K_MAX = 16, 64, 32  # the space's narrowest weight tile and most K splits
 # CUDA-core FMA throughput as a share of the 16-bit tensor-core peak (H100 67 of 989 TFLOPS, A100 19.5 of 312)
 CUDA_CORE_SHARE = 1 / 16
 # share of a memory-bound kernel's arithmetic that its loads do not hide (the issue slots it takes from the load
@@ -133,11 +134,16 @@ def _splits_ok(p: Point, ctx: Context) -> bool:
 
 def most_programs(problem: Problem) -> int:
     """The most programs any configuration of the space launches for ``problem``: the smallest output tiles (all of
-    M in one GEMV tile under 16 rows, else 16 rows; 16 weight rows) times the most K splits of 64-element blocks."""
+    M in one GEMV tile under 16 rows, else 16 rows; the narrowest weight tile) times the most K splits of the
+    shortest K blocks that leave no split without work."""
     m_tiles = 1 if problem.m < MMA_ROWS else -(-problem.m // MMA_ROWS)
-    blocks = -(-problem.k // 64)
-    splits = max(s for s in (1, 2, 4, 8, 16, 32) if s <= blocks and -(-blocks // -(-blocks // s)) == s)
-    return m_tiles * -(-problem.n // 16) * splits
+    blocks = -(-problem.k // BLOCK_K_MIN)
+    splits = max(s for s in _powers_of_two(1, SPLIT_K_MAX) if s <= blocks and -(-blocks // -(-blocks // s)) == s)
+    return m_tiles * -(-problem.n // BLOCK_N_MIN) * splits
+
+
+def _powers_of_two(low: int, high: int) -> list[int]:
+    return [1 << i for i in range(low.bit_length() - 1, high.bit_length())]
 
 
 def _enough_programs(p: Point, ctx: Context) -> bool:
@@ -198,9 +204,9 @@ SPACE = SearchSpace(
     params=[
         power_of_two("BLOCK_M", 1, 64, doc="rows per program: 16 or more multiply with tl.dot (the tensor-core "
                                            "tile), fewer take the GEMV path (CUDA cores; all of M in one tile)"),
-        power_of_two("BLOCK_N", 16, 256, doc="weight rows (outputs) per program"),
-        power_of_two("BLOCK_K", 64, 512, doc="K elements per pipeline step of the weight stream"),
-        power_of_two("SPLIT_K", 1, 32, doc="programs sharing one output tile's K range"),
+        power_of_two("BLOCK_N", BLOCK_N_MIN, 256, doc="weight rows (outputs) per program"),
+        power_of_two("BLOCK_K", BLOCK_K_MIN, 512, doc="K elements per pipeline step of the weight stream"),
+        power_of_two("SPLIT_K", 1, SPLIT_K_MAX, doc="programs sharing one output tile's K range"),
         categorical("REDUCE", ["sum", "atomic", "last"],
                     doc="how split-K partials meet: a reduction kernel over fp32 partials, atomic adds, or the "
                         "last split of each tile summing them in the same launch"),
