@@ -449,6 +449,9 @@ def test_the_workers_server_imports_the_default_tuners_kernels_and_no_tuner_file
     (["tune-model", "--help"], False),
     (["tune-model", "Mixtral-8x7B", "--tuner", STANDIN], False),
     (["tune-model", "Mixtral-8x7B", f"--tuner={STANDIN}"], False),
+    (["tune-model", "Mixtral-8x7B", "--tuner", "evotune.model.tuning:autotune_tuner"], True),  # the default, named
+    (["tune-model", "Mixtral-8x7B", "--tuner=evotune.model.tuning:autotune_tuner"], True),
+    (["tune-model", "Mixtral-8x7B", "--tuner"], False),  # argparse's error to give
     (["run", "experiment.toml"], False),
     ([], False),
 ])

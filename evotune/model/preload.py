@@ -39,10 +39,15 @@ def worker_preload(tuner: str) -> tuple[str, ...]:
 
 def start_for(argv: Sequence[str]) -> bool:
     """Start the workers' server now for command line ``argv`` (after ``python -m evotune``) when it runs
-    ``tune-model``'s workers with the default tuner (not ``--dry-run``, ``--help``, nor another ``--tuner``): whether
-    it did. Any other command line starts nothing here (a run with another tuner starts its server itself)."""
-    if not argv or argv[0] != "tune-model" or any(
-            a in ("-h", "--help", "--dry-run") or a.startswith("--tuner") for a in argv[1:]):
+    ``tune-model``'s workers with the default tuner (not ``--dry-run`` nor ``--help``; ``--tuner`` left out or the
+    default): whether it did. Any other command line starts nothing here (a run with another tuner starts its server
+    itself)."""
+    args = list(argv[1:])
+    if not argv or argv[0] != "tune-model" or any(a in ("-h", "--help", "--dry-run") for a in args):
+        return False
+    tuners = [args[i + 1] if a == "--tuner" and i + 1 < len(args) else a.partition("=")[2]
+              for i, a in enumerate(args) if a == "--tuner" or a.startswith("--tuner=")]
+    if any(t != DEFAULT_TUNER for t in tuners):
         return False
     from evotune.measurement.processes import start_method
 
