@@ -36,6 +36,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import math
 
 from evotune.authoring import (
@@ -136,10 +137,16 @@ def most_programs(problem: Problem) -> int:
     """The most programs any configuration of the space launches for ``problem``: the smallest output tiles (all of
     M in one GEMV tile under 16 rows, else 16 rows; the narrowest weight tile) times the most K splits of the
     shortest K blocks that leave no split without work."""
-    m_tiles = 1 if problem.m < MMA_ROWS else -(-problem.m // MMA_ROWS)
-    blocks = -(-problem.k // BLOCK_K_MIN)
+    return _most_programs(problem.m, problem.n, problem.k)
+
+
+@functools.cache
+def _most_programs(m: int, n: int, k: int) -> int:
+    # once a shape: the programs rule asks it of every point a feasible set enumerates
+    m_tiles = 1 if m < MMA_ROWS else -(-m // MMA_ROWS)
+    blocks = -(-k // BLOCK_K_MIN)
     splits = max(s for s in _powers_of_two(1, SPLIT_K_MAX) if s <= blocks and -(-blocks // -(-blocks // s)) == s)
-    return m_tiles * -(-problem.n // BLOCK_N_MIN) * splits
+    return m_tiles * -(-n // BLOCK_N_MIN) * splits
 
 
 def _powers_of_two(low: int, high: int) -> list[int]:

@@ -41,7 +41,7 @@ from evotune.core.problem import Problem
 from evotune.core.result import Status
 from evotune.core.space import Point, SearchSpace
 from evotune.search.prior import Source
-from evotune.storage.summaries import StudySummary, study_summaries
+from evotune.storage.summaries import StudySummary, finished_trials, study_summaries
 
 #: a study counts as a source once it holds this many measured results
 MIN_RESULTS = 10
@@ -164,9 +164,7 @@ class SettledTrials:
         """``summary``'s complete and failed trials, kept where its study is settled."""
         got = self._trials.get(summary.study_name)
         if got is None:
-            study_id = storage.get_study_id_from_name(summary.study_name)
-            got = tuple(storage.get_all_trials(study_id, deepcopy=False, states=(
-                optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)))
+            got = finished_trials(storage, summary.study_name)
             if self.settled(summary):
                 self._trials[summary.study_name] = got
         return got
@@ -178,8 +176,6 @@ def from_studies(storage: optuna.storages.BaseStorage, space: SearchSpace, probl
     """One source per other problem of ``space`` in ``storage`` (of ``experiment``, when given), from the
     trials of its studies that hold at least MIN_RESULTS measured results (the settled studies' read once through
     ``settled``)."""
-    from optuna.trial import TrialState
-
     by_problem: dict[str, list[StudySummary]] = defaultdict(list)
     for s in study_summaries(storage):
         a = s.user_attrs
@@ -192,15 +188,13 @@ def from_studies(storage: optuna.storages.BaseStorage, space: SearchSpace, probl
     for key, summaries in sorted(by_problem.items()):
         results: dict[str, tuple[Point, float | None]] = {}
         for s in summaries:
-            trials = settled.of(storage, s) if settled is not None else optuna.load_study(
-                study_name=s.study_name, storage=storage).get_trials(deepcopy=False,
-                                                                    states=(TrialState.COMPLETE, TrialState.FAIL))
+            trials = settled.of(storage, s) if settled is not None else finished_trials(storage, s.study_name)
             for t in trials:
                 try:
                     point = space.from_storage(t.params)
                 except (KeyError, ValueError):
                     continue
-                value = t.value if t.state == TrialState.COMPLETE else None
+                value = t.value if t.state == optuna.trial.TrialState.COMPLETE else None
                 old = results.get(space.key(point))
                 if old is None or (value is not None and (old[1] is None or value < old[1])):
                     results[space.key(point)] = (point, value)

@@ -49,6 +49,13 @@ def study_summaries(storage: optuna.storages.BaseStorage, best: bool = False) ->
     return out
 
 
+def finished_trials(storage: optuna.storages.BaseStorage, name: str) -> tuple[optuna.trial.FrozenTrial, ...]:
+    """Study ``name``'s complete and failed trials (what a later search learns from: its transfer sources, the
+    configurations built for it), without copying them."""
+    return tuple(storage.get_all_trials(storage.get_study_id_from_name(name), deepcopy=False,
+                                        states=(TrialState.COMPLETE, TrialState.FAIL)))
+
+
 def study_names(storage: str | optuna.storages.BaseStorage) -> list[str]:
     st = make_storage(storage) if isinstance(storage, str) else storage
     return [s.study_name for s in st.get_all_studies()]

@@ -41,6 +41,7 @@ import optuna
 
 from evotune.core.space import SearchSpace
 from evotune.storage.study import StudyStore, make_storage
+from evotune.storage.summaries import finished_trials
 from evotune.storage.trial_writer import checkpoint
 from evotune.triton_tuning.toolchain import Toolchain
 
@@ -194,10 +195,7 @@ class DecisionStore:
         ident = (self.url or "", name, decision.by, decision.date, decision.candidates)
         trials = _DECIDED.get(ident) if self.url else None
         if trials is None:
-            study_id = self.storage.get_study_id_from_name(name)
-            trials = tuple(self.storage.get_all_trials(study_id, deepcopy=False,
-                                                       states=(optuna.trial.TrialState.COMPLETE,
-                                                               optuna.trial.TrialState.FAIL)))
+            trials = finished_trials(self.storage, name)
             if self.url:  # an in-memory storage is this object's own: nothing to share
                 _DECIDED[ident] = trials
         return trials
