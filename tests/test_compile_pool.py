@@ -124,7 +124,7 @@ def test_the_pool_is_off_under_the_interpreter_and_with_zero_threads(monkeypatch
 class RecordingPool:
     """Stands in for CompilePool in a search: records what it is handed and waited on."""
 
-    depth = 4
+    depth = ahead = 4
     speculates = False  # as CompilePool: a build handed over is not taken back
 
     def __init__(self) -> None:

@@ -117,12 +117,17 @@ class _Speculating(ReplayEvaluator):
 
     speculates = True
 
-    def __init__(self, landscape, depth: int):
+    def __init__(self, landscape, depth: int, ahead: int | None = None):
         super().__init__(landscape)
         self.prefetch_depth = depth
+        self.ahead = depth if ahead is None else ahead
         self.key = landscape.space().key
         self.calls: list[tuple[list[str], int]] = []  # (the points handed, evaluations made before)
         self.evaluated: list[str] = []
+
+    @property
+    def speculation_depth(self) -> int:
+        return self.ahead
 
     def speculate(self, points, problem):
         self.calls.append(([self.key(p) for p in points], len(self.evaluated)))
@@ -141,16 +146,19 @@ def _run(landscape, tmp_path, name, evaluator, budget):
     return [r.key for r in sorted(store.history(), key=lambda r: r.number)]
 
 
-def test_a_pool_that_builds_on_speculation_gets_one_proposal_at_a_time_and_changes_none(gemm_landscape, tmp_path):
+@pytest.mark.parametrize("ahead", [4, 8])
+def test_a_pool_that_builds_on_speculation_gets_one_proposal_at_a_time_and_changes_none(gemm_landscape, tmp_path,
+                                                                                        ahead):
     """Each proposal is made knowing every result before it, so the search proposes what it would without a pool;
-    with each, the pool gets the points the search ranks next (at most a pool's worth, none past the budget)."""
+    with each, the pool gets the points the search ranks next (as many as its speculation depth, which may be
+    deeper than its processes, none past the budget)."""
     budget = 24
     alone = _run(gemm_landscape, tmp_path, "alone", ReplayEvaluator(gemm_landscape), budget)
-    ev = _Speculating(gemm_landscape, depth=4)
+    ev = _Speculating(gemm_landscape, depth=4, ahead=ahead)
     assert _run(gemm_landscape, tmp_path, "pool", ev, budget) == alone == ev.evaluated
     assert [handed[0] for handed, _ in ev.calls] == ev.evaluated  # the proposal first, then the ranked ones
     assert [before for _, before in ev.calls] == list(range(budget))  # asked once the previous one was measured
     for i, (handed, _) in enumerate(ev.calls):
-        ahead = handed[1:]
-        assert len(ahead) <= min(4, budget - i - 1) and not set(ahead) & set(ev.evaluated[: i + 1])
+        assert len(handed[1:]) <= min(ahead, budget - i - 1) and not set(handed[1:]) & set(ev.evaluated[: i + 1])
     assert sum(len(h) > 1 for h, _ in ev.calls) > budget // 2  # the search ranked points ahead for most of them
+    assert max(len(h) - 1 for h, _ in ev.calls) == ahead  # as deep as the evaluator asks, not its processes

@@ -65,6 +65,12 @@ class Evaluator(ABC):
     @abstractmethod
     def evaluate(self, point: Point, problem: Problem) -> EvalResult: ...
 
+    @property
+    def speculation_depth(self) -> int:
+        """How many of the points the search ranks next :meth:`speculate` is handed with each proposal (an evaluator
+        that builds on speculation): :attr:`prefetch_depth` unless it says otherwise."""
+        return self.prefetch_depth
+
     def to_ask(self, waiting: int, wide: bool = False) -> int:
         """How many proposals to ask for now, when ``waiting`` points handed to :meth:`prefetch` are not
         evaluated yet.

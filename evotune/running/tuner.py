@@ -253,7 +253,7 @@ class _Run:
             if wanted:
                 more = self.strategy.ask(wanted)
                 if more and speculating:
-                    depth = self.evaluator.prefetch_depth
+                    depth = self.evaluator.speculation_depth
                     ahead = self.strategy.ahead(depth if left is None else min(depth, left - len(more)))
                     self.strategy.building(ahead)
                     self.evaluator.speculate(more + ahead, self.problem)

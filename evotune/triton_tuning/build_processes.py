@@ -101,6 +101,11 @@ PRELOAD = ("torch", "triton", "triton.runtime.cache:triton_key", "triton.compile
 #: a begun build waited for at most this long (a Triton compile takes seconds): past it the measurement builds the
 #: point itself, so that a process that hangs holds up one point, not the key
 BUILD_WAIT_S = 300.0
+#: the search's next-ranked points built on speculation, per process: a point the search proposes was mostly among
+#: its next-ranked a few evaluations before, but a build takes longer than those evaluations; ranked deeper, more of
+#: them are built (or started) by the time they are proposed. The processes take them in rank order and a re-ranking
+#: drops those not started, so the extra depth costs idle processes' time, not the proposal's
+SPECULATED = 2
 #: build processes by default at most: past a dozen or so the pool outruns the GPU's timing, and each holds torch,
 #: Triton and the kernel (and, for a launch without a signature, a CUDA context and its key's tensors on the GPU)
 MAX_PROCESSES = 16
@@ -209,6 +214,7 @@ class ProcessBuilds:
 
     def __init__(self, ref: LaunchRef, key_of: Callable[[Point], str], depth: int):
         self.ref, self.key_of, self.depth = ref, key_of, depth
+        self.ahead = SPECULATED * depth
         self._pool = executor(ref)
         self._futures: dict[str, Future[bool | None]] = {}
 
@@ -392,5 +398,6 @@ def build(ref: LaunchRef, point: Point, gpu: Target | None = None) -> bool | Non
     return count.built > 0
 
 
-__all__ = ["BUILT", "MAX_PROCESSES", "PRELOAD", "LaunchRef", "ProcessBuilds", "Target", "build", "compile_only",
-           "executor", "for_cores", "fork_safe", "prepare", "processes", "shutdown", "signature", "start", "target"]
+__all__ = ["BUILT", "MAX_PROCESSES", "PRELOAD", "SPECULATED", "LaunchRef", "ProcessBuilds", "Target", "build",
+           "compile_only", "executor", "for_cores", "fork_safe", "prepare", "processes", "shutdown", "signature",
+           "start", "target"]

@@ -81,6 +81,8 @@ class PointBuilds(Protocol):
 
     #: proposals the tuner keeps handed out to it
     depth: int
+    #: points the search ranks next handed with each proposal to build on speculation (:meth:`speculate`)
+    ahead: int
     #: whether builds not started can be dropped (:meth:`speculate`), so that it may build on speculation
     speculates: bool
 
@@ -121,6 +123,7 @@ class CompilePool:
         self.fn, self.args, self.kwargs = fn, args, kwargs
         self.config_of, self.key_of = config_of, key_of
         self.depth = threads or pool_threads() or workers(os.cpu_count() or 1)
+        self.ahead = self.depth  # nothing is built on speculation (speculates is False)
         self._executor = ThreadPoolExecutor(self.depth, thread_name_prefix="evotune-compile")
         self._mode = AsyncCompileMode(self._executor, ignore_errors=True)
         self._context = contextvars.Context()

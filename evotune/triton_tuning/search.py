@@ -150,6 +150,11 @@ class LaunchEvaluator(Evaluator):
         self.measure, self.pool = measure, pool
         self.prefetch_depth = 1 if pool is None else pool.depth
         self.speculates = pool is not None and pool.speculates
+        self._ahead = self.prefetch_depth if pool is None else pool.ahead
+
+    @property
+    def speculation_depth(self) -> int:
+        return self._ahead
 
     def evaluate(self, point: Point, problem: Problem) -> EvalResult:
         if self.pool is not None:
