@@ -262,6 +262,21 @@ def _grid_processes(out: Path, plan: Plan, groups: list[set[int]], opts: argpars
     return docs
 
 
+class GridKind(enum.StrEnum):
+    """How the grid timed a batch size."""
+
+    WHOLE = "whole"  # every configuration (an exhaustive size)
+    SAMPLED = "sampled"  # a seeded sample and the nearest exhaustive size's fastest
+    CUT = "cut"  # an exhaustive size cut by --grid-seconds: the grid's first configurations in its order
+
+
+def grid_kind(size: dict[str, Any]) -> GridKind:
+    """How the grid timed ``size`` (one batch size's entry of a grid.json)."""
+    if not size.get("exhaustive"):
+        return GridKind.SAMPLED
+    return GridKind.WHOLE if size.get("complete") else GridKind.CUT
+
+
 def _merge_sizes(docs: list[dict[str, Any]], skip: dict[str, Any]) -> dict[str, Any]:
     """The batch sizes the processes timed (each in one process's grid.json), less those of ``skip``."""
     return {name: size for doc in docs for name, size in doc.get("sizes", {}).items() if name not in skip}
@@ -398,15 +413,21 @@ def grid(args: argparse.Namespace) -> dict[str, Any]:
                              "batch_sizes": sorted(file.configs), "written_by": file.written_by}
     # 3. side by side: tune-model's pick, as vLLM reads it from that file, against the grid's fastest, per batch size
     retimed = _retime(plan, outcomes, file, rows_by_m, args)
-    fractions = [r["fraction"] for r in retimed]
-    summary = {"batch_sizes": len(ms), "compared": len(retimed), "min_fraction": min(fractions, default=None),
+    kinds = {int(size["key"]["M"]): grid_kind(size) for size in sizes.values()}
+    for r in retimed:
+        r["grid"] = kinds.get(r["M"], GridKind.SAMPLED).value
+    # an exhaustive size cut by --grid-seconds holds the grid's first configurations in its order, not a sample:
+    # its fastest says nothing of the grid's, so it is reported and left out of the fractions
+    fractions = [r["fraction"] for r in retimed if r["grid"] != GridKind.CUT]
+    summary = {"batch_sizes": len(ms), "compared": len(fractions), "min_fraction": min(fractions, default=None),
+               "cut": [r["M"] for r in retimed if r["grid"] == GridKind.CUT],
                "geomean_fraction": math.exp(statistics.fmean(math.log(f) for f in fractions)) if fractions else None,
                "tune_wall_s": total_wall, "grid_wall_s_measured": grid_wall,
                "grid_wall_s_estimated": estimate["wall_s"], "tune_gpu_s": tune["gpu_s"],
                "tune_timing_s": tune["timing_s"], "grid_gpu_s_estimated": estimate["gpu_s"],
                "wall_fraction": total_wall / estimate["wall_s"] if estimate["wall_s"] else None,
                "gpu_fraction": tune["timing_s"] / estimate["gpu_s"] if estimate["gpu_s"] else None}
-    rows = [[r["M"], r["grid_timed"], r["tuned_ms"], r["grid_best_ms"], r["fraction"],
+    rows = [[r["M"], f"{r['grid_timed']} {r['grid']}", r["tuned_ms"], r["grid_best_ms"], r["fraction"],
              tune["compiles"].get(str(r["M"]))] for r in retimed]
     print(f"{plan.model.name} tp {plan.tp}, fused MoE {dtype_label(plan)}; tune-model's picks read back from "
           + (f"{tune['vllm_file']['path']} (written by {file.written_by})" if file is not None else "no file: "
@@ -416,6 +437,9 @@ def grid(args: argparse.Namespace) -> dict[str, Any]:
           f"{gpus} GPUs, {tune['gpu_s']:.0f} GPU-s held, {tune['timing_s']:.1f} s of them timing; the grid: "
           f"{grid_wall:.0f} s measured, whole grid estimated {estimate['wall_s']:.0f} s wall, "
           f"{estimate['gpu_s']:.0f} GPU-s timing, {estimate['compile_s']:.0f} compile-s")
+    if summary["cut"]:
+        print(f"not compared (the grid cut by --grid-seconds before its fastest could be known): M = "
+              f"{', '.join(map(str, summary['cut']))}")
     if summary["wall_fraction"] is not None and summary["gpu_fraction"] is not None:
         print(f"tune-model / whole grid: wall {100 * summary['wall_fraction']:.1f}%, GPU timing "
               f"{100 * summary['gpu_fraction']:.2f}%")

@@ -184,6 +184,8 @@ def test_the_grid_comparison_times_the_grid_runs_tune_model_and_retimes_both(tmp
     assert file["name"] == TINY_GRID_FILES[dtype] and file["written_by"] == "tune-model"
     assert file["batch_sizes"] == [1, 16] and (out / file["path"]).is_file()
     assert [r["M"] for r in doc["retime"]] == [1, 16]
+    assert [r["grid"] for r in doc["retime"]] == ["sampled", "whole"] and "2 whole" in got.stdout
+    assert doc["summary"]["compared"] == 2 and doc["summary"]["cut"] == []
     for r in doc["retime"]:
         assert r["file_batch_size"] == r["M"] and r["file_is_decision"]
         assert set(r["medians_ms"]) == {"tuned"} | {f"grid#{i + 1}" for i in range(min(3, r["grid_timed"]))}
@@ -198,6 +200,14 @@ def test_the_grid_comparison_times_the_grid_runs_tune_model_and_retimes_both(tmp
         assert doc2["tune"]["calls"] == 2 and doc2["tune"]["decided"] == 2
         assert doc2["tune"]["wall_s_total"] == doc["tune"]["wall_s_total"] + doc2["tune"]["wall_s"]
         assert doc2["summary"]["tune_wall_s"] == doc2["tune"]["wall_s_total"]
+
+
+def test_an_exhaustive_size_cut_by_the_grids_seconds_is_not_compared() -> None:
+    """A size whose every configuration was timed is the grid's whole; one cut by --grid-seconds holds the grid's
+    first configurations in its order, neither the whole nor a sample: its fraction would say nothing."""
+    assert bench.grid_kind({"exhaustive": True, "complete": True}) is bench.GridKind.WHOLE
+    assert bench.grid_kind({"exhaustive": True, "complete": False}) is bench.GridKind.CUT
+    assert bench.grid_kind({"exhaustive": False, "complete": True}) is bench.GridKind.SAMPLED
 
 
 @pytest.mark.gpu
