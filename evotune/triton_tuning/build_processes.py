@@ -101,10 +101,9 @@ PRELOAD = ("torch", "triton", "triton.runtime.cache:triton_key", "triton.compile
 #: a begun build waited for at most this long (a Triton compile takes seconds): past it the measurement builds the
 #: point itself, so that a process that hangs holds up one point, not the key
 BUILD_WAIT_S = 300.0
-#: the search's next-ranked points built on speculation, per process: a point the search proposes was mostly among
-#: its next-ranked a few evaluations before, but a build takes longer than those evaluations; ranked deeper, more of
-#: them are built (or started) by the time they are proposed. The processes take them in rank order and a re-ranking
-#: drops those not started, so the extra depth costs idle processes' time, not the proposal's
+#: the search's next-ranked points built on speculation, per process: a proposal was mostly ranked next only a few
+#: evaluations before it came, less than a build's time; ranked deeper, more are built when proposed (a re-ranking
+#: drops the builds not started: the extra depth costs idle processes' time)
 SPECULATED = 2
 #: build processes by default at most: past a dozen or so the pool outruns the GPU's timing, and each holds torch,
 #: Triton and the kernel (and, for a launch without a signature, a CUDA context and its key's tensors on the GPU)
