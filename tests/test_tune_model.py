@@ -263,8 +263,14 @@ def _run(out: Path, *extra: str, env: dict[str, str] | None = None, wait: bool =
             STANDIN, "--out", str(out), "--no-progress", *extra]
     if wait:
         return subprocess.run(argv, env=full_env, capture_output=True, text=True)
+    # Ctrl-C reaches the run as at a terminal: a test process that ignores SIGINT (a shell's background job, as
+    # CI may start the suite) would pass that on to the command, and Python then leaves it ignored
     return subprocess.Popen(argv, env=full_env, start_new_session=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_as_at_a_terminal)
+
+
+def _sigint_as_at_a_terminal() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _ledger(out: Path) -> Ledger:
