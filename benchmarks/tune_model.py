@@ -528,7 +528,9 @@ def _retime(plan: Plan, outcomes: dict[str, Any], file: TunedFile | None,
                               warm=getattr(timer, "warm", None))
         medians = {n: conf.items[n].median_ms for n in calls}
         best = min(v for n, v in medians.items() if n != "tuned")
-        out.append({"M": key.m, "grid_timed": len(ranked), "tuned": configs["tuned"], "file_batch_size": file_m,
+        # each re-timed configuration by its name, the grid's fastest included: which one won, not only how fast
+        out.append({"M": key.m, "grid_timed": len(ranked), "tuned": configs["tuned"], "configs": configs,
+                    "file_batch_size": file_m,
                     "file_is_decision": tuned == {f: int(outcome.config[f]) for f in MOE_FIELDS}, "medians_ms": medians,
                     "tuned_ms": medians["tuned"], "grid_best_ms": best,
                     "fraction": min(medians.values()) / medians["tuned"]})

@@ -189,6 +189,7 @@ def test_the_grid_comparison_times_the_grid_runs_tune_model_and_retimes_both(tmp
     for r in doc["retime"]:
         assert r["file_batch_size"] == r["M"] and r["file_is_decision"]
         assert set(r["medians_ms"]) == {"tuned"} | {f"grid#{i + 1}" for i in range(min(3, r["grid_timed"]))}
+        assert set(r["configs"]) == set(r["medians_ms"]) and r["configs"]["tuned"] == r["tuned"]
         assert 0 < r["fraction"] <= 1 and r["fraction"] == min(r["medians_ms"].values()) / r["tuned_ms"]
     assert "fraction" in got.stdout and file["path"] in got.stdout
     assert ("fused MoE fp8 (e4m3 activations and weights, per-tensor scales" in got.stdout) == (dtype == "fp8")
