@@ -33,9 +33,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tune_model import MOE_FIELDS, interpreted, moe_plan, table, torch_dtype
+from tune_model import MOE_FIELDS, interpreted, moe_calls, moe_plan, table
 
 from evotune.model.models import ModelError
+from evotune.storage.summaries import finished_trials, study_summaries
 
 
 def grid_configs(path: Path, m: int) -> dict[str, dict[str, int]]:
@@ -59,12 +60,12 @@ def study_configs(run: Path, m: int, top: int) -> dict[str, dict[str, int]]:
         raise ModelError(f"--run {run}: no autotune.db")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = optuna.storages.RDBStorage(f"sqlite:///{db.resolve()}")
-    studies = [s for s in storage.get_all_studies()
+    studies = [s.study_name for s in study_summaries(storage)
                if isinstance(key := s.user_attrs.get("key"), dict) and key.get("M") == m and "E" in key]
     if not studies:
         raise ModelError(f"--run {run}: no fused-MoE study of M = {m}")
-    trials = storage.get_all_trials(studies[0]._study_id, deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    fastest = sorted((t for t in trials if t.value is not None), key=lambda t: t.value)[:top]
+    timed = [t for t in finished_trials(storage, studies[0]) if t.value is not None]
+    fastest = sorted(timed, key=lambda t: t.value)[:top]
     return {f"search#{i + 1}": {f: int(t.params[f]) for f in MOE_FIELDS} for i, t in enumerate(fastest)}
 
 
@@ -147,12 +148,8 @@ def measure(plan: Any, args: argparse.Namespace, configs: dict[str, dict[str, in
     import torch
 
     from evotune.triton_tuning.timers import OracleTimer, Timer, WallClockTimer
-    from search_spaces import _triton_fused_moe as moe
 
-    key = plan.keys[0]
-    grid, launch, kwargs = moe.make_args(key.m, key.shape.n, key.shape.k, key.shape.experts, key.shape.top_k,
-                                         torch_dtype(plan))
-    calls = {n: (lambda c=c: moe.moe_gemm_kernel[grid](*launch, **kwargs, **c)) for n, c in configs.items()}
+    calls = moe_calls(plan, plan.keys[0], configs)
     timer: Timer = WallClockTimer() if interpreted() else OracleTimer()
     sync = (lambda: None) if interpreted() else torch.cuda.synchronize
     chunk = 1 if interpreted() else 20  # launches between looks at the clock (an interpreted one takes seconds)

@@ -415,7 +415,7 @@ def grid(args: argparse.Namespace) -> dict[str, Any]:
     retimed = _retime(plan, outcomes, file, rows_by_m, args)
     kinds = {int(size["key"]["M"]): grid_kind(size) for size in sizes.values()}
     for r in retimed:
-        r["grid"] = kinds.get(r["M"], GridKind.SAMPLED).value
+        r["grid"] = kinds[r["M"]].value  # a re-timed size is one the grid timed
     # an exhaustive size cut by --grid-seconds holds the grid's first configurations in its order, not a sample:
     # its fastest says nothing of the grid's, so it is reported and left out of the fractions
     fractions = [r["fraction"] for r in retimed if r["grid"] != GridKind.CUT]
@@ -485,6 +485,16 @@ def _grid_costs(sizes: dict[str, Any], ms: list[int], gpus: int, jobs: int, wall
     return measured, estimate, rows_by_m
 
 
+def moe_calls(plan: Plan, key: Key, configs: dict[str, dict[str, int]]) -> dict[str, Any]:
+    """Each named configuration's launch of the plain fused-MoE kernel at ``key``, as vLLM launches it with a
+    configuration from its file, all on one set of the key's inputs."""
+    from search_spaces import _triton_fused_moe as moe
+
+    grid, args, kwargs = moe.make_args(key.m, key.shape.n, key.shape.k, key.shape.experts, key.shape.top_k,
+                                       torch_dtype(plan))
+    return {name: (lambda c=c: moe.moe_gemm_kernel[grid](*args, **kwargs, **c)) for name, c in configs.items()}
+
+
 def _retime(plan: Plan, outcomes: dict[str, Any], file: TunedFile | None,
             rows_by_m: dict[int, list[tuple[float, int]]], args: argparse.Namespace) -> list[dict[str, Any]]:
     """Per decided batch size: the configuration vLLM launches from ``file`` and the grid's three fastest, re-timed
@@ -510,18 +520,11 @@ def _retime(plan: Plan, outcomes: dict[str, Any], file: TunedFile | None,
         if time.perf_counter() > deadline:
             print(f"retime: --retime-seconds reached before M={key.m}", flush=True)
             break
-        grid_, launch_args, kwargs = moe.make_args(key.m, key.shape.n, key.shape.k, key.shape.experts,
-                                                   key.shape.top_k, torch_dtype(plan))
         file_m, tuned = file.pick(key.m)
         configs = {"tuned": tuned}
         for rank, (_, i) in enumerate(ranked[:3]):
             configs[f"grid#{rank + 1}"] = points[i]
-
-        def call_of(config: dict[str, int], key: Key = key, grid_: Any = grid_, launch: Any = launch_args,
-                    kw: Any = kwargs) -> Any:
-            return lambda: moe.moe_gemm_kernel[grid_](*launch, **kw, **config)
-
-        calls = {n: call_of(c) for n, c in configs.items()}
+        calls = moe_calls(plan, key, configs)
         # the confirmation's interleaved rounds, each batch size within --retime-each seconds
         conf = confirm_rounds(list(calls), lambda name, n, calls=calls: timer.samples(calls[name], n),
                               replace(timer.confirm_options(len(calls)), max_seconds=args.retime_each),
