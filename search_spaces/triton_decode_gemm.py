@@ -69,6 +69,11 @@ CUDA_CORE_SHARE = 1 / 16
 # share of a memory-bound kernel's arithmetic that its loads do not hide (the issue slots it takes from the load
 # stream): it orders configurations that move the same bytes
 UNHIDDEN = 0.25
+# REDUCE=last: the most partial-tile values a thread of the finishing split loads in its unrolled sum (SPLIT_K times
+# its share of the BLOCK_M x BLOCK_N tile). Measured on H200s (six tune-model runs, 1,295 REDUCE=last evaluations):
+# at 512 the best came within 5% of its key's best, from 1,024 none within 40%, and builds grow with it: at 4,096
+# one took 14-19 s (0.3-0.5 s typically) for a kernel 6-8x slower than its key's best
+LAST_SUM_LOADS = 512
 
 
 def _problem(ctx: Context) -> Problem:
@@ -167,6 +172,15 @@ def _vector_loads_ok(p: Point, ctx: Context) -> bool:
     return int(p["BLOCK_N"]) * int(p["BLOCK_K"]) * _problem(ctx).in_bytes >= TILE.threads(p) * VECTOR_BYTES
 
 
+def last_sum_loads(p: Point) -> int:
+    """Values each thread of REDUCE=last's finishing split loads in its sum: every split's partial tile, unrolled."""
+    return int(p["SPLIT_K"]) * -(-int(p["BLOCK_M"]) * int(p["BLOCK_N"]) // TILE.threads(p))
+
+
+def _last_sum_ok(p: Point, ctx: Context) -> bool:
+    return p["REDUCE"] != "last" or last_sum_loads(p) <= LAST_SUM_LOADS
+
+
 def _fp8_supported(p: Point, ctx: Context) -> bool:
     problem = gr.gemm_problem(ctx)
     return ctx.hardware is None or problem is None or problem.dtype != "fp8" or ctx.hardware.has("fp8")
@@ -237,6 +251,11 @@ SPACE = SearchSpace(
                    gr.Message("K={ctx.problem.k} is {blocks} blocks of BLOCK_K={BLOCK_K}: SPLIT_K={SPLIT_K} would "
                               "leave a split without work",
                               lambda p, ctx: {"blocks": k_blocks(p, _problem(ctx))})),
+        constraint("last-sum", _last_sum_ok,
+                   gr.Message("REDUCE=last sums {SPLIT_K} partial {BLOCK_M}x{BLOCK_N} tiles over {num_warps} warps "
+                              "unrolled: {loads} loads a thread, over {most} (it builds for seconds and runs slower "
+                              "than a smaller split or tile)",
+                              lambda p, ctx: {"loads": last_sum_loads(p), "most": LAST_SUM_LOADS})),
         constraint("vector-loads", _vector_loads_ok,
                    "a {BLOCK_N}x{BLOCK_K} weight tile is less than one 16-byte vector per thread of {num_warps} "
                    "warps"),

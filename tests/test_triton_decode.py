@@ -72,6 +72,23 @@ def test_each_pruned_point_says_why():
     assert "shared memory" in why({**POINT, "BLOCK_N": 256, "BLOCK_K": 512, "SPLIT_K": 8, "num_stages": 6}, problem)
 
 
+def test_the_last_split_sums_no_more_partial_tiles_than_a_thread_loads_quickly():
+    # an H200 built this one in 14-19 s, 6-8x slower than its key's best: 32 partials of 128 values a thread
+    heavy = {"BLOCK_M": 32, "BLOCK_N": 256, "BLOCK_K": 128, "SPLIT_K": 32, "REDUCE": "last", "num_warps": 2,
+             "num_stages": 2}
+    problem = Problem.gemm(24, 3072, 4096, "bf16", "tn")
+    assert decode.last_sum_loads(heavy) == 4096
+    assert "sums 32 partial 32x256 tiles over 2 warps unrolled: 4096 loads a thread, over 512" in why(heavy, problem)
+    assert why({**heavy, "REDUCE": "sum"}, problem) is None  # the second kernel sums them instead
+    # the same tile over 8 warps and 8 splits: 256 loads a thread
+    assert why({**heavy, "SPLIT_K": 8, "num_warps": 8}, problem) is None
+    # at the limit: within 5% of its key's best on an H200
+    edge = {"BLOCK_M": 16, "BLOCK_N": 256, "BLOCK_K": 64, "SPLIT_K": 8, "REDUCE": "last", "num_warps": 2,
+            "num_stages": 5}
+    assert decode.last_sum_loads(edge) == decode.LAST_SUM_LOADS
+    assert why(edge, Problem.gemm(1, 3072, 4096, "bf16", "tn")) is None
+
+
 def test_the_gemv_path_takes_all_of_a_small_m_in_one_tile_and_fits_its_registers():
     gemv = {**POINT, "BLOCK_M": 1, "BLOCK_N": 32, "SPLIT_K": 1}
     assert why(gemv, Problem.gemm(1, 4096, 4096, "fp8", "tn", "tensor")) is None
