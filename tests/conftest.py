@@ -175,6 +175,11 @@ def _own_tuning_cache(tmp_path_factory, monkeypatch):
 
 
 _SESSION: dict[str, object] = {}
+#: what the controller of a pytest-xdist run (``-n``) tells its workers through their environment: the user's
+#: caches it compares at the end, and the terminal size it was given. A worker starts with COLUMNS=80 and LINES=24
+#: set, which would make evotune's commands wrap their lines at 80 columns where a plain run prints 130.
+_CONTROLLER = "EVOTUNE_TESTS_CONTROLLER"
+_TERMINAL = ("COLUMNS", "LINES")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -182,23 +187,38 @@ def pytest_configure(config: pytest.Config) -> None:
     keeps under the home folder points at a folder of the session's own, in this process and every process it
     starts, and the checkout and the user's caches are listed, to be compared when the session ends."""
     if hasattr(config, "workerinput"):  # a pytest-xdist worker: its controller set the environment it inherits
+        told = json.loads(os.environ.get(_CONTROLLER, "{}"))
+        for name in _TERMINAL:
+            if told.get(name) is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = told[name]
+        _SESSION["caches"] = [Path(c) for c in told.get("caches", [])]
+        if "hypothesis" in told:
+            _hypothesis_home(Path(told["hypothesis"]))
         return
     caches = hermetic.user_caches(os.environ, Path.home())
     own = Path(tempfile.mkdtemp(prefix="evotune-tests-"))
     os.environ.update({"EVOTUNE_TUNED": str(own / "tuned.json"), "EVOTUNE_KERNEL_CACHE": str(own / "kernels"),
                        "EVOTUNE_AUTOTUNE_CACHE": str(own / "autotune"), "XDG_CACHE_HOME": str(own / "xdg")})
-    try:  # hypothesis keeps its examples, and what it learns of the code's constants, in .hypothesis/ of the
-        # current folder unless told otherwise
+    _hypothesis_home(own / "hypothesis")
+    os.environ[_CONTROLLER] = json.dumps({"caches": [str(c) for c in caches], "hypothesis": str(own / "hypothesis"),
+                                          **{name: os.environ.get(name) for name in _TERMINAL}})
+    _SESSION.update(own=own, caches=caches, before=hermetic.snapshot(ROOT, caches))
+
+
+def _hypothesis_home(folder: Path) -> None:
+    """Hypothesis keeps its examples, and what it learns of the code's constants, in .hypothesis/ of the current
+    folder unless told otherwise: here, ``folder``."""
+    try:
         from hypothesis import settings
         from hypothesis.configuration import set_hypothesis_home_dir
         from hypothesis.database import DirectoryBasedExampleDatabase
     except ImportError:
-        pass
-    else:
-        set_hypothesis_home_dir(own / "hypothesis")
-        settings.register_profile("evotune-tests", database=DirectoryBasedExampleDatabase(own / "hypothesis"))
-        settings.load_profile("evotune-tests")
-    _SESSION.update(own=own, caches=caches, before=hermetic.snapshot(ROOT, caches))
+        return
+    set_hypothesis_home_dir(folder)
+    settings.register_profile("evotune-tests", database=DirectoryBasedExampleDatabase(folder))
+    settings.load_profile("evotune-tests")
 
 
 @pytest.hookimpl(tryfirst=True)
