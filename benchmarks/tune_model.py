@@ -35,9 +35,10 @@ cap and options that make its job smaller, so that each fits in minutes:
   (cold: its own storage, autotune cache and Triton cache): per count the wall clock of the whole command, keys,
   evaluations, GPU-seconds, the points timed twice (trials of one configuration in one key's study: 0 expected),
   the speed-up over the first count; and the cost model's prediction of the largest count's wall clock from the
-  first two (:class:`evotune.running.cost_model.CostModel`: start-up, per-evaluation cost, contention learnt from
-  the second). Caps: ``--max-seconds`` per run (interrupted; what it decided is counted). Smaller:
-  ``--batch-sizes``, ``--kernels``. ``scaling.json``.
+  first two (:class:`evotune.running.cost_model.CostModel`: the start-up, and the per-evaluation cost of the two
+  runs pooled; no contention: each worker has its GPU and its share of the host's cores for its builds, and one
+  run of two cannot tell contention from one run's spread). Caps: ``--max-seconds`` per run (interrupted; what it
+  decided is counted). Smaller: ``--batch-sizes``, ``--kernels``. ``scaling.json``.
 
 ``decode-step``: one decoder layer's GEMMs back to back in one CUDA graph at each batch of ``--ms`` (1,16,64),
   tuned against untuned (``benchmarks/layer_step.py``): the dense linear layers (QKV, O, and a dense MLP's gate-up
@@ -569,9 +570,10 @@ def scaling(args: argparse.Namespace) -> dict[str, Any]:
     prediction = None
     if len(rows) >= 3 and rows[0]["gpus"] == 1 and all(r["evaluations"] and r["keys"] for r in rows[:2]):
         one, two = rows[0], rows[1]
-        per_eval = one["gpu_s"] / one["evaluations"]
+        # the two runs' GPU-seconds pooled: learning contention from them extrapolated one run's spread (a two-GPU
+        # run holding its keys 20% longer than one GPU, and a four-GPU run 8%, on one host)
+        per_eval = (one["gpu_s"] + two["gpu_s"]) / (one["evaluations"] + two["evaluations"])
         model = CostModel(startup_s=max(0.0, one["wall_s"] - one["gpu_s"]), per_problem_s=0.0, per_eval_s=per_eval)
-        model = model.learn(two["gpus"], two["gpu_s"] / two["evaluations"])
         last = rows[-1]
         # a key is one worker's from its start to its decision (tune-model deals whole keys)
         predicted = model.wall_s(one["keys"], max(1, round(one["evaluations"] / one["keys"])), last["gpus"], "whole")

@@ -135,7 +135,11 @@ def test_scaling_runs_each_gpu_count_in_its_own_folder_and_predicts_the_last(tmp
     # the stand-in keeps no autotune cache: nothing to count there
     assert all(r["points_timed_twice"] is None for r in doc["runs"])
     pred = doc["prediction"]
-    assert pred["gpus"] == 3 and pred["predicted_wall_s"] > 0 and pred["measured_wall_s"] == doc["runs"][2]["wall_s"]
+    assert pred["gpus"] == 3 and pred["measured_wall_s"] == doc["runs"][2]["wall_s"]
+    # one GPU's start-up, then two rounds of whole keys (6 keys on 3 GPUs) at the two runs' pooled per-evaluation cost
+    one, two = doc["runs"][:2]
+    per_eval = (one["gpu_s"] + two["gpu_s"]) / (one["evaluations"] + two["evaluations"])
+    assert pred["predicted_wall_s"] == pytest.approx(max(0.0, one["wall_s"] - one["gpu_s"]) + 2 * 6 * per_eval)
     assert "GPUs" in got.stdout and "speed-up" in got.stdout
 
 
