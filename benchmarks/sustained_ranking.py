@@ -153,9 +153,11 @@ def measure(plan: Any, args: argparse.Namespace, configs: dict[str, dict[str, in
     timer: Timer = WallClockTimer() if interpreted() else OracleTimer()
     sync = (lambda: None) if interpreted() else torch.cuda.synchronize
     chunk = 1 if interpreted() else 20  # launches between looks at the clock (an interpreted one takes seconds)
+    started = time.perf_counter()
     for call in calls.values():  # built and loaded before any timing
         call()
     sync()
+    print(f"{len(calls)} configurations built and loaded in {time.perf_counter() - started:.1f} s", flush=True)
     rng = random.Random(args.seed)
     rounds: list[dict[str, dict[str, float]]] = []
     states: dict[str, list[dict[str, float | None]]] = {"short": [], "sustained": []}
@@ -176,6 +178,7 @@ def measure(plan: Any, args: argparse.Namespace, configs: dict[str, dict[str, in
             states["sustained"].append(gpu_state(torch))
             got[name] = {"short": short, "sustained": held}
         rounds.append(got)
+        print(f"round {len(rounds)} of {args.rounds} after {time.perf_counter() - started:.1f} s", flush=True)
     medians = {n: {w: statistics.median(r[n][w] for r in rounds) for w in ("short", "sustained")} for n in calls}
     names = list(calls)
     tau = kendall_tau([medians[n]["short"] for n in names], [medians[n]["sustained"] for n in names])
