@@ -420,8 +420,11 @@ def grid(args: argparse.Namespace) -> dict[str, Any]:
     # an exhaustive size cut by --grid-seconds holds the grid's first configurations in its order, not a sample:
     # its fastest says nothing of the grid's, so it is reported and left out of the fractions
     fractions = [r["fraction"] for r in retimed if r["grid"] != GridKind.CUT]
+    missing = not_retimed(ms, {r["M"] for r in retimed}, {m for m, rows in rows_by_m.items() if rows},
+                          {int(o.fields["M"]) for o in outcomes.values()})
     summary = {"batch_sizes": len(ms), "compared": len(fractions), "min_fraction": min(fractions, default=None),
                "cut": [r["M"] for r in retimed if r["grid"] == GridKind.CUT],
+               "not_retimed": {str(m): why for m, why in missing.items()},
                "geomean_fraction": math.exp(statistics.fmean(math.log(f) for f in fractions)) if fractions else None,
                "tune_wall_s": total_wall, "grid_wall_s_measured": grid_wall,
                "grid_wall_s_estimated": estimate["wall_s"], "tune_gpu_s": tune["gpu_s"],
@@ -441,6 +444,8 @@ def grid(args: argparse.Namespace) -> dict[str, Any]:
     if summary["cut"]:
         print(f"not compared (the grid cut by --grid-seconds before its fastest could be known): M = "
               f"{', '.join(map(str, summary['cut']))}")
+    for why in dict.fromkeys(missing.values()):
+        print(f"not re-timed ({why}): M = {', '.join(str(m) for m, w in missing.items() if w == why)}")
     if summary["wall_fraction"] is not None and summary["gpu_fraction"] is not None:
         print(f"tune-model / whole grid: wall {100 * summary['wall_fraction']:.1f}%, GPU timing "
               f"{100 * summary['gpu_fraction']:.2f}%")
@@ -451,6 +456,13 @@ def grid(args: argparse.Namespace) -> dict[str, Any]:
                                                                 "sizes": {n: {k: v for k, v in s.items() if k != "rows"}
                                                                           for n, s in sizes.items()}},
             "tune": tune, "retime": retimed, "summary": summary}
+
+
+def not_retimed(ms: list[int], retimed: set[int], grid_timed: set[int], decided: set[int]) -> dict[int, str]:
+    """Each batch size of ``ms`` without a re-timed row, and why: a table without it is not to be read as whole."""
+    return {m: ("the grid timed none of its configurations" if m not in grid_timed else
+                "tune-model did not decide it" if m not in decided else "--retime-seconds reached first")
+            for m in ms if m not in retimed}
 
 
 def _grid_costs(sizes: dict[str, Any], ms: list[int], gpus: int, jobs: int, wall: float,

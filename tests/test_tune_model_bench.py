@@ -189,7 +189,7 @@ def test_the_grid_comparison_times_the_grid_runs_tune_model_and_retimes_both(tmp
     assert file["batch_sizes"] == [1, 16] and (out / file["path"]).is_file()
     assert [r["M"] for r in doc["retime"]] == [1, 16]
     assert [r["grid"] for r in doc["retime"]] == ["sampled", "whole"] and "2 whole" in got.stdout
-    assert doc["summary"]["compared"] == 2 and doc["summary"]["cut"] == []
+    assert doc["summary"]["compared"] == 2 and doc["summary"]["cut"] == [] and doc["summary"]["not_retimed"] == {}
     for r in doc["retime"]:
         assert r["file_batch_size"] == r["M"] and r["file_is_decision"]
         assert set(r["medians_ms"]) == {"tuned"} | {f"grid#{i + 1}" for i in range(min(3, r["grid_timed"]))}
@@ -213,6 +213,12 @@ def test_an_exhaustive_size_cut_by_the_grids_seconds_is_not_compared() -> None:
     assert bench.grid_kind({"exhaustive": True, "complete": True}) is bench.GridKind.WHOLE
     assert bench.grid_kind({"exhaustive": True, "complete": False}) is bench.GridKind.CUT
     assert bench.grid_kind({"exhaustive": False, "complete": True}) is bench.GridKind.SAMPLED
+
+
+def test_a_batch_size_without_a_row_is_named_with_its_reason() -> None:
+    got = bench.not_retimed([1, 16, 256, 2048], retimed={1}, grid_timed={1, 16, 256}, decided={1, 16})
+    assert got == {16: "--retime-seconds reached first", 256: "tune-model did not decide it",
+                   2048: "the grid timed none of its configurations"}
 
 
 @pytest.mark.gpu
