@@ -73,7 +73,7 @@ def test_each_pruned_point_says_why():
 
 
 def test_the_last_split_sums_no_more_partial_tiles_than_a_thread_loads_quickly():
-    # an H200 built this one in 14-19 s, 6-8x slower than its key's best: 32 partials of 128 values a thread
+    # an H200 built this one in 15-19 s, 6-8x slower than its key's best: 32 partials of 128 values a thread
     heavy = {"BLOCK_M": 32, "BLOCK_N": 256, "BLOCK_K": 128, "SPLIT_K": 32, "REDUCE": "last", "num_warps": 2,
              "num_stages": 2}
     problem = Problem.gemm(24, 3072, 4096, "bf16", "tn")
