@@ -36,7 +36,9 @@ from typing import Any
 from tune_model import MOE_FIELDS, interpreted, moe_calls, moe_plan, table
 
 from evotune.model.models import ModelError
+from evotune.storage.study import open_existing
 from evotune.storage.summaries import finished_trials, study_summaries
+from evotune.storage.url import StorageError
 
 
 def grid_configs(path: Path, m: int) -> dict[str, dict[str, int]]:
@@ -53,13 +55,13 @@ def grid_configs(path: Path, m: int) -> dict[str, dict[str, int]]:
 
 def study_configs(run: Path, m: int, top: int) -> dict[str, dict[str, int]]:
     """The ``top`` fastest configurations of ``run``'s fused-MoE study at ``m`` (its autotune.db), as ``search#i``."""
-    import optuna
-
     db = run / "autotune.db"
     if not db.is_file():
         raise ModelError(f"--run {run}: no autotune.db")
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = optuna.storages.RDBStorage(f"sqlite:///{db.resolve()}")
+    try:  # read only: nothing is created or written in the run's folder
+        storage = open_existing(f"sqlite:///{db.resolve()}")
+    except StorageError as exc:
+        raise ModelError(f"--run {run}: {exc}") from None
     studies = [s.study_name for s in study_summaries(storage)
                if isinstance(key := s.user_attrs.get("key"), dict) and key.get("M") == m and "E" in key]
     if not studies:
