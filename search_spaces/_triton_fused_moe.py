@@ -213,21 +213,28 @@ def make_launch(x: torch.Tensor, w: torch.Tensor, weights: torch.Tensor, ids: to
     return grid, args, {"top_k": top_k, "FP8": scales is not None, "SCALE_BLOCK": block if scales is not None else 0}
 
 
-def default_config(M: int, E: int) -> dict[str, int]:
-    """The configuration a caller with no tuned file launches with: small tiles while an expert gets a token or
-    so, larger ones past that (the shape of vLLM's default)."""
+def default_config(M: int, E: int, block: int = 0) -> dict[str, int]:
+    """vLLM's default configuration (``get_default_config`` of its fused MoE): what a server with no tuned file
+    launches, and what a tuned one is timed against. A 16-bit or per-tensor fp8 MoE: 16 x 32 x 64 tiles, no
+    grouping, while M is at most the number of experts (about a token an expert); 64 x 64 x 32 in groups of 8
+    past that. Block-scaled fp8 (``block``): 64 rows, one scale block of N and of K, groups of 32. vLLM leaves
+    ``num_warps`` and ``num_stages`` to Triton's defaults (4 and 3) except in the block-scaled case, which sets
+    them to the same; they are written out because this kernel's launch passes them."""
+    if block:
+        return {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": block, "BLOCK_SIZE_K": block, "GROUP_SIZE_M": 32,
+                "num_warps": 4, "num_stages": 3}
     if M <= E:
         return {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 4,
                 "num_stages": 3}
-    return {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 16, "num_warps": 4,
+    return {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 8, "num_warps": 4,
             "num_stages": 3}
 
 
-def config_for(M: int, E: int, configs: dict[int, dict[str, int]] | None = None) -> dict[str, int]:
+def config_for(M: int, E: int, configs: dict[int, dict[str, int]] | None = None, block: int = 0) -> dict[str, int]:
     """The configuration for M tokens from a vLLM-style file's ``{batch size: config}`` (the batch size nearest
     M, as vLLM picks it; ``export-configs --format vllm-moe`` writes such files), else :func:`default_config`."""
     if not configs:
-        return default_config(M, E)
+        return default_config(M, E, block)
     return dict(configs[min(configs, key=lambda b: abs(b - M))])
 
 

@@ -45,6 +45,22 @@ def test_space_is_vllms_grid_and_prunes_with_reasons(moe) -> None:
     assert len(prefill) > len(fs) and "accumulator-registers" in prefill.pruned
 
 
+#: vLLM's get_default_config (vllm/model_executor/layers/fused_moe/fused_moe.py) for a 16-bit or per-tensor fp8
+#: MoE and for block-scaled fp8 (block 128), num_warps and num_stages at Triton's defaults where vLLM leaves them out
+VLLM_DEFAULTS = [
+    ((1, 8, 0), (16, 32, 64, 1, 4, 3)), ((8, 8, 0), (16, 32, 64, 1, 4, 3)), ((9, 8, 0), (64, 64, 32, 8, 4, 3)),
+    ((256, 256, 0), (16, 32, 64, 1, 4, 3)), ((4096, 256, 0), (64, 64, 32, 8, 4, 3)), ((16, 8, 128), (64, 128, 128, 32, 4, 3)),
+]
+
+
+@pytest.mark.parametrize(("args", "want"), VLLM_DEFAULTS)
+def test_default_is_vllms_default(moe, args: tuple[int, int, int], want: tuple[int, ...]) -> None:
+    """What a tuned configuration is timed against is the configuration vLLM launches without a tuned file."""
+    names = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
+    assert moe.default_config(*args) == dict(zip(names, want, strict=True))
+    assert moe.config_for(args[0], args[1], None, args[2]) == moe.default_config(*args)
+
+
 TUNE = """
 import json, sys, torch
 sys.path.insert(0, {folder!r})

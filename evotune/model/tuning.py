@@ -222,7 +222,7 @@ def _against_untuned(source: KernelSource, family: Family, key: Key, fields: dic
         grid, args, kwargs = module.make_args(key.m, key.shape.n, key.shape.k, key.shape.experts,
                                               key.shape.top_k, fields["dtype"], block=fields.get("block", 0))
         plain = module.moe_gemm_kernel
-        default = module.default_config(key.m, key.shape.experts)
+        default = module.default_config(key.m, key.shape.experts, fields.get("block", 0))
         launch = {f: chosen[f] for f in VLLM_FIELDS}  # what vLLM launches with: the file's six fields
         runs = {"tuned": lambda: plain[grid](*args, **kwargs, **launch),
                 "untuned": lambda: plain[grid](*args, **kwargs, **default)}
