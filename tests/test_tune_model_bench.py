@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PYTHONPATH = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import layer_step  # noqa: E402
+import moe_grid_bound  # noqa: E402
 import tune_model as bench  # noqa: E402
 
 from evotune.model.exports import write_tuned  # noqa: E402
@@ -466,3 +467,24 @@ print("ok")
 def test_decode_step_names_a_run_without_tuned_json(tmp_path, capsys) -> None:
     assert bench.main(["decode-step", "--model", str(TINY), "--run", str(tmp_path), "--out", str(tmp_path)]) == 2
     assert f"--run {tmp_path}: no tuned.json" in capsys.readouterr().err
+
+
+def test_moe_grid_bound_reads_the_models_experts_and_the_spaces_constraints(tmp_path: Path) -> None:
+    """The bound times the fused MoE's two GEMMs at the model's expert shape over the configurations the kernel's
+    space keeps for each launch; a model without routed experts is one line and exit 2, nothing written."""
+    assert moe_grid_bound.expert_shape("Mixtral-8x7B", 2) == (8, 2, 7168, 4096)
+    x, gate = torch.randn(16, 64), torch.randn(64, 4)
+    weights, ids = moe.route(x, gate, 2)
+    gate_up = moe.make_launch(x, torch.empty(4, 96, 64), torch.ones_like(weights), ids, 2)
+    down = moe.make_launch(torch.randn(32, 48), torch.empty(4, 64, 48), weights.reshape(-1, 1), ids.reshape(-1, 1), 1)
+    for launch, n_tile, k_tile in ((gate_up, 128, 64), (down, 64, 64)):
+        configs = moe_grid_bound.feasible(launch)
+        assert configs and len(configs) < bench.GRID_CONFIGS
+        # 8 tokens an expert: BLOCK_SIZE_M at most 16; tiles no larger than N and K rounded up to a power of two
+        assert {c["BLOCK_SIZE_M"] for c in configs} == {16}
+        assert max(c["BLOCK_SIZE_N"] for c in configs) == n_tile and max(c["BLOCK_SIZE_K"] for c in configs) == k_tile
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "moe_grid_bound.py"), "--model", "Llama-3-8B",
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True)
+    assert proc.returncode == 2 and not (tmp_path / "out").exists()
+    assert proc.stderr.strip().splitlines() == ["moe_grid_bound.py: error: --model Llama-3-8B: no routed experts, "
+                                                "so no fused MoE to bound"]
