@@ -49,7 +49,8 @@ def test_space_is_vllms_grid_and_prunes_with_reasons(moe) -> None:
 #: MoE and for block-scaled fp8 (block 128), num_warps and num_stages at Triton's defaults where vLLM leaves them out
 VLLM_DEFAULTS = [
     ((1, 8, 0), (16, 32, 64, 1, 4, 3)), ((8, 8, 0), (16, 32, 64, 1, 4, 3)), ((9, 8, 0), (64, 64, 32, 8, 4, 3)),
-    ((256, 256, 0), (16, 32, 64, 1, 4, 3)), ((4096, 256, 0), (64, 64, 32, 8, 4, 3)), ((16, 8, 128), (64, 128, 128, 32, 4, 3)),
+    ((256, 256, 0), (16, 32, 64, 1, 4, 3)), ((4096, 256, 0), (64, 64, 32, 8, 4, 3)),
+    ((16, 8, 128), (64, 128, 128, 32, 4, 3)),
 ]
 
 
