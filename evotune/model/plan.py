@@ -43,9 +43,9 @@ BUILD_S = 1.5
 #: evaluations a key (autotune's default budget)
 DEFAULT_BUDGET = 64
 #: wall seconds of one key on one GPU at the default budget: on one H200 the 54 keys of Mixtral-8x7B at tp 2 (fused
-#: MoE, decode and GEMM keys, 4.3 to 4.8 s a key by family) took 240 s from the first key's start to the last one's
-#: end (benchmarks/RESULTS.md, "One GPU, whole command")
-KEY_S = 4.4
+#: MoE, decode and GEMM keys) took 292.5 s, 283.5 s of it after the start below: its keys held the GPU 268 s, 5.0 s
+#: a key, and a quarter of a second went between keys (benchmarks/RESULTS.md, "One, two and four GPUs")
+KEY_S = 5.2
 #: a run's seconds before its first key on that H200: the workers' server's imports, a worker's CUDA context
 START_S = 9.0
 
