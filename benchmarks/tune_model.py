@@ -186,10 +186,11 @@ def run_capped(cmd: list[str], env: dict[str, str], seconds: float | None) -> tu
 
 
 def tune_model_cmd(model: str, tp: int, batch_sizes: str, gpus: int, out: Path, tuner: str,
-                   kernels: str, dtype: str | None = None) -> list[str]:
+                   kernels: str, dtype: str | None = None, workers_per_gpu: int = 1) -> list[str]:
     return [sys.executable, "-m", "evotune", "tune-model", model, "--tp", str(tp), "--gpus", str(gpus),
             "--batch-sizes", batch_sizes, "--kernels", kernels, "--out", str(out), "--no-progress",
-            "--tuner", tuner, *(["--dtype", dtype] if dtype else [])]
+            "--tuner", tuner, *(["--dtype", dtype] if dtype else []),
+            *(["--workers-per-gpu", str(workers_per_gpu)] if workers_per_gpu > 1 else [])]
 
 
 def outcomes_of(run: Path, plan: Plan) -> dict[str, Any]:
@@ -394,7 +395,7 @@ def grid(args: argparse.Namespace) -> dict[str, Any]:
     tune_dir = out / "tune"
     tenv = {**env, "TRITON_CACHE_DIR": str((tune_dir / "triton_cache").resolve())}
     cmd = tune_model_cmd(args.model, args.tp, args.batch_sizes, gpus, tune_dir, args.tuner, Family.FUSED_MOE.value,
-                         plan.dtype)
+                         plan.dtype, args.workers_per_gpu)
     tune_began = time.time()
     tune_wall, cut = run_capped(cmd, tenv, args.tune_seconds)
     outcomes = outcomes_of(tune_dir, plan)
@@ -568,10 +569,12 @@ def scaling(args: argparse.Namespace) -> dict[str, Any]:
         folder = out / f"gpus{g}"
         env = {**os.environ, "TRITON_CACHE_DIR": str((folder / "triton_cache").resolve()),
                "EVOTUNE_KERNEL_CACHE": str((folder / "kernels").resolve())}
-        cmd = tune_model_cmd(args.model, args.tp, args.batch_sizes, g, folder, args.tuner, args.kernels)
+        cmd = tune_model_cmd(args.model, args.tp, args.batch_sizes, g, folder, args.tuner, args.kernels,
+                             workers_per_gpu=args.workers_per_gpu)
         wall, cut = run_capped(cmd, env, args.max_seconds)
         outcomes = outcomes_of(folder, plan)
-        rows.append({"gpus": g, "wall_s": wall, "interrupted": cut, "keys": len(outcomes),
+        rows.append({"gpus": g, "workers_per_gpu": args.workers_per_gpu, "wall_s": wall, "interrupted": cut,
+                     "keys": len(outcomes),
                      "evaluations": sum(o.evaluations for o in outcomes.values()),
                      "gpu_s": sum(o.gpu_s for o in outcomes.values()),
                      "points_timed_twice": points_timed_twice(folder), "command": " ".join(cmd[1:]),
@@ -723,6 +726,7 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--retime-each", type=float, default=3.0, help="seconds of rounds a batch size is re-timed for")
     g.add_argument("--grid-limit", type=int, default=0, help="only the first N grid configurations (tests)")
     g.add_argument("--tuner", default=DEFAULT_TUNER, help="tune-model's --tuner (a stand-in on the CPU)")
+    g.add_argument("--workers-per-gpu", type=int, default=1, help="tune-model's --workers-per-gpu")
     sc = sub.choices["scaling"]
     sc.add_argument("--gpus", default="1,2,4", help="the GPU counts to run, comma-separated")
     sc.add_argument("--batch-sizes", default="vllm")
@@ -730,6 +734,7 @@ def main(argv: list[str] | None = None) -> int:
     sc.add_argument("--max-seconds", type=float, default=None, help="cap of each run (interrupted; counted as far "
                                                                     "as it got)")
     sc.add_argument("--tuner", default=DEFAULT_TUNER)
+    sc.add_argument("--workers-per-gpu", type=int, default=1, help="tune-model's --workers-per-gpu")
     sc.add_argument("--previous", default=None, help="the JSON of this command run earlier on the same machine with "
                     "other GPU counts: its runs join the table")
     ds = sub.choices["decode-step"]

@@ -4,7 +4,10 @@ It "times" a fixed list of configurations on a synthetic landscape (a determinis
 configuration) and keeps every evaluation as a line of ``OUT/standin/KEY.jsonl`` the moment it is made, as the
 autotune cache keeps a trial: an interrupted key resumes from its lines, and the lines show whether any
 configuration of any key was ever evaluated twice (by two workers, or by a run and the run that resumed it).
-``STANDIN_SLEEP`` (seconds) makes each evaluation last that long, so a test can kill a run mid-key.
+``STANDIN_SLEEP`` (seconds) makes each evaluation last that long, so a test can kill a run mid-key;
+``STANDIN_BUILD`` (seconds) waits that long before each, as for a configuration's build, with the GPU's turn given up
+(:func:`evotune.measurement.gpu_turn.away`), and each line then holds the evaluation's start and end (``held``: the
+wall clock), so a test can see that workers sharing a GPU never evaluate at once.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import os
 import time
 from pathlib import Path
 
+from evotune.measurement import gpu_turn
 from evotune.measurement.base import began_evaluating
 from evotune.model.outcome import Outcome
 from evotune.model.plan import Family, Key, Plan
@@ -51,17 +55,24 @@ class StandInTuner:
         seen = {json.dumps(e["config"], sort_keys=True): e["ms"] for e in map(json.loads, path.read_text().splitlines())
                 } if path.exists() else {}
         pause = float(os.environ.get("STANDIN_SLEEP", "0"))
+        build = float(os.environ.get("STANDIN_BUILD", "0"))
         started = time.perf_counter()
         new = 0
         for config in CONFIGS:
             ident = json.dumps(config, sort_keys=True)
             if ident in seen:
                 continue
+            if build:
+                with gpu_turn.away():
+                    time.sleep(build)
             began_evaluating()  # as evotune's loop notes it: the worker's start-up ends at its first
+            held = [time.time()]
             time.sleep(pause)
+            held.append(time.time())
             ms = landscape_ms(key, config)
             with path.open("a") as f:  # one whole line per evaluation, flushed before the next starts
-                f.write(json.dumps({"key": key.ident, "config": config, "ms": ms, "pid": os.getpid()}) + "\n")
+                f.write(json.dumps({"key": key.ident, "config": config, "ms": ms, "pid": os.getpid(),
+                                    "held": held}) + "\n")
                 f.flush()
                 os.fsync(f.fileno())
             seen[ident] = ms

@@ -4,12 +4,14 @@ stand-in tuner (``tests/model_standin.py``): two workers with no key tuned twice
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -246,6 +248,7 @@ def test_bad_inputs_say_one_line_exit_2_and_create_nothing(tmp_path, bad) -> Non
                                                     {"CUDA_VISIBLE_DEVICES": "0,1"})
     assert "--gpus 8: this host has no GPU (set TRITON_INTERPRET=1" in \
         bad(["Llama-3-8B", "--gpus", "8", "--out", "o"], {"CUDA_VISIBLE_DEVICES": ""})
+    assert "--workers-per-gpu: expected an integer >= 1, got '0'" in bad(["Llama-3-8B", "--workers-per-gpu", "0"])
     assert "--storage: 'nonsense' is not a storage URL" in \
         bad([str(TINY), "--gpus", "1", "--out", "o", "--storage", "nonsense", "--tuner", STANDIN],
             {"TRITON_INTERPRET": "1"})
@@ -306,6 +309,24 @@ def test_two_workers_on_one_storage_tune_no_key_twice(tmp_path) -> None:
     again = _run(out, "--gpus", "2")
     assert again.returncode == 0 and len(model_standin.evaluations(out)) == len(evals)
     assert _ledger(out).outcomes() == outcomes
+
+
+@pytest.mark.slow  # worker processes
+def test_workers_sharing_a_gpu_take_turns_and_tune_no_key_twice(tmp_path) -> None:
+    """Two workers on one device: each gives the device up while it waits for a build, so both tune keys, and no
+    evaluation of one overlaps one of the other."""
+    out = tmp_path / "out"
+    got = _run(out, "--gpus", "1", "--workers-per-gpu", "2", env={"STANDIN_SLEEP": "0.04", "STANDIN_BUILD": "0.04"})
+    assert got.returncode == 0, got.stderr
+    plan = make_plan(load_model(str(TINY)), 1, None, (1, 2, 64, 128))
+    assert set(_ledger(out).outcomes()) == {k.ident for k in plan.keys}
+    evals = _no_evaluation_twice(out)
+    assert len(evals) == len(plan.keys) * len(model_standin.CONFIGS)
+    assert len({e["pid"] for e in evals}) == 2  # both workers tuned keys
+    spans = sorted((e["held"][0], e["held"][1], e["pid"]) for e in evals)
+    for (_, end, pid), (start, _, other) in itertools.pairwise(spans):
+        assert pid == other or start >= end  # one evaluation at a time on the device
+    assert not list(Path(tempfile.gettempdir()).glob("evotune-gpu-turns-*"))  # the turns' files go with the run
 
 
 def _mid_key(out: Path) -> bool:

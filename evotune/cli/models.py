@@ -15,9 +15,13 @@ def cmd_tune_model(args: argparse.Namespace) -> int:
     from evotune.model.models import ModelError
     from evotune.model.runner import WorkerError
 
+    per_gpu = args.workers_per_gpu
+    if not per_gpu.isdigit() or int(per_gpu) < 1:
+        raise UsageError(f"--workers-per-gpu: expected an integer >= 1, got {per_gpu!r}")
     try:
         return tune_model(TuneModelArgs(args.model, args.tp, args.dtype, args.batch_sizes, args.gpus, args.storage,
-                                        args.out, args.dry_run, not args.no_progress, args.tuner, args.kernels))
+                                        args.out, args.dry_run, not args.no_progress, args.tuner, args.kernels,
+                                        int(per_gpu)))
     except ModelError as exc:
         raise UsageError(str(exc)) from None
     except (WorkerError, ServerFileError) as exc:
@@ -52,6 +56,9 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
                     help="vllm (1,2,4,...,4096, vLLM's 18) or a comma-separated list")
     tm.add_argument("--gpus", default="all", metavar="all|N", help="workers, one per GPU (default: every visible "
                                                                    "GPU; CPU workers under TRITON_INTERPRET=1)")
+    tm.add_argument("--workers-per-gpu", default="1", metavar="N",
+                    help="workers on each GPU, taking turns on it: one times while another waits for a build "
+                         "(default 1)")
     tm.add_argument("--storage", metavar="URL", help="where the run's record and its claims live (default "
                                                      "sqlite under --out; postgresql://... to share across hosts; "
                                                      "each host keeps its keys' trials in its OUT/autotune.db)")

@@ -47,6 +47,7 @@ class TuneModelArgs:
     progress: bool = True
     tuner: str = DEFAULT_TUNER
     kernels: str = "all"
+    workers_per_gpu: int = 1
 
 
 def _hours(s: float) -> str:
@@ -103,7 +104,7 @@ def tune_model(args: TuneModelArgs, say: Callable[[str], None] = print) -> int:
         except StorageError as exc:
             raise ModelError(f"--storage: {exc}") from None
     options = RunOptions(args.model, args.tp, plan.dtype, args.batch_sizes, storage, str(out.resolve()),
-                         args.tuner, args.kernels)
+                         args.tuner, args.kernels, args.workers_per_gpu)
     out.mkdir(parents=True, exist_ok=True)
     progress = _progress_printer() if args.progress else None
     outcomes = run(options, devices, progress)

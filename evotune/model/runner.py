@@ -15,7 +15,9 @@ began its first evaluation (:meth:`Ledger.workers`). Worker ``i`` walks the kern
 kernel's keys in increasing batch size, so workers start on different kernels and each key after a kernel's first
 has a tuned neighbour. Every worker uses one Triton cache directory, so a configuration one compiled is loaded by
 the others. On a host without a GPU, under the Triton interpreter (``TRITON_INTERPRET=1``), the N workers are CPU
-processes.
+processes. ``--workers-per-gpu W`` starts W workers on each GPU, which take turns on it
+(:mod:`evotune.measurement.gpu_turn`): each holds the GPU through a key's tuning and gives it up while it waits for a
+configuration's build, so one times while another waits, and no two ever time at once.
 
 The parent process prints one progress line (keys done, evaluations, an ETA from this run's pace) and waits for
 the workers; Ctrl-C stops them, each giving back its claim (nothing is recorded for a key whose tuning was cut).
@@ -31,6 +33,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -38,6 +41,7 @@ from pathlib import Path
 
 import optuna
 
+from evotune.measurement import gpu_turn
 from evotune.measurement.base import first_evaluation
 from evotune.measurement.host import own_cpus
 from evotune.measurement.kernel_cache import cache_root
@@ -74,6 +78,7 @@ class RunOptions:
     out: str
     tuner: str = DEFAULT_TUNER
     kernels: str = "all"  # the families tuned (--kernels)
+    workers_per_gpu: int = 1  # workers taking turns on each GPU (--workers-per-gpu)
 
     def plan(self) -> Plan:
         return only(make_plan(load_model(self.model), self.tp, self.dtype, parse_batch_sizes(self.batch_sizes)),
@@ -142,7 +147,9 @@ def work(options: RunOptions, index: int, workers: int, tuner: KeyTuner | None =
     """One worker's loop: claim undecided keys, tune, record; until every key is decided or held by a live worker.
     How many keys this worker decided."""
     plan = options.plan()
-    tuner = tuner or load_tuner(options, plan)
+    if tuner is None:
+        with gpu_turn.held():  # its CUDA context and whatever it starts on the GPU, outside another's timing
+            tuner = load_tuner(options, plan)
     ledger = Ledger(options.storage, plan.ident)
 
     def look() -> set[str]:
@@ -191,7 +198,8 @@ def _deal(plan: Plan, index: int, tuner: KeyTuner, ledger: Ledger, look: Callabl
                     continue
                 claimed_any = True
                 try:
-                    outcome = tuner.tune(key)
+                    with gpu_turn.held():  # where workers share a GPU: nothing of this key overlaps another's
+                        outcome = tuner.tune(key)
                 except BaseException:
                     ledger.claims.release(key.ident)
                     raise
@@ -278,14 +286,19 @@ def run(options: RunOptions, devices: tuple[int, list[str] | None],
     ledger = Ledger(options.storage, plan.ident)
     total = len(plan.keys)
     before = len(ledger.outcomes())
-    count, ids = devices
+    gpus, ids = devices
+    count = gpus * options.workers_per_gpu
     procs = []
     payload = json.dumps(asdict(options))
     started = time.monotonic()
     shared = {**os.environ, **worker_env(options, count)}
+    # workers sharing a GPU take turns on it (gpu_turn): one lock file a GPU, on this host, gone with the run
+    turns = tempfile.mkdtemp(prefix="evotune-gpu-turns-") if options.workers_per_gpu > 1 else None
     try:
         for i in range(count):
-            env = {**shared, **({"CUDA_VISIBLE_DEVICES": ids[i]} if ids is not None else {})}
+            env = {**shared, **({"CUDA_VISIBLE_DEVICES": ids[i % gpus]} if ids is not None else {})}
+            if turns is not None:
+                env[gpu_turn.ENV] = os.path.join(turns, "cpu" if ids is None else f"gpu{ids[i % gpus]}")
             proc = ctx.Process(target=as_child, args=(Inherited(env, own_cpus()), worker_process, payload, i, count),
                                name=f"tune-model worker {i}")
             proc.start()  # the first waits for the server's imports; the others fork at once
@@ -315,6 +328,9 @@ def run(options: RunOptions, devices: tuple[int, list[str] | None],
                 os.kill(p.pid, signal.SIGINT)
                 p.join()
         raise
+    finally:
+        if turns is not None:
+            shutil.rmtree(turns, ignore_errors=True)
     failed = [i for i, p in enumerate(procs) if p.exitcode != 0]
     outcomes = ledger.outcomes()
     if failed:

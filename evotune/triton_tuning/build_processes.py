@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evotune.core.space import Point
+from evotune.measurement import gpu_turn
 from evotune.measurement.processes import inherited_cuda, pool_initializer, start_method
 from evotune.triton_tuning.compile_count import BUILT, CompileCount
 
@@ -252,7 +253,8 @@ class ProcessBuilds:
     def wait(self, point: Point) -> None:
         """Wait for ``point``'s build where a process has started it; one still queued (behind others), or handed
         out while the processes start (the pool marks the first few running before any process is up), is left
-        to the measurement, which builds it here, sooner (a process that builds it too writes the same entry)."""
+        to the measurement, which builds it here, sooner (a process that builds it too writes the same entry). While
+        it waits, this process's GPU turn is given up (:mod:`evotune.measurement.gpu_turn`)."""
         future = self._futures.get(self.key_of(point))
         if future is None:
             return
@@ -260,7 +262,8 @@ class ProcessBuilds:
             self._futures[self.key_of(point)] = _done
             return
         try:
-            built = future.result(timeout=BUILD_WAIT_S)
+            with gpu_turn.away():  # a worker sharing this GPU times meanwhile
+                built = future.result(timeout=BUILD_WAIT_S)
         except Exception:  # the process died, hung, or could not make the launch: the measurement builds it here
             return
         finally:
