@@ -26,7 +26,7 @@ import fcntl
 import os
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 #: the file whose lock is this process's GPU turn (set for each worker when several share a GPU)
 ENV = "EVOTUNE_GPU_TURN"
@@ -105,10 +105,7 @@ def this_process() -> GpuTurn | None:
 def held() -> Iterator[None]:
     """This process's turn held while the block runs (nothing to take when it has its GPU to itself)."""
     turn = this_process()
-    if turn is None:
-        yield
-        return
-    with turn:
+    with turn if turn is not None else nullcontext():
         yield
 
 
@@ -116,8 +113,5 @@ def held() -> Iterator[None]:
 def away() -> Iterator[None]:
     """This process's turn given up while the block waits on the CPU, if it holds one."""
     turn = this_process()
-    if turn is None:
-        yield
-        return
-    with turn.away():
+    with turn.away() if turn is not None else nullcontext():
         yield
