@@ -7,10 +7,10 @@ turn whenever it may launch anything (a key's tuning, from its launch's inputs t
 up only where it waits on the CPU alone (:func:`away`, around a build wait); its queued GPU work is finished
 before it does (``torch.cuda.synchronize``), so none of it runs into the next holder's samples.
 
-A turn is an exclusive ``flock`` on a file named for the GPU (``EVOTUNE_GPU_TURN`` in a worker's environment: the
-run's folder, one file a GPU): the kernel lets a waiting process in the moment the holder unlocks, and a process
-that dies gives its turn back with its file descriptor. Without the variable there is no turn to take: a process
-alone on its GPU takes nothing and gives nothing.
+A turn is an exclusive ``flock`` on a file named for the GPU (``EVOTUNE_GPU_TURN`` in a worker's environment: one
+file a GPU in a folder the run makes on its host): the kernel lets a waiting process in the moment the holder
+unlocks, and a process that dies gives its turn back with its file descriptor. Without the variable there is no
+turn to take: a process alone on its GPU takes nothing and gives nothing.
 
 Example::
 
