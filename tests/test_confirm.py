@@ -36,9 +36,38 @@ def test_items_are_timed_in_interleaved_rounds_after_the_warm_up():
     timer = FakeTimer({"a": 1.0, "b": 2.0, "base": 1.5})
     result = confirm_rounds(["a", "b", "base"], timer.take, ConfirmOptions(min_rounds=4), warm=timer.warm)
     assert timer.events[0] == "warm:1.0"
-    assert timer.calls == ["a", "b", "base"] * result.rounds
+    rotations = [["a", "b", "base"], ["b", "base", "a"], ["base", "a", "b"]]  # each round opens with the next item
+    assert timer.calls == [n for r in range(result.rounds) for n in rotations[r % 3]]
     assert result.rounds >= 4
     assert all(it.samples == 10 * result.rounds for it in result.items.values())
+
+
+class FirstOfRoundSlow(FakeTimer):
+    """The item that opens a round runs ``penalty`` slower (it follows the pause between rounds)."""
+
+    def __init__(self, true_ms: dict[str, float], penalty: float):
+        super().__init__(true_ms)
+        self.penalty, self.taken = penalty, 0
+
+    def take(self, name: str, n: int) -> list[float]:
+        first = self.taken % len(self.true_ms) == 0
+        self.taken += 1
+        return [t * (1.0 + self.penalty) if first else t for t in super().take(name, n)]
+
+
+@pytest.mark.parametrize("rotate", [True, False])
+def test_no_item_pays_alone_for_opening_the_rounds(rotate):
+    """Three entries of one launch: rotated, each opens a third of the rounds and all confirm alike; in a fixed
+    order the first pays the opening's cost in every round and looks slower than itself."""
+    timer = FirstOfRoundSlow({"copy0": 1.0, "copy1": 1.0, "copy2": 1.0}, penalty=0.03)
+    result = confirm_rounds(list(timer.true_ms), timer.take,
+                            ConfirmOptions(min_rounds=6, max_rounds=6, rotate=rotate))
+    medians = {n: it.median_ms for n, it in result.items.items()}
+    spread = max(medians.values()) / min(medians.values()) - 1
+    if rotate:
+        assert spread < 0.01
+    else:
+        assert medians["copy0"] == pytest.approx(1.03, rel=0.01) and spread > 0.02
 
 
 def test_the_warm_up_lasts_no_longer_than_the_gpu_idled_since_the_oracles_last_samples(monkeypatch):

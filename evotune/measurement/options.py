@@ -51,6 +51,11 @@ class ConfirmOptions:
     max_seconds: float = 120.0  # wall time for the rounds, after the warm-up
     warmup_s: float = 1.0  # work before the first round, to bring the clocks up
     drift: float = 0.03  # relative change that is reported (start vs end, confirmed vs search)
+    # Each round opens with the next item (A B C, B C A, C A B, ...): the item that opens a round follows the
+    # bookkeeping between rounds, a moment the GPU idles, and no item should take that place every time. (On an
+    # H200 held at its power cap, copies of one launch confirmed together spread up to 3% in either order:
+    # benchmarks/confirm_order.py.)
+    rotate: bool = True
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,9 @@ over a thousand measurements is biased low). Confirmation removes both:
 
 1. the GPU is brought up to its working clocks by at least ``warmup_s`` of work;
 2. every item (the top configurations and every baseline) is timed in rounds,
-   ``per_round`` samples each, interleaved (A B C ... A B C ...), so that a drift
-   of the clocks or of the machine touches every item alike;
+   ``per_round`` samples each, interleaved, each round opening with the next item
+   (A B C, B C A, C A B, ...), so that a drift of the clocks or of the machine, and
+   the pause between rounds, touch every item alike;
 3. rounds go on until every median's 95% confidence interval is within
    ``ci_target`` of it (at least ``min_rounds``, at most ``max_rounds``);
    configurations race: from ``min_rounds`` on, one whose interval lies wholly
@@ -106,7 +107,8 @@ def confirm_rounds(names: Sequence[str], take: Callable[[str, int], list[float]]
     raced_out: dict[str, ConfirmedItem] = {}
     rounds, converged = 0, False
     while rounds < options.max_rounds:
-        for n in alive:
+        first = rounds % len(alive) if options.rotate else 0
+        for n in alive[first:] + alive[:first]:
             per_round[n].append(list(take(n, options.per_round)))
         rounds += 1
         if rounds < options.min_rounds:
