@@ -22,8 +22,9 @@ cap and options that make its job smaller, so that each fits in minutes:
      (``OUT/tune/vllm/E=8,N=7168,device_name=NVIDIA_H200[,dtype=fp8_w8a8].json``: N is the intermediate size per
      shard) read back as vLLM reads it (a run cut by the cap has its file written from its record first);
   3. per batch size, tune-model's pick as vLLM launches it from that file and the grid's three fastest re-timed side
-     by side on one GPU (the confirmation's interleaved rounds, evotune's oracle); ``fraction``: the fastest's
-     median over the pick's (1: the pick is the fastest).
+     by side on one GPU (the confirmation's interleaved rounds, evotune's oracle; one of the grid's that is the pick
+     itself is timed once, as the pick, and named in ``same_as_tuned``); ``fraction``: the fastest's median over the
+     pick's (1: the pick is the fastest).
   Caps: ``--grid-seconds`` (each of the grid's two phases, 140 s), ``--tune-seconds`` (150 s; tune-model is
   interrupted then: its decided keys are kept and compared), ``--retime-seconds`` (75 s, ``--retime-each`` 3 s a
   batch size): the defaults fit one 10-minute call with the start-ups. The same command again goes on where the caps
@@ -538,17 +539,21 @@ def _retime(plan: Plan, outcomes: dict[str, Any], file: TunedFile | None,
         configs = {"tuned": tuned}
         for rank, (_, i) in enumerate(ranked[:3]):
             configs[f"grid#{rank + 1}"] = points[i]
-        calls = moe_calls(plan, key, configs)
+        # one of the grid's fastest that is the pick itself is timed once, as the pick: the same kernel entered
+        # twice pits the rounds' noise against itself, and the fraction would take the lower of two draws
+        same = [name for name, c in configs.items() if name != "tuned" and c == tuned]
+        calls = moe_calls(plan, key, {name: c for name, c in configs.items() if name not in same})
         # the confirmation's interleaved rounds, each batch size within --retime-each seconds
         conf = confirm_rounds(list(calls), lambda name, n, calls=calls: timer.samples(calls[name], n),
                               replace(timer.confirm_options(len(calls)), max_seconds=args.retime_each),
                               warm=getattr(timer, "warm", None))
-        medians = {n: conf.items[n].median_ms for n in calls}
+        medians = {n: conf.items[n].median_ms for n in calls} | {name: conf.items["tuned"].median_ms for name in same}
         best = min(v for n, v in medians.items() if n != "tuned")
         # each re-timed configuration by its name, the grid's fastest included: which one won, not only how fast
         out.append({"M": key.m, "grid_timed": len(ranked), "tuned": configs["tuned"], "configs": configs,
                     "file_batch_size": file_m,
                     "file_is_decision": tuned == {f: int(outcome.config[f]) for f in MOE_FIELDS}, "medians_ms": medians,
+                    "same_as_tuned": same,
                     "tuned_ms": medians["tuned"], "grid_best_ms": best,
                     "fraction": min(medians.values()) / medians["tuned"]})
     return out

@@ -196,6 +196,9 @@ def test_the_grid_comparison_times_the_grid_runs_tune_model_and_retimes_both(tmp
         assert set(r["medians_ms"]) == {"tuned"} | {f"grid#{i + 1}" for i in range(min(3, r["grid_timed"]))}
         assert set(r["configs"]) == set(r["medians_ms"]) and r["configs"]["tuned"] == r["tuned"]
         assert 0 < r["fraction"] <= 1 and r["fraction"] == min(r["medians_ms"].values()) / r["tuned_ms"]
+        # a grid configuration that is the pick is the pick's one timing, not a second draw of the same kernel
+        assert all(r["configs"][n] == r["tuned"] and r["medians_ms"][n] == r["tuned_ms"] for n in r["same_as_tuned"])
+        assert all(c != r["tuned"] for n, c in r["configs"].items() if n not in r["same_as_tuned"] + ["tuned"])
     assert "fraction" in got.stdout and file["path"] in got.stdout
     assert ("fused MoE fp8 (e4m3 activations and weights, per-tensor scales" in got.stdout) == (dtype == "fp8")
     if dtype == "fp8":  # the same command again resumes: nothing of the grid is timed again, the calls' walls add up
