@@ -10,7 +10,8 @@ Two phases, each resumable (run the command again to go on where ``--max-seconds
    constraints) is timed on the keys' batch sizes: every configuration for ``--exhaustive`` batch sizes, and
    for the others a uniform sample (``--sample``) plus the ``--nearest`` fastest of the nearest exhaustive batch
    size, so that the reference is a strong one. Configurations are compiled beforehand in a process pool (one
-   compile per Triton specialization of M: 1, not a multiple of 16, a multiple of 16); each is launched once and
+   compile per Triton specialization of M: 1, not a multiple of 16, a multiple of 16; one for all where the kernel
+   is not specialised on M, as the package's is); each is launched once and
    checked against a float32 torch product of its slots (a key of dtype ``float8_e4m3fn``: e4m3 activations and
    weights scaled per tensor, vLLM's ``fp8_w8a8``, against the product of the values they stand for, their scales
    applied, within evotune's scaled-fp8 tolerance of 1e-2; a wrong one is failed, not timed), then timed by
@@ -68,7 +69,7 @@ from evotune.core.space import Point  # noqa: E402
 from evotune.measurement.options import TimingOptions  # noqa: E402
 from evotune.measurement.workloads.gemm_fp8 import SCALED_TOLERANCE  # noqa: E402
 from evotune.triton_tuning.ahead import load_keys  # noqa: E402
-from evotune.triton_tuning.builds import value_class  # noqa: E402
+from evotune.triton_tuning.builds import unspecialised, value_class  # noqa: E402
 from evotune.triton_tuning.configs import Candidates  # noqa: E402
 from evotune.triton_tuning.references import load_kernel  # noqa: E402
 from evotune.triton_tuning.resources import compile_config, over_limits  # noqa: E402
@@ -84,9 +85,12 @@ TOLERANCE = {"bfloat16": 2e-2, "float16": 5e-3, "float32": 1e-4, "float8_e4m3fn"
 MAX_SAMPLES = 4  # timing samples kept per point in the landscapes
 
 
-def specialization(m: int) -> str:
+def specialization(m: int, unspecialised: frozenset[str] = frozenset()) -> str:
     """Triton compiles one kernel per class of the integer M (:func:`evotune.triton_tuning.builds.value_class`): 1,
-    a multiple of 16, anything else."""
+    a multiple of 16, anything else; one for every M where the kernel is not specialised on it (``unspecialised``,
+    the package's fused MoE on a GPU)."""
+    if "M" in unspecialised:
+        return "any"
     return {"1": "1", "16": "16n"}.get(value_class(m), "other")
 
 
@@ -193,7 +197,7 @@ class Inputs:
 
 
 #: a representative M of each specialization: Triton's compiled kernel depends on the class, not the value
-REPRESENTATIVE_M = {"1": 1, "16n": 16, "other": 8}
+REPRESENTATIVE_M = {"1": 1, "16n": 16, "other": 8, "any": 16}
 
 
 @functools.cache
@@ -300,11 +304,12 @@ def grid(opts: argparse.Namespace, deadline: float) -> dict[str, Any]:
         # every (specialization, configuration) the sizes left need, submitted in the order they are timed: the
         # timing of one configuration overlaps the compiling of the next ones
         todo = plan(opts, order, points, sizes)
+        free = unspecialised(kernel.fn)
         futures: dict[tuple[str, int], Any] = {}
         for key in order:
             if not sizes.get(key_name(key), {}).get("complete"):
                 for i in todo[key_name(key)]:
-                    spec = specialization(key["M"])
+                    spec = specialization(key["M"], free)
                     if (spec, i) not in futures:
                         futures[spec, i] = pool.submit(compile_one, i, points[i], spec, key, str(opts.keys))
         for key in order:
@@ -326,7 +331,7 @@ def grid(opts: argparse.Namespace, deadline: float) -> dict[str, Any]:
                     continue
                 if time.perf_counter() > deadline:
                     break
-                fut = futures.get((specialization(key["M"]), i))
+                fut = futures.get((specialization(key["M"], free), i))
                 try:
                     seconds, error = fut.result() if fut is not None else (0.0, None)
                 except Exception as exc:  # the worker died (a crash in the compiler): this configuration fails

@@ -92,6 +92,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -104,7 +105,7 @@ from evotune.model.outcome import WorkerStart  # noqa: E402
 from evotune.model.plan import Family, Key, Plan, make_plan, only, parse_batch_sizes  # noqa: E402
 from evotune.model.preload import DEFAULT_TUNER  # noqa: E402
 from evotune.model.runner import Ledger, visible_gpus  # noqa: E402
-from evotune.triton_tuning.builds import value_class  # noqa: E402
+from evotune.triton_tuning.builds import unspecialised, value_class  # noqa: E402
 
 #: the grid comparison's dtypes: tune-model's ``--dtype`` -> the keys' torch dtype (fp8: e4m3 activations and
 #: weights scaled per tensor, vLLM's ``fp8_w8a8`` fused MoE, the output bf16)
@@ -467,11 +468,20 @@ def not_retimed(ms: list[int], retimed: set[int], grid_timed: set[int], decided:
             for m in ms if m not in retimed}
 
 
+def _m_class() -> Callable[[int], str]:
+    """The class of a batch size the fused-MoE kernel is built for: one for every M where it is not specialised on M
+    (the package's kernel, not interpreted), else Triton's value class (1, a multiple of 16, neither)."""
+    from search_spaces import _triton_fused_moe as moe
+
+    return (lambda m: "*") if "M" in unspecialised(moe.moe_gemm_kernel) else value_class
+
+
 def _grid_costs(sizes: dict[str, Any], ms: list[int], gpus: int, jobs: int, wall: float,
                 limit: int) -> tuple[dict[str, Any], dict[str, Any], dict[int, list[tuple[float, int]]]]:
     """What the grid's run measured, the whole grid's costs estimated from its per-configuration costs, and each
     batch size's timed configurations (time, grid index), fastest first."""
     configs = limit or GRID_CONFIGS
+    m_class = _m_class()
     compiled: dict[tuple[str, str], float] = {}  # (specialisation, index) -> compile seconds, counted once
     gpu_s, timed, per_m_timing = 0.0, 0, {}
     rows_by_m: dict[int, list[tuple[float, int]]] = {}
@@ -484,7 +494,7 @@ def _grid_costs(sizes: dict[str, Any], ms: list[int], gpus: int, jobs: int, wall
         if rows:
             per_m_timing[m] = statistics.fmean(bench)
         for i, r in rows.items():
-            compiled.setdefault((value_class(m), i), float(r["compile_s"] or 0.0))
+            compiled.setdefault((m_class(m), i), float(r["compile_s"] or 0.0))
         rows_by_m[m] = sorted((float(r["time_ms"]), int(i)) for i, r in rows.items() if r["status"] == "ok")
     compile_s = sum(compiled.values())
     measured = {"wall_s": wall, "gpu_s": gpu_s, "configs_timed": timed, "compiled": len(compiled),
@@ -492,7 +502,7 @@ def _grid_costs(sizes: dict[str, Any], ms: list[int], gpus: int, jobs: int, wall
     per_compile = compile_s / len(compiled) if compiled else 0.0
     mean_timing = statistics.fmean(per_m_timing.values()) if per_m_timing else 0.0
     est_gpu = sum(per_m_timing.get(m, mean_timing) for m in ms) * configs
-    est_compile = per_compile * configs * len({value_class(m) for m in ms})
+    est_compile = per_compile * configs * len({m_class(m) for m in ms})
     # the grid's way overlaps the compiles (a pool of `jobs` a GPU) with the timing (one GPU each)
     estimate = {"gpu_s": est_gpu, "compile_s": est_compile, "per_config_timing_s": mean_timing,
                 "per_config_compile_s": per_compile, "configs": configs * len(ms),

@@ -89,7 +89,10 @@ SPACE = SearchSpace(
 )
 
 
-@triton.jit
+# not specialised on M: M only bounds the routed slots (``slots < M * top_k``), never an address or a tile, so a
+# configuration built for one batch size is the binary for every other (specialised, Triton builds one for M = 1,
+# one for multiples of 16 and one for the rest: three builds of every configuration a model's batch sizes try)
+@triton.jit(do_not_specialize=["M"])
 def moe_gemm_kernel(a, w, c, slot_ids, block_expert, align_offsets, weights, a_scale, w_scale, M, N, K, E,
                     stride_am, stride_ak, stride_we, stride_wn, stride_wk, stride_cm, stride_cn,
                     top_k: tl.constexpr, FP8: tl.constexpr, SCALE_BLOCK: tl.constexpr, BLOCK_SIZE_M: tl.constexpr,

@@ -1,5 +1,6 @@
 """Compiles across batch sizes: a fused-MoE configuration built for one key is built for every key Triton
-specialises the same (M = 1, a multiple of 16, or neither), and a key's search weighs the configurations not built
+specialises the same (M = 1, a multiple of 16, or neither; any M for a kernel not specialised on M, as the
+package's fused MoE), and a key's search weighs the configurations not built
 yet by their compile (``compile_cost``). A stand-in measures each configuration on a synthetic landscape and counts
 a compile the first time a configuration is measured for a specialisation, as Triton's shared on-disk cache does."""
 
@@ -16,7 +17,7 @@ from evotune.core.problem import Problem
 from evotune.core.result import EvalResult, Status
 from evotune.core.space import Context, FeasibleSet, Point, SearchSpace, ordinal
 from evotune.search.compile_cost import Kernels
-from evotune.triton_tuning.builds import built_points, specialisation
+from evotune.triton_tuning.builds import built_points, specialisation, unspecialised
 from evotune.triton_tuning.cache import DecisionStore, KernelId
 from evotune.triton_tuning.compile_count import CompileCount
 from evotune.triton_tuning.configs import LaunchContext
@@ -43,12 +44,13 @@ class CountingCompiles:
     """Times a configuration by a smooth landscape of the key (large tiles pay off with M); a configuration's first
     measurement for a specialisation is a compile."""
 
-    def __init__(self) -> None:
+    def __init__(self, unspecialised: frozenset[str] = frozenset()) -> None:
         self.built: set[tuple[tuple[str, ...], str]] = set()
         self.compiles: dict[int, int] = {}
+        self.unspecialised = unspecialised
 
     def measure(self, key: dict[str, Any], point: Point) -> EvalResult:
-        spec = (specialisation(key), SPACE.key(point))
+        spec = (specialisation(key, self.unspecialised), SPACE.key(point))
         if spec not in self.built:
             self.built.add(spec)
             self.compiles[key["M"]] = self.compiles.get(key["M"], 0) + 1
@@ -61,21 +63,24 @@ class CountingCompiles:
 
 
 def key_job(cache: DecisionStore, standin: CountingCompiles, m: int, compile_cost: float) -> KeyJob:
-    """The job ``evotune.autotune`` makes of a fused-MoE key (tune-model's compile cost, the built points)."""
+    """The job ``evotune.autotune`` makes of a fused-MoE key (tune-model's compile cost, the built points; the
+    stand-in's arguments not specialised on as the kernel's)."""
     key = {"M": m, "N": N, "K": K, "E": E}
     ctx = LaunchContext(args={"M": m, "N": N, "K": K, "E": E, "top_k": TOP_K, "a": Half()})
     return KeyJob(cache, key, SPACE, SPACE.feasible(ctx), None, BUDGET, lambda p: standin.measure(key, p),
                   lambda p: lambda: None, WallClockTimer(), confirm=1, ctx=ctx, compile_cost=compile_cost,
-                  built=built_points(cache, key, SPACE) if compile_cost > 0 else frozenset())
+                  built=built_points(cache, key, SPACE, standin.unspecialised) if compile_cost > 0 else frozenset())
 
 
 def store(tmp_path: Path) -> DecisionStore:
     return DecisionStore(f"sqlite:///{tmp_path}/autotune.db", KernelId("moe", "0" * 16, "3", "cpu"))
 
 
-def tune_keys(tmp_path: Path, ms: list[int], compile_cost: float) -> dict[int, int]:
+def tune_keys(tmp_path: Path, ms: list[int], compile_cost: float,
+              unspecialised: frozenset[str] = frozenset()) -> dict[int, int]:
     """Each key's compiles, the keys tuned in order."""
-    cache, standin = store(tmp_path), CountingCompiles()
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    cache, standin = store(tmp_path), CountingCompiles(unspecialised)
     for m in ms:
         tune_key(key_job(cache, standin, m, compile_cost))
     return standin.compiles
@@ -84,6 +89,23 @@ def tune_keys(tmp_path: Path, ms: list[int], compile_cost: float) -> dict[int, i
 def test_keys_of_one_specialisation_share_their_builds() -> None:
     assert specialisation({"M": 16, "N": 7168}) == specialisation({"M": 48, "N": 7168})
     assert len({specialisation({"M": m}) for m in (1, 2, 4, 16)}) == 3  # 1; 2 and 4 (neither); 16
+
+
+def test_a_kernel_not_specialised_on_m_shares_its_builds_across_every_batch_size(tmp_path) -> None:
+    """The package's fused MoE is not specialised on M (M only bounds its routed slots): what M = 16 built is built
+    for M = 1 and 2 too, and their searches count it so; fewer keys of the sweep compile."""
+    from search_spaces import _triton_fused_moe as moe
+
+    assert unspecialised(moe.moe_gemm_kernel) == {"M"}  # the jit function, as a GPU run loads it
+    assert len({specialisation({"M": m, "N": N}, frozenset({"M"})) for m in (1, 2, 4, 16, 48)}) == 1
+    cache, standin = store(tmp_path), CountingCompiles(frozenset({"M"}))
+    tune_key(key_job(cache, standin, 16, COMPILE_COST))
+    measured = {k for _, k in standin.built}
+    assert all(key_job(cache, standin, m, COMPILE_COST).built == measured for m in (1, 2))
+    ms = [1, 2, 4, 8, 16, 32]
+    shared = tune_keys(tmp_path / "shared", ms, COMPILE_COST, frozenset({"M"}))
+    apart = tune_keys(tmp_path / "apart", ms, COMPILE_COST)
+    assert sum(shared.values()) < sum(apart.values())
 
 
 def test_a_space_that_compiles_every_parameter_counts_the_built_points() -> None:

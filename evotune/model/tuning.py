@@ -70,7 +70,8 @@ SOURCES = {
 
 def compile_cost() -> float:
     """A configuration's compile in evaluations' worth of time: a key's search weighs the configurations not built
-    for an earlier key of the same specialisation (Triton's: M is 1, a multiple of 16, or neither) by it. The
+    for an earlier key of the same specialisation (Triton's: M is 1, a multiple of 16, or neither; any M for the
+    fused MoE, which is not specialised on it) by it. The
     build processes compile side by side while the GPU times, so a build costs the run its share of them; weighed
     as a whole build, a later key's search would keep to the configurations built for smaller batch sizes."""
     return BUILD_S / (EVAL_S * build_processes())

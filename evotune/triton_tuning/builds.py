@@ -1,13 +1,15 @@
 """Which configurations of a key are built already: measured for another key that Triton compiles the same.
 
 Triton specialises a kernel by its integer arguments only through their value class: 1, divisible by 16, or
-neither (and its tensors by dtype). A configuration measured for one key is in Triton's on-disk cache for every
-key whose values fall in the same classes (M = 16, 32 and 48 of one N, K share a binary; M = 1, 2 and 16 do not),
-so a search over a later key can count it as costing no compile (:mod:`evotune.search.compile_cost`).
+neither (and its tensors by dtype), and not at all by an argument the kernel names in ``do_not_specialize``. A
+configuration measured for one key is in Triton's on-disk cache for every key whose values fall in the same
+classes (M = 16, 32 and 48 of one N, K share a binary; M = 1, 2 and 16 do not, unless M is not specialised), so a
+search over a later key can count it as costing no compile (:mod:`evotune.search.compile_cost`).
 
 Example::
 
-    specialisation({"M": 48, "N": 4096, "a.dtype": "torch.float16"})   # ("16", "16", "torch.float16")
+    specialisation({"M": 48, "N": 4096, "a.dtype": "torch.float16"})   # ("M=16", "N=16", "a.dtype=torch.float16")
+    specialisation({"M": 48, "N": 4096}, unspecialised=frozenset({"M"}))   # ("M=*", "N=16")
 """
 
 from __future__ import annotations
@@ -30,18 +32,26 @@ def value_class(value: Any) -> str:
     return str(value)
 
 
-def specialisation(key: dict[str, Any]) -> tuple[str, ...]:
-    """The key as Triton's specialisation sees it: two keys with the same one share every compiled configuration."""
-    return tuple(f"{name}={value_class(value)}" for name, value in key.items())
+def unspecialised(fn: Any) -> frozenset[str]:
+    """The arguments a jitted kernel is not specialised on (Triton's ``do_not_specialize``, by name)."""
+    return frozenset(p.name for p in getattr(fn, "params", ()) if getattr(p, "do_not_specialize", False))
 
 
-def built_points(cache: DecisionStore, key: dict[str, Any], space: SearchSpace) -> frozenset[str]:
+def specialisation(key: dict[str, Any], unspecialised: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """The key as Triton's specialisation sees it: two keys with the same one share every compiled configuration.
+    A value of ``unspecialised`` (arguments the kernel is not specialised on) is any value (``*``)."""
+    return tuple(f"{name}={'*' if name in unspecialised else value_class(value)}" for name, value in key.items())
+
+
+def built_points(cache: DecisionStore, key: dict[str, Any], space: SearchSpace,
+                 unspecialised: frozenset[str] = frozenset()) -> frozenset[str]:
     """The points (``space.key``) measured for the other keys of ``cache``'s kernel that share ``key``'s
-    specialisation: built already, in the Triton cache every process of the host shares."""
-    mine = specialisation(key)
+    specialisation (``unspecialised``: the arguments the kernel is not specialised on): built already, in the
+    Triton cache every process of the host shares."""
+    mine = specialisation(key, unspecialised)
     out: set[str] = set()
     for other, name, decision in cache.tuned():
-        if other == key or list(other) != list(key) or specialisation(other) != mine:
+        if other == key or list(other) != list(key) or specialisation(other, unspecialised) != mine:
             continue
         for t in cache.decided_trials(name, decision):
             if t.state != TrialState.COMPLETE:
