@@ -69,7 +69,7 @@ from evotune.core.space import Point  # noqa: E402
 from evotune.measurement.options import TimingOptions  # noqa: E402
 from evotune.measurement.workloads.gemm_fp8 import SCALED_TOLERANCE  # noqa: E402
 from evotune.triton_tuning.ahead import load_keys  # noqa: E402
-from evotune.triton_tuning.builds import unspecialised, value_class  # noqa: E402
+from evotune.triton_tuning.builds import not_specialised_on, value_class  # noqa: E402
 from evotune.triton_tuning.configs import Candidates  # noqa: E402
 from evotune.triton_tuning.references import load_kernel  # noqa: E402
 from evotune.triton_tuning.resources import compile_config, over_limits  # noqa: E402
@@ -304,7 +304,7 @@ def grid(opts: argparse.Namespace, deadline: float) -> dict[str, Any]:
         # every (specialization, configuration) the sizes left need, submitted in the order they are timed: the
         # timing of one configuration overlaps the compiling of the next ones
         todo = plan(opts, order, points, sizes)
-        free = unspecialised(kernel.fn)
+        free = not_specialised_on(kernel.fn)
         futures: dict[tuple[str, int], Any] = {}
         for key in order:
             if not sizes.get(key_name(key), {}).get("complete"):

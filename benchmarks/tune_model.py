@@ -105,7 +105,7 @@ from evotune.model.outcome import WorkerStart  # noqa: E402
 from evotune.model.plan import Family, Key, Plan, make_plan, only, parse_batch_sizes  # noqa: E402
 from evotune.model.preload import DEFAULT_TUNER  # noqa: E402
 from evotune.model.runner import Ledger, visible_gpus  # noqa: E402
-from evotune.triton_tuning.builds import unspecialised, value_class  # noqa: E402
+from evotune.triton_tuning.builds import not_specialised_on, value_class  # noqa: E402
 
 #: the grid comparison's dtypes: tune-model's ``--dtype`` -> the keys' torch dtype (fp8: e4m3 activations and
 #: weights scaled per tensor, vLLM's ``fp8_w8a8`` fused MoE, the output bf16)
@@ -473,7 +473,7 @@ def _m_class() -> Callable[[int], str]:
     (the package's kernel, not interpreted), else Triton's value class (1, a multiple of 16, neither)."""
     from search_spaces import _triton_fused_moe as moe
 
-    return (lambda m: "*") if "M" in unspecialised(moe.moe_gemm_kernel) else value_class
+    return (lambda m: "*") if "M" in not_specialised_on(moe.moe_gemm_kernel) else value_class
 
 
 def _grid_costs(sizes: dict[str, Any], ms: list[int], gpus: int, jobs: int, wall: float,

@@ -17,7 +17,7 @@ from evotune.core.problem import Problem
 from evotune.core.result import EvalResult, Status
 from evotune.core.space import Context, FeasibleSet, Point, SearchSpace, ordinal
 from evotune.search.compile_cost import Kernels
-from evotune.triton_tuning.builds import built_points, specialisation, unspecialised
+from evotune.triton_tuning.builds import built_points, not_specialised_on, specialisation
 from evotune.triton_tuning.cache import DecisionStore, KernelId
 from evotune.triton_tuning.compile_count import CompileCount
 from evotune.triton_tuning.configs import LaunchContext
@@ -96,7 +96,7 @@ def test_a_kernel_not_specialised_on_m_shares_its_builds_across_every_batch_size
     for M = 1 and 2 too, and their searches count it so; fewer keys of the sweep compile."""
     from search_spaces import _triton_fused_moe as moe
 
-    assert unspecialised(moe.moe_gemm_kernel) == {"M"}  # the jit function, as a GPU run loads it
+    assert not_specialised_on(moe.moe_gemm_kernel) == {"M"}  # the jit function, as a GPU run loads it
     assert len({specialisation({"M": m, "N": N}, frozenset({"M"})) for m in (1, 2, 4, 16, 48)}) == 1
     cache, standin = store(tmp_path), CountingCompiles(frozenset({"M"}))
     tune_key(key_job(cache, standin, 16, COMPILE_COST))

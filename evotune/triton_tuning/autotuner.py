@@ -39,7 +39,7 @@ from typing import Any
 from evotune.core.result import EvalResult
 from evotune.core.space import FeasibleSet, Point, SearchSpace
 from evotune.search import launch
-from evotune.triton_tuning.builds import built_points, unspecialised
+from evotune.triton_tuning.builds import built_points, not_specialised_on
 from evotune.triton_tuning.cache import CacheArg, Decision, DecisionStore, KernelId, cache_url
 from evotune.triton_tuning.compile_ahead import CompilePool, PointBuilds, compile_ahead, pool_depth
 from evotune.triton_tuning.configs import Candidates, LaunchContext, TritonConfig
@@ -244,7 +244,7 @@ class Autotuner:
                      pool=self._pool(args, kwargs, candidates, space) if CompilePool.available() else None,
                      programs=None if counts is None else (lambda p: counts[space.key(p)]), sms=_sms(args),
                      ctx=LaunchContext(args={**(self.nargs or {}), **kwargs}), compile_cost=self.compile_cost,
-                     built=built_points(self.decision_store, fields, space, unspecialised(self.fn))
+                     built=built_points(self.decision_store, fields, space, not_specialised_on(self.fn))
                      if self.compile_cost > 0 else frozenset())
         started = time.perf_counter()
         decision = tune_key(job)

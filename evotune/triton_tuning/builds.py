@@ -32,7 +32,7 @@ def value_class(value: Any) -> str:
     return str(value)
 
 
-def unspecialised(fn: Any) -> frozenset[str]:
+def not_specialised_on(fn: Any) -> frozenset[str]:
     """The arguments a jitted kernel is not specialised on (Triton's ``do_not_specialize``, by name)."""
     return frozenset(p.name for p in getattr(fn, "params", ()) if getattr(p, "do_not_specialize", False))
 
