@@ -69,7 +69,7 @@ from evotune.core.space import Point  # noqa: E402
 from evotune.measurement.options import TimingOptions  # noqa: E402
 from evotune.measurement.workloads.gemm_fp8 import SCALED_TOLERANCE  # noqa: E402
 from evotune.triton_tuning.ahead import load_keys  # noqa: E402
-from evotune.triton_tuning.builds import not_specialised_on, value_class  # noqa: E402
+from evotune.triton_tuning.builds import not_specialised_on, specialisation  # noqa: E402
 from evotune.triton_tuning.configs import Candidates  # noqa: E402
 from evotune.triton_tuning.references import load_kernel  # noqa: E402
 from evotune.triton_tuning.resources import compile_config, over_limits  # noqa: E402
@@ -86,12 +86,14 @@ MAX_SAMPLES = 4  # timing samples kept per point in the landscapes
 
 
 def specialization(m: int, unspecialised: frozenset[str] = frozenset()) -> str:
-    """Triton compiles one kernel per class of the integer M (:func:`evotune.triton_tuning.builds.value_class`): 1,
-    a multiple of 16, anything else; one for every M where the kernel is not specialised on it (``unspecialised``,
-    the package's fused MoE on a GPU)."""
-    if "M" in unspecialised:
-        return "any"
-    return {"1": "1", "16": "16n"}.get(value_class(m), "other")
+    """The kernel Triton compiles for M (:func:`evotune.triton_tuning.builds.specialisation`), by this benchmark's
+    label: one for M = 1, one for a multiple of 16, one for anything else; one for every M where the kernel is not
+    specialised on it (``unspecialised``, the package's fused MoE on a GPU)."""
+    return SPECIALIZATIONS[specialisation({"M": m}, unspecialised)[0]]
+
+
+#: builds.specialisation's class of M -> its label here
+SPECIALIZATIONS = {"M=1": "1", "M=16": "16n", "M=-": "other", "M=*": "any"}
 
 
 def grid_points(space: Any) -> list[Point]:

@@ -105,7 +105,7 @@ from evotune.model.outcome import WorkerStart  # noqa: E402
 from evotune.model.plan import Family, Key, Plan, make_plan, only, parse_batch_sizes  # noqa: E402
 from evotune.model.preload import DEFAULT_TUNER  # noqa: E402
 from evotune.model.runner import Ledger, visible_gpus  # noqa: E402
-from evotune.triton_tuning.builds import not_specialised_on, value_class  # noqa: E402
+from evotune.triton_tuning.builds import not_specialised_on, specialisation  # noqa: E402
 
 #: the grid comparison's dtypes: tune-model's ``--dtype`` -> the keys' torch dtype (fp8: e4m3 activations and
 #: weights scaled per tensor, vLLM's ``fp8_w8a8`` fused MoE, the output bf16)
@@ -468,12 +468,14 @@ def not_retimed(ms: list[int], retimed: set[int], grid_timed: set[int], decided:
             for m in ms if m not in retimed}
 
 
-def _m_class() -> Callable[[int], str]:
-    """The class of a batch size the fused-MoE kernel is built for: one for every M where it is not specialised on M
-    (the package's kernel, not interpreted), else Triton's value class (1, a multiple of 16, neither)."""
+def _m_class() -> Callable[[int], tuple[str, ...]]:
+    """What the fused-MoE kernel is built for at a batch size: Triton's specialisation of M
+    (:func:`~evotune.triton_tuning.builds.specialisation`), one for every M where the kernel is not specialised on it
+    (the package's, not interpreted)."""
     from search_spaces import _triton_fused_moe as moe
 
-    return (lambda m: "*") if "M" in not_specialised_on(moe.moe_gemm_kernel) else value_class
+    free = not_specialised_on(moe.moe_gemm_kernel)
+    return lambda m: specialisation({"M": m}, free)
 
 
 def _grid_costs(sizes: dict[str, Any], ms: list[int], gpus: int, jobs: int, wall: float,
@@ -482,7 +484,7 @@ def _grid_costs(sizes: dict[str, Any], ms: list[int], gpus: int, jobs: int, wall
     batch size's timed configurations (time, grid index), fastest first."""
     configs = limit or GRID_CONFIGS
     m_class = _m_class()
-    compiled: dict[tuple[str, str], float] = {}  # (specialisation, index) -> compile seconds, counted once
+    compiled: dict[tuple[tuple[str, ...], str], float] = {}  # (specialisation, index) -> compile s, counted once
     gpu_s, timed, per_m_timing = 0.0, 0, {}
     rows_by_m: dict[int, list[tuple[float, int]]] = {}
     for size in sizes.values():
