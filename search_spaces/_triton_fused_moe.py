@@ -40,6 +40,10 @@ from evotune.authoring import Context, SearchSpace, constraint, ordinal
 
 BLOCK_M_CHOICES = (16, 32, 64, 128, 256)
 FP8_DTYPE = torch.float8_e4m3fn  # vLLM's fp8_w8a8
+#: the widest tile ``block-m-over-tokens-per-expert`` prunes: a tile of 16 or 32 rows no wider than an expert's
+#: average tokens splits the expert into several row blocks, each streaming its weight slice again (0.27-0.92 of the
+#: best on vLLM's grid on an H100 and an H200 wherever it was so); from 64 rows on the split is left to the timing
+NARROW_M = 32
 #: shared memory a Hopper block may use (227 KiB); the compiled-kernel check catches what this model misses
 SHARED_BYTES = 232_448
 
@@ -59,6 +63,16 @@ def _tokens_per_expert(ctx: Context) -> float:
     return float(args["M"] * args["top_k"] / args["E"])
 
 
+def _shared_bytes(p: Mapping[str, int], ctx: Context) -> int:
+    """The shared memory Triton's pipeliner gives the A and B tiles on Hopper: ``num_stages`` buffers of each where
+    the tile is issued as a warpgroup MMA (wgmma: 64 rows or more), one fewer where it falls back to mma.sync (16
+    and 32 rows), as the compiler reported for every configuration of vLLM's grid on an H100 and an H200 (Triton
+    3.6). Counting ``num_stages`` for every tile would prune configurations that fit (on an H200 at M = 64, the
+    fastest of the grid)."""
+    buffers = p["num_stages"] if p["BLOCK_SIZE_M"] >= 64 else p["num_stages"] - 1
+    return int((p["BLOCK_SIZE_M"] + p["BLOCK_SIZE_N"]) * p["BLOCK_SIZE_K"] * _launch(ctx)["a"].element_size() * buffers)
+
+
 SPACE = SearchSpace(
     "vllm_fused_moe",
     [ordinal("BLOCK_SIZE_M", BLOCK_M_CHOICES), ordinal("BLOCK_SIZE_N", (32, 64, 128, 256)),
@@ -72,6 +86,10 @@ SPACE = SearchSpace(
         constraint("block-m-vs-tokens-per-expert",
                    lambda p, ctx: p["BLOCK_SIZE_M"] <= max(16, 2 * _pow2_at_least(int(_tokens_per_expert(ctx)))),
                    "BLOCK_SIZE_M {BLOCK_SIZE_M} is over twice the tokens an expert gets on average: mostly padding"),
+        constraint("block-m-over-tokens-per-expert",
+                   lambda p, ctx: p["BLOCK_SIZE_M"] > min(NARROW_M, _tokens_per_expert(ctx)),
+                   "BLOCK_SIZE_M {BLOCK_SIZE_M} is no more than the tokens an expert gets on average: each expert's "
+                   "weights are streamed once a row block"),
         constraint("block-k-within-scale-block",
                    lambda p, ctx: p["BLOCK_SIZE_K"] <= (_launch(ctx).get("SCALE_BLOCK") or p["BLOCK_SIZE_K"]),
                    "BLOCK_SIZE_K {BLOCK_SIZE_K} spans more than one fp8 scale block along K"),
@@ -79,9 +97,7 @@ SPACE = SearchSpace(
                    lambda p, ctx: p["BLOCK_SIZE_M"] * p["BLOCK_SIZE_N"] <= 128 * 32 * p["num_warps"],
                    "a {BLOCK_SIZE_M}x{BLOCK_SIZE_N} fp32 accumulator needs over 128 registers a thread with "
                    "{num_warps} warps"),
-        constraint("shared-memory",
-                   lambda p, ctx: (p["BLOCK_SIZE_M"] + p["BLOCK_SIZE_N"]) * p["BLOCK_SIZE_K"]
-                   * _launch(ctx)["a"].element_size() * p["num_stages"] <= SHARED_BYTES,
+        constraint("shared-memory", lambda p, ctx: _shared_bytes(p, ctx) <= SHARED_BYTES,
                    "{num_stages} stages of {BLOCK_SIZE_M}x{BLOCK_SIZE_K} and {BLOCK_SIZE_K}x{BLOCK_SIZE_N} tiles "
                    "exceed the shared memory"),
     ],

@@ -38,11 +38,41 @@ def test_space_is_vllms_grid_and_prunes_with_reasons(moe) -> None:
 
     fs = Candidates.from_space(moe.SPACE).feasible(mixtral)
     assert 0 < len(fs) < 1920
-    assert set(fs.pruned) == {"block-m-vs-tokens-per-expert", "shared-memory"}
+    # 64 x 2 / 8 = 16 tokens an expert on average: 64-row tiles are mostly padding, 16-row ones split each expert
+    assert set(fs.pruned) == {"block-m-vs-tokens-per-expert", "block-m-over-tokens-per-expert", "shared-memory"}
     assert "BLOCK_SIZE_M 64 is over twice the tokens" in fs.reasons["block-m-vs-tokens-per-expert"]
+    assert "BLOCK_SIZE_M 16 is no more than the tokens" in fs.reasons["block-m-over-tokens-per-expert"]
+    assert {fs.point(i)["BLOCK_SIZE_M"] for i in range(len(fs))} == {32}
     big = LaunchContext(args={"M": 4096, "N": 14336 // 8, "K": 4096, "E": 8, "top_k": 2, "a": a})
     prefill = Candidates.from_space(moe.SPACE).feasible(big)
     assert len(prefill) > len(fs) and "accumulator-registers" in prefill.pruned
+
+
+RECORDED = sorted((Path(__file__).resolve().parents[1] / "evotune" / "landscapes").glob("autotune_moe*/*.json.gz"))
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_shared_memory_rule_is_what_the_compiler_asked_for(moe, path: Path) -> None:
+    """The space's shared-memory rule against every configuration of vLLM's grid built on an H100 and an H200
+    (the shipped landscapes, bf16): the rule keeps exactly those that Triton built within the block's shared
+    memory (``num_stages`` buffers of a 64-row or wider tile, one fewer of a 16- or 32-row one), and prunes
+    exactly those refused for it."""
+    from evotune.core.landscape import load_landscape
+    from evotune.core.result import Status
+    from evotune.triton_tuning.configs import LaunchContext
+
+    rule = next(c for c in moe.SPACE.constraints if c.name == "shared-memory")
+    ctx = LaunchContext(args={"a": torch.empty(0, dtype=torch.bfloat16)})
+    landscape = load_landscape(path)
+    assert len(landscape) == moe.SPACE.size
+    wrong = []
+    for values, result in landscape.entries.items():
+        point = dict(zip(landscape.names, values, strict=True))
+        ok = result.status is Status.OK
+        refused = not ok and "shared memory" in (result.message or "")
+        if (rule.reason(point, ctx) is None) == refused or (not ok and not refused):
+            wrong.append((values, result.status.value, result.message))
+    assert not wrong
 
 
 #: vLLM's get_default_config (vllm/model_executor/layers/fused_moe/fused_moe.py) for a 16-bit or per-tensor fp8

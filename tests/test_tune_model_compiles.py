@@ -67,7 +67,9 @@ def key_job(cache: DecisionStore, standin: CountingCompiles, m: int, compile_cos
     stand-in's arguments not specialised on as the kernel's)."""
     key = {"M": m, "N": N, "K": K, "E": E}
     ctx = LaunchContext(args={"M": m, "N": N, "K": K, "E": E, "top_k": TOP_K, "a": Half()})
-    return KeyJob(cache, key, SPACE, SPACE.feasible(ctx), None, BUDGET, lambda p: standin.measure(key, p),
+    # built for the launch, as Candidates.feasible builds it (the space's own cache is keyed by hardware and problem,
+    # not by the launch's arguments)
+    return KeyJob(cache, key, SPACE, FeasibleSet.build(SPACE, ctx), None, BUDGET, lambda p: standin.measure(key, p),
                   lambda p: lambda: None, WallClockTimer(), confirm=1, ctx=ctx, compile_cost=compile_cost,
                   built=built_points(cache, key, SPACE, standin.unspecialised) if compile_cost > 0 else frozenset())
 
