@@ -54,7 +54,8 @@ With ``--compile-cost X`` each key's search weighs compiles as ``tune-kernel`` d
 time. Reported beside the fractions, per key: the new compiles (the points measured for the key that were not
 built for an earlier key of its specialisation, failed ones included: a configuration that fails at launch was
 compiled first) and the lowest decided fraction over the seeds. The default, 0, weighs no compile (the
-``Autotuner``'s own default); the new compiles are counted all the same.
+``Autotuner``'s own default); the new compiles are counted all the same. ``--unspecialised M`` says the kernel is
+not specialised on M (the package's fused MoE): a configuration built for any earlier key is built.
 """
 
 from __future__ import annotations
@@ -432,10 +433,12 @@ class SpaceRule:
 
 def replay_seed(keys: Sequence[ReplayKey], seed: int, budget: int, confirm: int, storage: str,
                 kernel: str = "matmul_kernel", grid: GridRule | None = None, sms: int | None = None,
-                compile_cost: float = 0.0) -> list[KeyRun]:
+                compile_cost: float = 0.0, unspecialised: frozenset[str] = frozenset()) -> list[KeyRun]:
     """Tune every key in order, on a fresh cache, with ``seed`` for each key's strategy (and, with ``grid``,
     the launch features of a GPU of ``sms`` multiprocessors, as ``evotune.autotune`` gives them; with
-    ``compile_cost`` above 0, each unbuilt configuration weighed by it, as ``Autotuner._tune`` weighs it)."""
+    ``compile_cost`` above 0, each unbuilt configuration weighed by it, as ``Autotuner._tune`` weighs it; a
+    configuration is built for every key of one specialisation, ``unspecialised`` naming the key's fields the
+    kernel is not specialised on)."""
     space = common_space(keys)
     runs = []
     with tempfile.TemporaryDirectory(prefix="autotune_replay_") as tmp:
@@ -450,7 +453,7 @@ def replay_seed(keys: Sequence[ReplayKey], seed: int, budget: int, confirm: int,
             programs = None if grid is None else functools.partial(grid.programs, key.fields)
             # counted whatever the cost, so that the runs without one report their compiles too; handed to the
             # search as the Autotuner hands it (only with a cost)
-            built = built_points(cache, key.fields, space)
+            built = built_points(cache, key.fields, space, unspecialised)
             job = KeyJob(cache, key.fields, space, feasible, None, budget, replay.measure, replay.make_call,
                          RecordedTimer(), confirm, seed=seed, programs=programs, sms=sms,
                          compile_cost=compile_cost, built=built if compile_cost > 0 else frozenset())
@@ -521,6 +524,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compile-cost", type=float, default=0.0, help="a configuration's compile in evaluations' "
                     "worth of time, as tune-kernel weighs it (tune-model: its compile_cost()); 0, the default, "
                     "weighs none")
+    ap.add_argument("--unspecialised", default="", help="the key's fields the kernel is not specialised on, "
+                    "comma-separated (Triton's do_not_specialize; M for the package's fused MoE): a configuration "
+                    "built for one key is built for every key that differs only in them")
     ap.add_argument("--space", help="FILE:NAME, the kernel's SearchSpace: each key keeps the recorded points its "
                     "constraints accept in the key's launch (needs --launch)")
     ap.add_argument("--launch", help="FILE:FUNCTION, the launch's arguments (what the constraints read as ctx.args) "
@@ -541,6 +547,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.launch and not args.space:
             raise UsageError("--space: missing: --launch is read for a space's constraints only (FILE:NAME)")
         keys = load_keys(args.landscapes, [o for o in args.order.split(",") if o])
+        unspecialised = frozenset(n for n in args.unspecialised.split(",") if n)
+        unknown = sorted(unspecialised - {f for k in keys for f in k.fields})
+        if unknown:
+            raise UsageError(f"--unspecialised: {', '.join(unknown)} is no field of the keys' "
+                             f"({', '.join(keys[0].fields)})")
         if args.space:
             rule = SpaceRule(args.space, args.launch)
             keys = [rule.apply(k) for k in keys]
@@ -556,12 +567,15 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     runs = [r for seed in range(args.seeds) for r in replay_seed(keys, seed, args.budget, args.confirm,
                                                                    args.storage, grid=grid, sms=args.sms,
-                                                                   compile_cost=args.compile_cost)]
+                                                                   compile_cost=args.compile_cost,
+                                                                   unspecialised=unspecialised)]
     summaries = summarize(keys, runs)
     features = f"launch features from {args.grid} ({args.sms or 'unknown'} SMs)" if grid else "no launch features"
     kept = f"the points {args.space} keeps" if args.space else "every recorded point"
     print(f"evotune.autotune replayed: {len(keys)} keys, {args.seeds} seeds, budget {args.budget}, "
-          f"confirm {args.confirm}, {features}, compile cost {args.compile_cost:g}, over {kept}; medians over seeds "
+          f"confirm {args.confirm}, {features}, compile cost {args.compile_cost:g}"
+          f"{', not specialised on ' + ','.join(sorted(unspecialised)) if unspecialised else ''}, over {kept}; "
+          f"medians over seeds "
           f"(pruned: the recorded points the space's constraints pruned; kept: the fraction of the fastest one "
           f"kept; lowest: the lowest decided fraction; new: the compiles not built for an earlier key)")
     for k in keys:
@@ -574,7 +588,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         doc = {"budget": args.budget, "seeds": args.seeds, "confirm": args.confirm, "target": TARGET,
                "grid": args.grid, "sms": args.sms, "compile_cost": args.compile_cost, "space": args.space,
-               "launch": args.launch,
+               "launch": args.launch, "unspecialised": sorted(unspecialised),
                "order": [k.name for k in keys], "passed": ok,
                "keys": [{**asdict(s), "passed": s.passed} for s in summaries],
                "runs": [{**asdict(r), "evals_to_99": r.evals_to()} for r in runs]}
