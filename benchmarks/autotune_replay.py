@@ -550,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
         unspecialised = frozenset(n for n in args.unspecialised.split(",") if n)
         unknown = sorted(unspecialised - {f for k in keys for f in k.fields})
         if unknown:
-            raise UsageError(f"--unspecialised: {', '.join(unknown)} is no field of the keys' "
+            raise UsageError(f"--unspecialised: {', '.join(unknown)}: not a field of the keys "
                              f"({', '.join(keys[0].fields)})")
         if args.space:
             rule = SpaceRule(args.space, args.launch)

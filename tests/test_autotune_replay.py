@@ -334,3 +334,27 @@ def test_fused_moe_space_prunes_the_recorded_grid_at_its_launch():
     assert kept.pruned["block-m-vs-tokens-per-expert"] == 1920 * 4 // 5
     assert set(kept.pruned) == {"block-m-vs-tokens-per-expert", "shared-memory"}
     assert {row[0] for row in kept.candidates} == {16} and kept.kept_fraction() == 1.0
+
+
+def test_unspecialised_fields_share_one_build_across_every_key():
+    """M = 4 and 8 are specialised apart from M = 16 (neither 1 nor a multiple of 16, against a multiple of 16):
+    apart, nothing measured for them is built for M = 16; for a kernel not specialised on M (``--unspecialised M``,
+    the package's fused MoE) every configuration measured with a time for the earlier keys is."""
+    mod = _replay()
+    folder = ROOT / "evotune" / "landscapes" / "autotune_moe_h200"
+    stems = [f"vllm_fused_moe_E8_N14336_K4096_M{m}_bf16" for m in (4, 8, 16)]
+    keys = mod.load_keys([str(folder / f"{stem}.json.gz") for stem in stems], stems)
+    apart, shared = (mod.replay_seed(keys, seed=0, budget=8, confirm=2, storage="sqlite", compile_cost=0.54,
+                                     unspecialised=free) for free in (frozenset(), frozenset({"M"})))
+    assert apart[1].built > 0 and apart[2].built == 0  # M = 8 shares M = 4's specialisation, M = 16 does not
+    timed = {p for key, run in zip(keys[:2], shared, strict=False) for p in run.measured if _ok(key, p)}
+    assert shared[2].built == len(timed) > 0
+    assert shared[2].new_compiles == len(set(shared[2].measured) - timed)
+
+
+def test_bad_unspecialised_is_one_line_exit_2(landscapes, tmp_path, capsys):
+    mod = _replay()
+    out = tmp_path / "replay.json"
+    rc = mod.main(["--landscapes", str(landscapes), "--unspecialised", "M,Q", "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err == "error: --unspecialised: Q: not a field of the keys (M, N, K, dtype)" and not out.exists()
