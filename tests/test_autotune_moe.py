@@ -15,7 +15,8 @@ import pytest
 pytest.importorskip("triton")
 torch = pytest.importorskip("torch")
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "triton_autotune"
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples" / "triton_autotune"
 
 
 @pytest.fixture
@@ -48,7 +49,7 @@ def test_space_is_vllms_grid_and_prunes_with_reasons(moe) -> None:
     assert len(prefill) > len(fs) and "accumulator-registers" in prefill.pruned
 
 
-RECORDED = sorted((Path(__file__).resolve().parents[1] / "evotune" / "landscapes").glob("autotune_moe*/*.json.gz"))
+RECORDED = sorted((ROOT / "evotune" / "landscapes").glob("autotune_moe*/*.json.gz"))
 
 
 @pytest.mark.parametrize("path", RECORDED, ids=lambda p: f"{p.parent.name}/{p.name}")

@@ -20,7 +20,7 @@ from evotune.search.compile_cost import Kernels
 from evotune.triton_tuning.builds import built_points, not_specialised_on, specialisation
 from evotune.triton_tuning.cache import DecisionStore, KernelId
 from evotune.triton_tuning.compile_count import CompileCount
-from evotune.triton_tuning.configs import LaunchContext
+from evotune.triton_tuning.configs import Candidates, LaunchContext
 from evotune.triton_tuning.neighbours import sources
 from evotune.triton_tuning.search import KeyJob, _search, tune_key
 from evotune.triton_tuning.timers import WallClockTimer
@@ -67,9 +67,10 @@ def key_job(cache: DecisionStore, standin: CountingCompiles, m: int, compile_cos
     stand-in's arguments not specialised on as the kernel's)."""
     key = {"M": m, "N": N, "K": K, "E": E}
     ctx = LaunchContext(args={"M": m, "N": N, "K": K, "E": E, "top_k": TOP_K, "a": Half()})
-    # built for the launch, as Candidates.feasible builds it (the space's own cache is keyed by hardware and problem,
-    # not by the launch's arguments)
-    return KeyJob(cache, key, SPACE, FeasibleSet.build(SPACE, ctx), None, BUDGET, lambda p: standin.measure(key, p),
+    # the candidates the Autotuner keeps for this launch (the space's own cache is keyed by hardware and problem, not
+    # by the launch's arguments)
+    feasible = Candidates.from_space(SPACE).feasible(ctx)
+    return KeyJob(cache, key, SPACE, feasible, None, BUDGET, lambda p: standin.measure(key, p),
                   lambda p: lambda: None, WallClockTimer(), confirm=1, ctx=ctx, compile_cost=compile_cost,
                   built=built_points(cache, key, SPACE, standin.unspecialised) if compile_cost > 0 else frozenset())
 
