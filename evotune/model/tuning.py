@@ -153,7 +153,7 @@ class AutotuneTuner:
             keys.write_text("[[key]]\n" + "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in fields.items()))
             try:
                 ((_, config, decision),) = tune_kernel(source.ref, keys, self.cache, source.space, source.key,
-                                                       events.append, compile_cost())
+                                                       events.append, compile_cost(), self._after(key))
             except AheadError as exc:
                 raise ModelError(str(exc)) from None
         done = events[-1]
@@ -166,6 +166,13 @@ class AutotuneTuner:
                        (None if decision is None else decision.time_ms), untuned_ms,
                        "single" if decision is None else decision.how, _device(), str(triton.__version__),
                        SPACES[family], count.compiles, count.loads, done.timing_s)
+
+    def _after(self, key: Key) -> list[dict[str, Any]]:
+        """The keys of ``key``'s kernel after it, in the plan's order, by the fields its keys file names (their
+        configurations are built while ``key`` is searched)."""
+        keys = next(k.keys for k in self.plan.kernels if k.shape == key.shape)
+        later = keys[keys.index(key) + 1:]
+        return [k.fields() for k in later]
 
     def close(self) -> None:
         """Stop the build processes (at once: the keys are decided, nothing waits for a build) and the dense keys'

@@ -32,7 +32,7 @@ import inspect
 import os
 import time
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -150,10 +150,13 @@ def check_device() -> None:
 
 def tune_kernel(ref: str, keys_path: Path, cache: str | None = None, space: str | None = None,
                 key_names: str | None = None, progress: Callable[[KeyProgress], None] | None = None,
-                compile_cost: float = 0.0) -> list[tuple[dict[str, Any], Any, Decision | None]]:
+                compile_cost: float = 0.0, upcoming: Sequence[dict[str, Any]] = ()
+                ) -> list[tuple[dict[str, Any], Any, Decision | None]]:
     """Tune every key of the file; (the key's fields, the chosen triton.Config, its decision) for each.
     ``compile_cost`` (evaluations' worth of time a compile takes): above 0, each key's search weighs the
-    configurations not built for an earlier key of the same specialisation by it."""
+    configurations not built for an earlier key of the same specialisation by it. ``upcoming``: keys (as the file
+    gives them) to be tuned after the file's, whose configurations, with those of the file's later keys, the build
+    processes build while they idle (``Autotuner.upcoming``)."""
     kernel, module = load_kernel(ref, space, key_names)
     kernel.compile_cost = float(compile_cost)
     keys = load_keys(keys_path, module)
@@ -177,6 +180,9 @@ def tune_kernel(ref: str, keys_path: Path, cache: str | None = None, space: str 
         grid, args, kwargs = kept.pop() if kept else build_launch(keys, i, key)
         kwargs = without_config(kernel, kwargs)
         fields = kernel.key_fields(dict(zip(kernel.arg_names, args, strict=False)), kwargs)
+        # a later key's fields: this key's, with the values the keys file gives (the same tensors' dtypes)
+        kernel.upcoming = [{**fields, **{n: later[n] for n in fields if n in later}}
+                           for later in [*keys.keys[i + 1:], *upcoming]]
         before = _evaluations(kernel, fields)
         # other processes can make this launch: they build the search's proposals (build_processes.py)
         launch = LaunchRef(ref, space, key_names, keys.launch_name, tuple(key.items()), signature(args, kwargs))

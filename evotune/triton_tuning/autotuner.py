@@ -39,7 +39,7 @@ from typing import Any
 from evotune.core.result import EvalResult
 from evotune.core.space import FeasibleSet, Point, SearchSpace
 from evotune.search import launch
-from evotune.triton_tuning.builds import built_points, not_specialised_on
+from evotune.triton_tuning.builds import built_points, later_points, not_specialised_on, specialisation
 from evotune.triton_tuning.cache import CacheArg, Decision, DecisionStore, KernelId, cache_url
 from evotune.triton_tuning.compile_ahead import CompilePool, PointBuilds, compile_ahead, pool_depth
 from evotune.triton_tuning.configs import Candidates, LaunchContext, TritonConfig
@@ -107,6 +107,11 @@ class Autotuner:
         #: the launch being tuned (set by ``tune-kernel``, which names the kernel by reference:
         #: build_processes.py); None: threads of this process build them
         self.builds: Callable[[int, SearchSpace], PointBuilds] | None = None
+        #: the keys (their fields, as :meth:`key_fields` gives them) to be tuned after the one being tuned, nearest
+        #: first: while a key is searched, idle build processes build their configurations (builds.later_points),
+        #: and a later key's search counts those as built (set by ``tune-kernel`` and ``tune-model``)
+        self.upcoming: list[dict[str, Any]] = []
+        self._prebuilt: dict[tuple[str, ...], set[str]] = {}  # specialisation -> configurations built ahead
         # the GPU oracle always times CUDA graphs, and decisions always persist (where `cache` says): the two
         # flags of Triton's are kept as given and change nothing
         self.use_cuda_graph, self.cache_results = bool(use_cuda_graph), bool(cache_results)
@@ -241,11 +246,10 @@ class Autotuner:
                      lambda p: self._call(args, kwargs, candidates.config(p)), self.timer, self.confirm,
                      compile_ahead=lambda points: compile_ahead(self.fn, args, kwargs,
                                                                 [candidates.config(p) for p in points]),
-                     pool=self._pool(args, kwargs, candidates, space) if CompilePool.available() else None,
+                     pool=self._pool(args, kwargs, candidates, fs, fields) if CompilePool.available() else None,
                      programs=None if counts is None else (lambda p: counts[space.key(p)]), sms=_sms(args),
                      ctx=LaunchContext(args={**(self.nargs or {}), **kwargs}), compile_cost=self.compile_cost,
-                     built=built_points(self.decision_store, fields, space, not_specialised_on(self.fn))
-                     if self.compile_cost > 0 else frozenset())
+                     built=self._built(fields, space) if self.compile_cost > 0 else frozenset())
         started = time.perf_counter()
         decision = tune_key(job)
         self.bench_time = time.perf_counter() - started
@@ -267,14 +271,42 @@ class Autotuner:
             self.pre_hook({**(self.nargs or {}), **kwargs, **config.all_kwargs()}, reset_only=True)
         return config
 
-    def _pool(self, args: tuple[Any, ...], kwargs: dict[str, Any], candidates: Candidates,
-              space: SearchSpace) -> Callable[[], PointBuilds]:
+    def _built(self, fields: dict[str, Any], space: SearchSpace) -> frozenset[str]:
+        """The configurations built for ``fields``' specialisation: measured for another key, or built ahead."""
+        unspecialised = not_specialised_on(self.fn)
+        ahead = self._prebuilt.get(specialisation(fields, unspecialised), set())
+        return built_points(self.decision_store, fields, space, unspecialised) | frozenset(ahead)
+
+    def _pool(self, args: tuple[Any, ...], kwargs: dict[str, Any], candidates: Candidates, fs: FeasibleSet,
+              fields: dict[str, Any]) -> Callable[[], PointBuilds]:
         """What builds a searched key's proposals ahead: other processes where they can make the launch (a kernel
-        named by reference), else threads of this one."""
-        depth, builds = pool_depth(self.budget), self.builds
-        if builds is not None:
-            return lambda: builds(depth, space)
-        return lambda: CompilePool(self.fn, args, kwargs, candidates.config, space.key, depth)
+        named by reference), else threads of this one; the processes also build the :attr:`upcoming` keys'
+        configurations while the search leaves them idle."""
+        depth, builds, space = pool_depth(self.budget), self.builds, candidates.space
+        if builds is None:
+            return lambda: CompilePool(self.fn, args, kwargs, candidates.config, space.key, depth)
+        built_ahead = self._prebuilt.setdefault(specialisation(fields, not_specialised_on(self.fn)), set())
+
+        def make() -> PointBuilds:
+            pool = builds(depth, space)
+            later = self._later(kwargs, candidates, fs, fields)
+            if later:
+                pool.background(later, built_ahead.add)
+            return pool
+
+        return make
+
+    def _later(self, kwargs: dict[str, Any], candidates: Candidates, fs: FeasibleSet,
+               fields: dict[str, Any]) -> list[Point]:
+        """The :attr:`upcoming` keys' configurations to build while this key is searched: those of the keys of its
+        specialisation (so built with this launch), each key's candidates pruned for its launch (this launch with
+        the key's values), none built already."""
+        unspecialised = not_specialised_on(self.fn)
+        mine = specialisation(fields, unspecialised)
+        args = {**(self.nargs or {}), **kwargs}
+        later = [candidates.feasible(LaunchContext(args={**args, **{n: v for n, v in key.items() if n in args}}))
+                 for key in self.upcoming if key != fields and specialisation(key, unspecialised) == mine]
+        return later_points(candidates.space, fs, later, self._built(fields, candidates.space)) if later else []
 
     def _programs(self, fs: FeasibleSet, kwargs: dict[str, Any]) -> dict[str, int] | None:
         """Each candidate's program count at this launch (its grid at the configuration), for the search's

@@ -106,6 +106,9 @@ BUILD_WAIT_S = 300.0
 #: evaluations before it came, less than a build's time; ranked deeper, more are built when proposed (a re-ranking
 #: drops the builds not started: the extra depth costs idle processes' time)
 SPECULATED = 2
+#: processes kept free of background builds (:meth:`ProcessBuilds.background`), so that the search's next proposal
+#: starts building at once instead of behind builds of a later key's configurations
+RESERVED = 2
 #: build processes by default at most: past a dozen or so the pool outruns the GPU's timing, and each holds torch,
 #: Triton and the kernel (and, for a launch without a signature, a CUDA context and its key's tensors on the GPU)
 MAX_PROCESSES = 16
@@ -217,6 +220,9 @@ class ProcessBuilds:
         self.ahead = SPECULATED * depth
         self._pool = executor(ref)
         self._futures: dict[str, Future[bool | None]] = {}
+        self._later: list[Point] = []  # background builds not handed to the processes yet, next first
+        self._background: dict[str, Future[bool | None]] = {}
+        self._on_built: Callable[[str], None] = lambda key: None
 
     def submit(self, points: list[Point]) -> None:
         if self._pool is None:
@@ -226,6 +232,8 @@ class ProcessBuilds:
             return
         for point in points:
             key = self.key_of(point)
+            if self._adopt(key):  # begun in the background: waited for as the search's own
+                continue
             if key not in self._futures:
                 try:
                     future = pool.submit(build, self.ref, dict(point), _gpu())
@@ -233,6 +241,53 @@ class ProcessBuilds:
                     return
                 future.add_done_callback(lambda f: _warmed(pool, f))
                 self._futures[key] = future
+        self._refill()
+
+    def background(self, points: list[Point], on_built: Callable[[str], None]) -> None:
+        """Build ``points`` (configurations later keys will search, next first) while the processes idle: only
+        while none of the search's own builds is running or queued, and never on the last :data:`RESERVED`
+        processes, so that its next proposal starts building at once. ``on_built(key)`` hears each one built (or
+        found in the cache): a later key's search counts it as built, and its measurement as loaded, not compiled
+        (a key's compiles are its own search's). The ones not begun when the key ends are dropped."""
+        self._later = list(points)
+        self._on_built = on_built
+        self._refill()
+
+    def _refill(self) -> None:
+        """Hand background builds to the processes the search's own builds leave idle."""
+        pool = self._pool
+        if pool is None or pool not in _warm or not self._later:
+            return  # processes still starting: the search's own builds come first
+        if any(not f.done() for f in self._futures.values()):
+            return
+        room = self.depth - RESERVED - sum(not f.done() for f in self._background.values())
+        while room > 0 and self._later:
+            point = self._later.pop(0)
+            key = self.key_of(point)
+            if key in self._futures or key in self._background:
+                continue
+            try:
+                future = pool.submit(build, self.ref, dict(point), _gpu())
+            except RuntimeError:  # the pool broke: no more background builds for this key
+                self._later = []
+                return
+            future.add_done_callback(functools.partial(self._heard, key))
+            self._background[key] = future
+            room -= 1
+
+    def _heard(self, key: str, future: Future[bool | None]) -> None:
+        """A background build's end (in the pool's thread)."""
+        if not future.cancelled() and future.exception() is None and future.result() is not None:
+            self._on_built(key)
+
+    def _adopt(self, key: str) -> bool:
+        """Whether ``key`` was a background build, now the search's own: one still running is waited for and
+        counted as the key's compile (:meth:`wait`), one ended is a load."""
+        future = self._background.pop(key, None)
+        if future is None:
+            return False
+        self._futures[key] = _done if future.done() else future
+        return True
 
     #: builds still queued are taken back: the tuner may hand the search's next-ranked points to build meanwhile
     speculates = True
@@ -247,7 +302,9 @@ class ProcessBuilds:
         self.submit(points)
 
     def ready(self, point: Point) -> bool:
-        future = self._futures.get(self.key_of(point))
+        self._refill()
+        key = self.key_of(point)
+        future = self._futures.get(key, self._background.get(key))
         return future is None or future.done()
 
     def wait(self, point: Point) -> None:
@@ -255,6 +312,7 @@ class ProcessBuilds:
         out while the processes start (the pool marks the first few running before any process is up), is left
         to the measurement, which builds it here, sooner (a process that builds it too writes the same entry). While
         it waits, this process's GPU turn is given up (:mod:`evotune.measurement.gpu_turn`)."""
+        self._adopt(self.key_of(point))
         future = self._futures.get(self.key_of(point))
         if future is None:
             return
@@ -273,9 +331,11 @@ class ProcessBuilds:
 
     def close(self) -> None:
         """Builds not started are dropped; those running finish on their own, into the shared cache."""
-        for future in self._futures.values():
+        self._later = []
+        for future in [*self._futures.values(), *self._background.values()]:
             future.cancel()
         self._futures.clear()
+        self._background.clear()
 
 
 _done: Future[bool | None] = Future()

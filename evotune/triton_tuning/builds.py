@@ -6,6 +6,10 @@ configuration measured for one key is in Triton's on-disk cache for every key wh
 classes (M = 16, 32 and 48 of one N, K share a binary; M = 1, 2 and 16 do not, unless M is not specialised), so a
 search over a later key can count it as costing no compile (:mod:`evotune.search.compile_cost`).
 
+A key's search leaves its build processes idle much of the time (they build its next proposals while the GPU times
+the built ones); :func:`later_points` is what they build meanwhile for the keys tuned after it, so that a later
+key that opens new tile sizes (the fused MoE's 32-row tiles from M = 48) finds many of them built.
+
 Example::
 
     specialisation({"M": 48, "N": 4096, "a.dtype": "torch.float16"})   # ("M=16", "N=16", "a.dtype=torch.float16")
@@ -14,11 +18,13 @@ Example::
 
 from __future__ import annotations
 
+import zlib
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from optuna.trial import TrialState
 
-from evotune.core.space import SearchSpace
+from evotune.core.space import FeasibleSet, Point, SearchSpace
 from evotune.triton_tuning.cache import DecisionStore
 
 DIVISIBILITY = 16  # Triton's specialisation of an integer argument
@@ -61,3 +67,25 @@ def built_points(cache: DecisionStore, key: dict[str, Any], space: SearchSpace,
             except (KeyError, ValueError):
                 continue  # a parameter value this space no longer offers
     return frozenset(out)
+
+
+def later_points(space: SearchSpace, current: FeasibleSet, later: Sequence[FeasibleSet],
+                 built: Collection[str]) -> list[Point]:
+    """The configurations of ``later`` keys' candidates (the keys tuned next, nearest first, of the current key's
+    specialisation) not ``built``, in the order to build them while the current key is searched: first those the
+    current key does not offer (a later key's new tile sizes, which no search has built), then the others. Each
+    key's in one fixed pseudo-random order (a hash of the configuration), the same whichever key asks, so that the
+    next key takes up the builds where this one's ended."""
+    here = {space.key(current.point(r)) for r in range(len(current))}
+    seen = set(built)
+    first: list[Point] = []
+    rest: list[Point] = []
+    for fs in later:
+        points = sorted((fs.point(r) for r in range(len(fs))), key=lambda p: zlib.crc32(space.key(p).encode()))
+        for point in points:
+            key = space.key(point)
+            if key in seen:
+                continue
+            seen.add(key)
+            (rest if key in here else first).append(point)
+    return first + rest

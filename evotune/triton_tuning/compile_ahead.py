@@ -96,6 +96,9 @@ class PointBuilds(Protocol):
 
     def close(self) -> None: ...
 
+    def background(self, points: list[Point], on_built: Callable[[str], None]) -> None:
+        """Build ``points`` (later keys' configurations) while idle; ``on_built(key)`` hears each one built."""
+
 
 class CompilePool:
     """A search's proposals compiled side by side while the GPU times the ones built.
@@ -169,6 +172,10 @@ class CompilePool:
     def wait(self, point: Point) -> None:
         """Wait for ``point``'s build and put the kernel where its launch finds it (nothing for a failed build)."""
         _collect(self._kernels.get(self.key_of(point)))
+
+    def background(self, points: list[Point], on_built: Callable[[str], None]) -> None:
+        """Nothing: this pool's threads share the timing process's GIL, so building later keys' configurations here
+        would slow the key being timed (the build processes do it: build_processes.py)."""
 
     def close(self) -> None:
         """Wait for the builds handed over and not measured (the tuner hands over no more than its budget, so these
