@@ -186,3 +186,24 @@ def test_tune_kernel_counts_the_gpus_timing_seconds_of_each_key_apart_from_its_w
     tune_kernel(ADD_TUNED, keys, cache, progress=events.append)
     (again,) = [e for e in events if e.stage is Stage.DECIDED]
     assert again.new == 0 and again.timing_s == 0.0
+
+
+def test_tune_kernel_tells_each_key_the_keys_tuned_after_it(tmp_path: Path, monkeypatch) -> None:
+    """What the build processes build ahead while a key is searched: the file's later keys and the keys the caller
+    tunes next (tune-model's plan), as the kernel keys them (this key's fields with the later key's values)."""
+    from evotune.triton_tuning.ahead import tune_kernel
+    from evotune.triton_tuning.autotuner import Autotuner
+
+    seen: list[list[dict]] = []
+    tune = Autotuner._tune
+
+    def spy(self, fields, args, kwargs):
+        seen.append([dict(u) for u in self.upcoming])
+        assert all(set(u) == set(fields) and {**u, "n": fields["n"]} == fields for u in self.upcoming)
+        return tune(self, fields, args, kwargs)
+
+    monkeypatch.setattr(Autotuner, "_tune", spy)
+    keys = tmp_path / "keys.toml"
+    keys.write_text('launch = "make_add_args"\n[[key]]\nn = 32\n[[key]]\nn = 64\n')
+    tune_kernel(ADD_TUNED, keys, str(tmp_path / "cache"), upcoming=[{"n": 128, "other": 1}])
+    assert [[u["n"] for u in later] for later in seen] == [[64, 128], [128]]  # each a copy of the key's fields

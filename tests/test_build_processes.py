@@ -307,3 +307,95 @@ def test_a_build_process_compiles_for_its_parents_gpu_without_asking_cuda() -> N
     finally:
         driver._active = before
         bp._compiling_for.clear()
+
+
+def test_later_keys_are_built_only_while_the_searchs_own_builds_leave_processes_idle(monkeypatch) -> None:
+    """Background builds (later keys' configurations) start only while none of the search's own is running or
+    queued, and never on the last RESERVED processes; one the search proposes meanwhile is waited for as its own
+    and counted as its compile; one that ended is told as built ahead (not counted); those not begun are dropped
+    when the key ends."""
+    import evotune.triton_tuning.build_processes as bp
+
+    gates = {i: threading.Event() for i in range(8)}
+    began: list[int] = []
+
+    def gated(ref: LaunchRef, point: dict[str, int], gpu: object = None) -> bool:
+        began.append(point["i"])
+        gates[point["i"]].wait()
+        return True
+
+    def until(condition: Callable[[], bool]) -> None:
+        while not condition():
+            threading.Event().wait(0.01)
+
+    threads = ThreadPoolExecutor(4)
+    monkeypatch.setattr(bp, "executor", lambda ref: threads)
+    monkeypatch.setattr(bp, "build", gated)
+    bp._warm.add(threads)  # type: ignore[arg-type]
+    pool = ProcessBuilds(LaunchRef(ADD_TUNED, None, None, "make_add_args", (("n", 32),)), lambda p: str(p["i"]), 4)
+    assert 4 - bp.RESERVED == 2
+    told: list[str] = []
+    try:
+        pool.submit([{"i": 0}])
+        pool.background([{"i": 4}, {"i": 5}, {"i": 6}, {"i": 7}, {"i": 3}], told.append)
+        assert not pool._background  # the search's own build is running: nothing in the background
+        gates[0].set()
+        until(lambda: pool._futures["0"].done())
+        assert pool.ready({"i": 0}) and set(pool._background) == {"4", "5"}  # two processes kept free
+        until(lambda: sorted(began) == [0, 4, 5])
+        count = bp.CompileCount()
+        gates[4].set()
+        until(lambda: told == ["4"])
+        pool.submit([{"i": 5}])  # proposed while building in the background: now the search's own
+        gates[5].set()
+        pool.wait({"i": 5})
+        assert count.elsewhere == 1  # 5, waited for; 4, ended in the background, is a load where it is measured
+        pool.ready({"i": 1})
+        assert {"6", "7"} <= set(pool._background)
+        until(lambda: sorted(began) == [0, 4, 5, 6, 7])
+        pool.ready({"i": 1})
+        assert "3" not in pool._background  # 6 and 7 hold the two processes background builds may take
+        pool.close()  # 3 is dropped; 6 and 7 finish into the cache
+    finally:
+        for gate in gates.values():
+            gate.set()
+        threads.shutdown(wait=True)
+        bp._warm.discard(threads)  # type: ignore[arg-type]
+    assert sorted(told) == ["4", "5", "6", "7"] and sorted(began) == [0, 4, 5, 6, 7]
+
+
+def test_the_autotuner_builds_ahead_for_later_keys_of_its_specialisation_with_their_constraints(tmp_path,
+                                                                                              monkeypatch) -> None:
+    """The keys tune-kernel tunes next (Autotuner.upcoming): each one's candidates pruned for its own values, those
+    of another specialisation (n = 24: neither 1 nor a multiple of 16) left out, the new tile sizes first."""
+    import torch
+
+    import evotune
+    import evotune.triton_tuning.autotuner as autotuner
+    from evotune.core.space import SearchSpace, constraint, ordinal
+    from evotune.triton_tuning.configs import LaunchContext
+    from tests.autotune_kernels import add, make_add_args
+
+    space = SearchSpace("add_within_n", [ordinal("BLOCK", [16, 32, 64]), ordinal("num_warps", [1, 2]),
+                                         ordinal("num_stages", [1])],
+                        constraints=[constraint("block-within-n", lambda p, ctx: p["BLOCK"] <= ctx.args["n"],
+                                                "BLOCK {BLOCK} is larger than n")])
+    kernel = evotune.autotune(space=space, key=["n"], cache=f"sqlite:///{tmp_path}/at.db")(add)
+    _, args = make_add_args(16)
+    kernel.nargs = dict(zip(kernel.arg_names, args, strict=False))
+    fields = kernel.key_fields(kernel.nargs, {})
+    kernel.upcoming = [{**fields, "n": n} for n in (24, 32, 64)]
+    asked: list[int] = []
+    original = autotuner.later_points
+
+    def later_points(space, current, later, built):
+        asked.extend(len(fs) for fs in later)
+        return original(space, current, later, built)
+
+    monkeypatch.setattr(autotuner, "later_points", later_points)
+    now = kernel.candidates.feasible(LaunchContext(args=dict(kernel.nargs)))
+    got = [(p["BLOCK"], p["num_warps"]) for p in kernel._later({}, kernel.candidates, now, fields)]
+    assert asked == [4, 6]  # n = 32 keeps BLOCK 16 and 32, n = 64 all three; n = 24 is not asked for
+    assert sorted(got[:2]) == [(32, 1), (32, 2)] and sorted(got[2:4]) == [(64, 1), (64, 2)]
+    assert sorted(got[4:]) == [(16, 1), (16, 2)]  # offered by this key too: after the new tiles
+    assert torch.equal(args[0], kernel.nargs["x"])  # the launch itself untouched

@@ -170,6 +170,20 @@ def test_a_block_fp8_step_that_does_not_divide_the_block_is_refused(tmp_path) ->
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_default_tuner_builds_ahead_for_the_same_kernels_later_keys_in_the_plans_order() -> None:
+    """While a key is searched its build processes build for the keys of its kernel after it (tune_kernel's
+    ``upcoming``), by the fields its keys file names; another kernel's keys are not among them."""
+    from types import SimpleNamespace
+
+    from evotune.model.tuning import AutotuneTuner
+
+    plan = make_plan(load_model("Mixtral-8x7B"), 2)
+    moe = next(k for k in plan.kernels if k.shape.family is Family.FUSED_MOE)
+    later = AutotuneTuner._after(SimpleNamespace(plan=plan), moe.keys[-3])  # type: ignore[arg-type]
+    assert later == [k.fields() for k in moe.keys[-2:]] and [k["M"] for k in later] == [3072, 4096]
+    assert AutotuneTuner._after(SimpleNamespace(plan=plan), moe.keys[-1]) == []  # type: ignore[arg-type]
+
+
 def test_report_per_kernel(tmp_path) -> None:
     plan = make_plan(load_model(str(TINY)), 1, batch_sizes=(1, 2))
     moe = next(k for k in plan.kernels if k.shape.family is Family.FUSED_MOE)

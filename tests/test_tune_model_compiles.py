@@ -17,7 +17,7 @@ from evotune.core.problem import Problem
 from evotune.core.result import EvalResult, Status
 from evotune.core.space import Context, FeasibleSet, Point, SearchSpace, ordinal
 from evotune.search.compile_cost import Kernels
-from evotune.triton_tuning.builds import built_points, not_specialised_on, specialisation
+from evotune.triton_tuning.builds import built_points, later_points, not_specialised_on, specialisation
 from evotune.triton_tuning.cache import DecisionStore, KernelId
 from evotune.triton_tuning.compile_count import CompileCount
 from evotune.triton_tuning.configs import Candidates, LaunchContext
@@ -109,6 +109,32 @@ def test_a_kernel_not_specialised_on_m_shares_its_builds_across_every_batch_size
     shared = tune_keys(tmp_path / "shared", ms, COMPILE_COST, frozenset({"M"}))
     apart = tune_keys(tmp_path / "apart", ms, COMPILE_COST)
     assert sum(shared.values()) < sum(apart.values())
+
+
+def feasible_at(m: int) -> FeasibleSet:
+    """The fused MoE's candidates at M = ``m`` (Mixtral-8x7B tp 2)."""
+    ctx = LaunchContext(args={"M": m, "N": N, "K": K, "E": E, "top_k": TOP_K, "a": Half()})
+    return Candidates.from_space(SPACE).feasible(ctx)
+
+
+def test_what_is_built_ahead_for_later_keys_puts_their_new_tiles_first() -> None:
+    """While M = 16 is searched (16-row tiles only), its processes build for M = 48 and 64 first the 32-row tiles
+    no search has built, nearest key first, then the 16-row tiles M = 16 offers too; none built already, none twice,
+    in an order that does not depend on the key asking (the next key takes up where this one ended)."""
+    now, m48, m64 = feasible_at(16), feasible_at(48), feasible_at(64)
+    rows = lambda fs: [fs.point(r) for r in range(len(fs))]  # noqa: E731
+    assert {p["BLOCK_SIZE_M"] for p in rows(now)} == {16} and {p["BLOCK_SIZE_M"] for p in rows(m64)} == {32}
+    built = {SPACE.key(p) for p in rows(m48)[::3]}
+    got = later_points(SPACE, now, [m48, m64], built)
+    keys = [SPACE.key(p) for p in got]
+    assert len(keys) == len(set(keys)) and not set(keys) & built
+    assert set(keys) == {SPACE.key(p) for p in rows(m48) + rows(m64)} - built
+    tiles = [p["BLOCK_SIZE_M"] for p in got]
+    assert tiles == sorted(tiles, key=lambda bm: bm != 32)  # the new 32-row tiles, then the 16-row ones
+    new48 = {SPACE.key(p) for p in rows(m48) if p["BLOCK_SIZE_M"] == 32} - built
+    assert set(keys[:len(new48)]) == new48  # M = 48's before M = 64's
+    # asked by M = 1 (16-row tiles too), the same configurations come in the same order
+    assert later_points(SPACE, feasible_at(1), [m48, m64], built) == got
 
 
 def test_a_space_that_compiles_every_parameter_counts_the_built_points() -> None:
