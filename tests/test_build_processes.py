@@ -74,15 +74,31 @@ def test_the_pool_builds_in_its_processes_and_a_point_is_ready_once_built(monkey
         shutdown()
 
 
-def one_thread_pool(monkeypatch: pytest.MonkeyPatch, build: Callable[..., bool]) -> tuple[
+def one_thread_pool(monkeypatch: pytest.MonkeyPatch, build: Callable[..., bool], threads: int = 1) -> tuple[
         ThreadPoolExecutor, ProcessBuilds]:
-    """A ProcessBuilds whose builds run ``build`` on one thread of this process, in the order handed over."""
+    """A ProcessBuilds whose builds run ``build`` on ``threads`` threads of this process (one: in the order handed
+    over), as deep as it has threads."""
     import evotune.triton_tuning.build_processes as bp
 
-    one = ThreadPoolExecutor(1)
+    one = ThreadPoolExecutor(threads)
     monkeypatch.setattr(bp, "executor", lambda ref: one)
     monkeypatch.setattr(bp, "build", build)
-    return one, ProcessBuilds(LaunchRef(ADD_TUNED, None, None, "make_add_args", (("n", 32),)), lambda p: str(p["i"]), 1)
+    return one, ProcessBuilds(LaunchRef(ADD_TUNED, None, None, "make_add_args", (("n", 32),)), lambda p: str(p["i"]),
+                              threads)
+
+
+def gated_builds(n: int) -> tuple[dict[int, threading.Event], list[int], Callable[..., bool]]:
+    """A build of point ``i`` (< ``n``) that records ``i`` as begun, then waits for gate ``i``: (gates, begun,
+    build)."""
+    gates = {i: threading.Event() for i in range(n)}
+    began: list[int] = []
+
+    def build(ref: LaunchRef, point: dict[str, int], gpu: object = None) -> bool:
+        began.append(point["i"])
+        gates[point["i"]].wait()
+        return True
+
+    return gates, began, build
 
 
 def test_the_first_evaluations_do_not_wait_for_the_processes_to_start(monkeypatch) -> None:
@@ -91,14 +107,7 @@ def test_the_first_evaluations_do_not_wait_for_the_processes_to_start(monkeypatc
     here; once a process has returned a build, a begun build is waited for and counted as built elsewhere."""
     import evotune.triton_tuning.build_processes as bp
 
-    gates = {i: threading.Event() for i in range(3)}
-    began: list[int] = []
-
-    def slow_build(ref: LaunchRef, point: dict[str, int], gpu: object = None) -> bool:
-        began.append(point["i"])
-        gates[point["i"]].wait()
-        return True
-
+    gates, began, slow_build = gated_builds(3)
     one, pool = one_thread_pool(monkeypatch, slow_build)
     try:
         pool.submit([{"i": 0}, {"i": 1}, {"i": 2}])
@@ -316,23 +325,14 @@ def test_later_keys_are_built_only_while_the_searchs_own_builds_leave_processes_
     when the key ends."""
     import evotune.triton_tuning.build_processes as bp
 
-    gates = {i: threading.Event() for i in range(8)}
-    began: list[int] = []
-
-    def gated(ref: LaunchRef, point: dict[str, int], gpu: object = None) -> bool:
-        began.append(point["i"])
-        gates[point["i"]].wait()
-        return True
+    gates, began, gated = gated_builds(8)
 
     def until(condition: Callable[[], bool]) -> None:
         while not condition():
             threading.Event().wait(0.01)
 
-    threads = ThreadPoolExecutor(4)
-    monkeypatch.setattr(bp, "executor", lambda ref: threads)
-    monkeypatch.setattr(bp, "build", gated)
+    threads, pool = one_thread_pool(monkeypatch, gated, 4)
     bp._warm.add(threads)  # type: ignore[arg-type]
-    pool = ProcessBuilds(LaunchRef(ADD_TUNED, None, None, "make_add_args", (("n", 32),)), lambda p: str(p["i"]), 4)
     assert 4 - bp.RESERVED == 2
     told: list[str] = []
     try:
@@ -394,7 +394,8 @@ def test_the_autotuner_builds_ahead_for_later_keys_of_its_specialisation_with_th
 
     monkeypatch.setattr(autotuner, "later_points", later_points)
     now = kernel.candidates.feasible(LaunchContext(args=dict(kernel.nargs)))
-    got = [(p["BLOCK"], p["num_warps"]) for p in kernel._later({}, kernel.candidates, now, fields)]
+    got = [(p["BLOCK"], p["num_warps"]) for p in kernel._later({}, kernel.candidates, now, fields,
+                                                                      kernel._built(fields, kernel.candidates.space))]
     assert asked == [4, 6]  # n = 32 keeps BLOCK 16 and 32, n = 64 all three; n = 24 is not asked for
     assert sorted(got[:2]) == [(32, 1), (32, 2)] and sorted(got[2:4]) == [(64, 1), (64, 2)]
     assert sorted(got[4:]) == [(16, 1), (16, 2)]  # offered by this key too: after the new tiles

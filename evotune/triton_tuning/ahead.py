@@ -191,7 +191,7 @@ def tune_kernel(ref: str, keys_path: Path, cache: str | None = None, space: str 
         try:
             kernel[grid](*args, **kwargs)
         finally:
-            kernel.builds = None
+            kernel.builds, kernel.upcoming = None, []  # this file's builders and later keys, not a later launch's
         decision = kernel.decisions.get(tuple(fields.values()))
         after = _evaluations(kernel, fields)
         tell(KeyProgress(Stage.DECIDED, i, total, key, after, after - before, decision,

@@ -241,15 +241,18 @@ class Autotuner:
         space = candidates.space
         timings_before = self.timer.calls
         counts = self._programs(fs, kwargs)
+        # what is built for this key's specialisation, read once: the search weighs compiles by it, and the build
+        # processes build ahead only what it lacks
+        built = self._built(fields, space) if self.compile_cost > 0 or self.upcoming else frozenset()
         job = KeyJob(self.decision_store, fields, space, fs, candidates.listed, self.budget,
                      lambda p: self._measure(args, kwargs, p),
                      lambda p: self._call(args, kwargs, candidates.config(p)), self.timer, self.confirm,
                      compile_ahead=lambda points: compile_ahead(self.fn, args, kwargs,
                                                                 [candidates.config(p) for p in points]),
-                     pool=self._pool(args, kwargs, candidates, fs, fields) if CompilePool.available() else None,
+                     pool=self._pool(args, kwargs, candidates, fs, fields, built) if CompilePool.available() else None,
                      programs=None if counts is None else (lambda p: counts[space.key(p)]), sms=_sms(args),
                      ctx=LaunchContext(args={**(self.nargs or {}), **kwargs}), compile_cost=self.compile_cost,
-                     built=self._built(fields, space) if self.compile_cost > 0 else frozenset())
+                     built=built if self.compile_cost > 0 else frozenset())
         started = time.perf_counter()
         decision = tune_key(job)
         self.bench_time = time.perf_counter() - started
@@ -278,7 +281,7 @@ class Autotuner:
         return built_points(self.decision_store, fields, space, unspecialised) | frozenset(ahead)
 
     def _pool(self, args: tuple[Any, ...], kwargs: dict[str, Any], candidates: Candidates, fs: FeasibleSet,
-              fields: dict[str, Any]) -> Callable[[], PointBuilds]:
+              fields: dict[str, Any], built: frozenset[str]) -> Callable[[], PointBuilds]:
         """What builds a searched key's proposals ahead: other processes where they can make the launch (a kernel
         named by reference), else threads of this one; the processes also build the :attr:`upcoming` keys'
         configurations while the search leaves them idle."""
@@ -289,24 +292,24 @@ class Autotuner:
 
         def make() -> PointBuilds:
             pool = builds(depth, space)
-            later = self._later(kwargs, candidates, fs, fields)
+            later = self._later(kwargs, candidates, fs, fields, built)
             if later:
                 pool.background(later, built_ahead.add)
             return pool
 
         return make
 
-    def _later(self, kwargs: dict[str, Any], candidates: Candidates, fs: FeasibleSet,
-               fields: dict[str, Any]) -> list[Point]:
+    def _later(self, kwargs: dict[str, Any], candidates: Candidates, fs: FeasibleSet, fields: dict[str, Any],
+               built: frozenset[str]) -> list[Point]:
         """The :attr:`upcoming` keys' configurations to build while this key is searched: those of the keys of its
         specialisation (so built with this launch), each key's candidates pruned for its launch (this launch with
-        the key's values), none built already."""
+        the key's values), none ``built`` already."""
         unspecialised = not_specialised_on(self.fn)
         mine = specialisation(fields, unspecialised)
         args = {**(self.nargs or {}), **kwargs}
         later = [candidates.feasible(LaunchContext(args={**args, **{n: v for n, v in key.items() if n in args}}))
                  for key in self.upcoming if key != fields and specialisation(key, unspecialised) == mine]
-        return later_points(candidates.space, fs, later, self._built(fields, candidates.space)) if later else []
+        return later_points(candidates.space, fs, later, built) if later else []
 
     def _programs(self, fs: FeasibleSet, kwargs: dict[str, Any]) -> dict[str, int] | None:
         """Each candidate's program count at this launch (its grid at the configuration), for the search's
